@@ -1,0 +1,56 @@
+"""``wfst-make-graph``: compile a TLG graph directory from tokens, a lexicon and an ARPA LM."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from wfst.errors import WfstError
+
+from .compile import compile_graph
+from .topology import TOPOLOGIES
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="wfst-make-graph",
+        description="Build TLG = T ∘ min(det(L ∘ G)) for a CTC model and write a graph directory "
+                    "(TLG.fst, tokens.txt, words.txt, graph.json, TLG.csr.npz). Rebuilds only when stale.")
+    p.add_argument("--tokens", required=True, help="the model's tokens (symbol [column] per line) with a blank")
+    p.add_argument("--lm", required=True, help="ARPA language model (.arpa or .arpa.gz), any order")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--lexicon", help="lexicon file: 'word tok1 tok2 ...' per line")
+    src.add_argument("--words", help="word list to spell (default: the LM's unigrams)")
+    p.add_argument("--spm", help="sentencepiece model to spell words with (BPE); default: per character")
+    p.add_argument("--word-boundary", metavar="UNIT",
+                   help="word-boundary token (e.g. '|'), a separator between words")
+    p.add_argument("--blank", help="blank symbol, if not <blk>, <blank> or <b>")
+    p.add_argument("--topo", default="compact", choices=TOPOLOGIES, help="CTC topology (default: compact)")
+    p.add_argument("--epsilon-free", action="store_true", help="remove input-epsilon arcs from TLG")
+    p.add_argument("--out", required=True, help="graph directory to write")
+    p.add_argument("--cache-dir", help="cache of min(det(L ∘ G)) (default: .wfst-cache beside --out)")
+    p.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.spm and args.lexicon:
+        print("wfst-make-graph: error: --spm spells a word list; it cannot be used with --lexicon",
+              file=sys.stderr)
+        return 2
+    try:
+        result = compile_graph(
+            args.out, tokens=args.tokens, lm=args.lm, lexicon=args.lexicon, words=args.words,
+            spm=args.spm, word_boundary=args.word_boundary, blank=args.blank, topology=args.topo,
+            epsilon_free=args.epsilon_free, cache_dir=args.cache_dir, force=args.force,
+            progress=not args.quiet)
+    except (WfstError, ValueError, OSError) as e:
+        print(f"wfst-make-graph: error: {e}", file=sys.stderr)
+        return 2
+    print(result.summary())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

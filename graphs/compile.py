@@ -1,0 +1,411 @@
+"""TLG = T ∘ min(det(L ∘ G)): the graph compiler behind ``make graph``.
+
+Stages and what they cost are recorded in graph.json.  Work is rebuilt only when
+stale: a graph directory whose graph.json fingerprint matches the inputs is left
+alone, and min(det(L ∘ G)), which does not depend on the topology, is kept in a
+content-addressed cache (by default ``.wfst-cache`` beside the graph directory) so
+that the topologies of one token set share it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import resource
+import sys
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+
+import pywrapfst as fst
+from tqdm.auto import tqdm
+
+import wfst
+from wfst.errors import MissingFileError, WfstError
+from wfst.files import atomic_path
+from wfst.graph import FST_NAME, INFO_NAME, graph_from_fst, write_graph_dir
+from wfst.symbols import BOS, EOS, TokenTable, WordTable
+
+from .grammar import arpa_vocabulary, grammar_fst
+from .lexicon import (
+    Lexicon,
+    add_disambig,
+    lexicon_from_chars,
+    lexicon_from_sentencepiece,
+    lexicon_fst,
+    read_lexicon,
+    read_word_list,
+)
+from .topology import check_topology, ctc_topology, topology_size
+
+GRAPH_FORMAT = 1
+# Bump when a change to the compiler changes the graphs it writes.
+COMPILER_REVISION = 1
+
+
+class GraphBuildError(WfstError, RuntimeError):
+    """The inputs are individually valid but do not make a usable graph."""
+
+
+# --------------------------------------------------------------------------- measuring
+
+def _rss_mb(field: str) -> float | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def _reset_peak_rss() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM, the peak resident set size (Linux >= 4.0)
+        return True
+    except OSError:
+        return False
+
+
+class Stages:
+    """Times each stage and records its peak resident memory; shows progress."""
+
+    def __init__(self, names: list[str], progress: bool, label: str):
+        self.records: dict[str, dict] = {}
+        self.progress = progress
+        # disable=None: a live bar on a terminal only; the per-stage lines print either way.
+        self.bar = tqdm(total=len(names), desc=label, unit="stage", disable=None if progress else True,
+                        bar_format="{desc}: {n_fmt}/{total_fmt} stages |{bar:12}| {elapsed} {postfix}")
+
+    def run(self, name: str, fn, *args, **kwargs):
+        self.bar.set_postfix_str(f"{name} ...", refresh=True)
+        per_stage = _reset_peak_rss()
+        t0 = time.perf_counter()
+        result = fn(*args, **kwargs)
+        seconds = time.perf_counter() - t0
+        peak = _rss_mb("VmHWM") if per_stage else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        self.records[name] = {"seconds": round(seconds, 3), "peak_rss_mb": round(max(peak or 0, child), 1)}
+        self._say(f"  {name:<28} {seconds:8.2f} s  peak {self.records[name]['peak_rss_mb']:8.1f} MB")
+        self.bar.update(1)
+        return result
+
+    def skip(self, name: str, why: str):
+        self.records[name] = {"seconds": 0.0, "skipped": why}
+        self._say(f"  {name:<28} {why}")
+        self.bar.update(1)
+
+    def _say(self, line: str):
+        if self.progress:
+            self.bar.write(line, file=sys.stderr)
+
+    def close(self):
+        self.bar.set_postfix_str("done", refresh=True)
+        self.bar.close()
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _sha256(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def _size(f) -> dict:
+    return {"states": f.num_states(), "arcs": sum(f.num_arcs(s) for s in f.states())}
+
+
+def _versions() -> dict:
+    out = {"wfst": wfst.__version__, "python": platform.python_version()}
+    for pkg in ("pynini", "kaldilm", "sentencepiece", "numpy"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def _input_record(path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise MissingFileError(path, "input file")
+    return {"path": str(path.resolve()), "sha256": _sha256(path), "bytes": path.stat().st_size}
+
+
+def _check_nonempty(f, what: str, hint: str):
+    if f.start() < 0 or f.num_states() == 0:
+        raise GraphBuildError(f"{what} is empty: {hint}")
+
+
+# --------------------------------------------------------------------------- stages
+
+def _lg_stages(stages: Stages, lexicon: Lexicon, entries, tokens: TokenTable, words: WordTable,
+               lm: Path) -> tuple[fst.MutableFst, dict]:
+    sizes = {}
+    L = stages.run("L (lexicon FST)", lexicon_fst, entries, tokens, words, lexicon.separator)
+    sizes["L"] = _size(L)
+    with tempfile.TemporaryDirectory(prefix="wfst-words-") as tmp:
+        words_txt = Path(tmp) / "words.txt"
+        words.write(words_txt)
+        G = stages.run("G (arpa2fst)", grammar_fst, lm, words_txt)
+    sizes["G"] = _size(G)
+    G.arcsort("ilabel")
+
+    def compose(L, G):
+        LG = fst.compose(L, G)
+        _check_nonempty(LG, "L ∘ G", "no word of the lexicon is in the language model")
+        return LG
+
+    LG = stages.run("L ∘ G", compose, L, G)
+    del L, G
+    sizes["LG_composed"] = _size(LG)
+    LG = stages.run("det(L ∘ G)", fst.determinize, LG)
+
+    def minimize(f):
+        # Encode the labels so minimization never moves the word labels (Kaldi's
+        # fstminimizeencoded); costs are pushed towards the start, which helps pruning.
+        mapper = fst.EncodeMapper(f.arc_type(), encode_labels=True, encode_weights=False)
+        f.encode(mapper)
+        f.minimize()
+        f.decode(mapper)
+        f.arcsort("ilabel")
+        return f
+
+    LG = stages.run("min(det(L ∘ G))", minimize, LG)
+    sizes["LG"] = _size(LG)
+    return LG, sizes
+
+
+def _tlg_stages(stages: Stages, T, LG, tokens: TokenTable, epsilon_free: bool):
+    T.arcsort("olabel")
+
+    def compose():
+        TLG = fst.compose(T, LG)
+        # Disambiguation symbols have done their job; to the decoder they are epsilons.
+        TLG.relabel_pairs(ipairs=[(tokens.disambig_ilabel(k), 0) for k in range(tokens.num_disambig)])
+        TLG.connect()
+        return TLG
+
+    TLG = stages.run("T ∘ LG", compose)
+    if epsilon_free:
+        def rmeps(f):
+            f.rmepsilon()
+            f.connect()
+            return f
+        TLG = stages.run("rmepsilon(TLG)", rmeps, TLG)
+    else:
+        stages.skip("rmepsilon(TLG)", "not asked (epsilon arcs kept, riva-style)")
+    TLG.arcsort("ilabel")
+    _check_nonempty(TLG, "TLG", "no token sequence reaches a final state")
+    return TLG
+
+
+# --------------------------------------------------------------------------- public API
+
+@dataclasses.dataclass(frozen=True)
+class BuildResult:
+    directory: Path
+    info: dict
+    rebuilt: bool
+
+    def summary(self) -> str:
+        s = self.info["sizes"]["TLG"]
+        return (f"{self.directory}: {self.info['topology']} TLG, {s['states']:,} states, "
+                f"{s['arcs']:,} arcs ({s['epsilon_arcs']:,} epsilon), "
+                f"{self.info['files'][FST_NAME] / 2**20:.1f} MiB, built in "
+                f"{self.info['build_seconds']:.1f} s" + ("" if self.rebuilt else " (up to date)"))
+
+
+def compile_graph(out_dir: str | os.PathLike, *, tokens: str | os.PathLike, lm: str | os.PathLike,
+                  lexicon: str | os.PathLike | None = None, words: str | os.PathLike | None = None,
+                  spm: str | os.PathLike | None = None, word_boundary: str | None = None,
+                  blank: str | None = None, topology: str = "compact", epsilon_free: bool = False,
+                  cache_dir: str | os.PathLike | None = None, force: bool = False,
+                  progress: bool = True) -> BuildResult:
+    """Build TLG = T ∘ min(det(L ∘ G)) and write a graph directory.
+
+    Args:
+      out_dir: the graph directory to write (created if needed).
+      tokens: the model's token list (see :meth:`wfst.TokenTable.read`); must have a blank.
+      lm: ARPA language model (``.arpa`` or ``.arpa.gz``), any order.
+      lexicon: ``word tok1 tok2 ...`` lines.  Or, instead of a lexicon file:
+      words: a word list to spell (default: the LM's unigrams), with `spm` (a
+        sentencepiece model, BPE tokens) or per character (the default when no `spm`).
+      word_boundary: the word-boundary unit (e.g. ``|``), a separator between words.
+      blank: the blank's symbol when it is not one of <blk>, <blank>, <b>.
+      topology: ``normal``, ``compact`` or ``minimal`` (see :mod:`wfst.graphs.topology`).
+      epsilon_free: remove input-epsilon arcs from TLG (k2-style; larger graph).
+      cache_dir: where min(det(L ∘ G)) is cached (default ``<out_dir>/../.wfst-cache``).
+      force: rebuild even if the graph directory is up to date.
+    """
+    t_start = time.perf_counter()
+    check_topology(topology)
+    if lexicon is not None and (words is not None or spm is not None):
+        raise ValueError("give either a lexicon file or a word list (with spm / per character), not both")
+    out_dir = Path(out_dir)
+    cache_dir = Path(cache_dir) if cache_dir is not None else out_dir.resolve().parent / ".wfst-cache"
+
+    inputs = {"tokens": _input_record(tokens), "lm": _input_record(lm)}
+    for name, value in (("lexicon", lexicon), ("words", words), ("spm", spm)):
+        if value is not None:
+            inputs[name] = _input_record(value)
+    source = "file" if lexicon else ("sentencepiece" if spm else "characters")
+    options = {"topology": topology, "epsilon_free": bool(epsilon_free), "word_boundary": word_boundary,
+               "blank": blank, "lexicon_source": source}
+    fingerprint = _digest({"revision": COMPILER_REVISION, "options": options,
+                           "inputs": {k: v["sha256"] for k, v in inputs.items()}})
+    if not force:
+        info = _up_to_date(out_dir, fingerprint)
+        if info is not None:
+            return BuildResult(out_dir, info, rebuilt=False)
+
+    tok = TokenTable.read(tokens, blank=blank)
+    if tok.blank is None:
+        raise GraphBuildError(f"{tokens}: no blank token; name it <blk> or pass blank=SYMBOL (--blank)")
+    if word_boundary is not None and word_boundary not in tok.symbols:
+        raise ValueError(f"word-boundary unit {word_boundary!r} is not in {tokens}")
+    lm_words, ngram_counts = arpa_vocabulary(lm)
+
+    if lexicon is not None:
+        lex = read_lexicon(lexicon, tok, separator=word_boundary)
+    else:
+        spell_words = read_word_list(words) if words is not None else [
+            w for w in lm_words if w not in (BOS, EOS, "<unk>")]
+        lex = (lexicon_from_sentencepiece(spell_words, spm, tok) if spm is not None
+               else lexicon_from_chars(spell_words, tok, word_boundary))
+    entries, num_disambig = add_disambig(lex)
+    tok = tok.with_disambig(num_disambig)
+    lm_set = set(lm_words) - {BOS, EOS}
+    lex_words = lex.words
+    vocab_report = {
+        "lexicon_words": len(lex_words),
+        "lm_words": len(lm_set),
+        "lexicon_words_not_in_lm": len(lex_words - lm_set),
+        "lexicon_words_not_in_lm_examples": sorted(lex_words - lm_set)[:10],
+        "lm_words_not_in_lexicon": len(lm_set - lex_words),
+        "lm_words_not_in_lexicon_examples": sorted(lm_set - lex_words)[:10],
+        "unspellable_words": len(lex.unspellable),
+        "unspellable_examples": list(lex.unspellable[:10]),
+    }
+    word_table = WordTable.from_words(lex_words | lm_set)
+
+    label = f"TLG {out_dir.name}"
+    if progress:
+        print(f"building {topology} TLG in {out_dir}: {len(lex.entries):,} spellings, "
+              f"{tok.num_columns} tokens (blank column {tok.blank}), {num_disambig} disambiguation symbols, "
+              f"LM {len(ngram_counts)}-gram with {sum(ngram_counts):,} n-grams", file=sys.stderr)
+        _report_vocabulary(vocab_report)
+    stages = Stages(["L (lexicon FST)", "G (arpa2fst)", "L ∘ G", "det(L ∘ G)", "min(det(L ∘ G))",
+                     "T", "T ∘ LG", "rmepsilon(TLG)", "CSR arrays"], progress, label)
+    try:
+        lg_key = _digest({"revision": COMPILER_REVISION, "tokens": tok.fst_symbol_lines(),
+                          "lexicon": hashlib.sha256(lex.digest_text().encode()).hexdigest(),
+                          "lm": inputs["lm"]["sha256"]})
+        LG, sizes = _cached_lg(cache_dir, lg_key, stages)
+        if LG is None:
+            LG, sizes = _lg_stages(stages, lex, entries, tok, word_table, Path(lm))
+            _store_lg(cache_dir, lg_key, LG, sizes)
+        T = stages.run("T", ctc_topology, topology, tok)
+        sizes["T"] = _size(T)
+        expected = topology_size(topology, tok.num_columns, tok.num_disambig)
+        if (sizes["T"]["states"], sizes["T"]["arcs"]) != expected:
+            raise AssertionError(f"T has {sizes['T']}, documented {expected}")  # a bug, not bad input
+        TLG = _tlg_stages(stages, T, LG, tok, epsilon_free)
+        del LG
+        info = {
+            "format": GRAPH_FORMAT,
+            "fingerprint": fingerprint,
+            "topology": topology,
+            "epsilon_free": bool(epsilon_free),
+            "blank_column": tok.blank,
+            "num_columns": tok.num_columns,
+            "num_disambig": tok.num_disambig,
+            "word_boundary": word_boundary,
+            "lexicon_source": options["lexicon_source"],
+            "inputs": inputs,
+            "lm_ngrams": ngram_counts,
+            "vocabulary": vocab_report,
+            "sizes": sizes,
+            "stages": stages.records,
+            "versions": _versions(),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+
+        graph = stages.run("CSR arrays", graph_from_fst, TLG, tok, word_table, info, source="TLG")
+        sizes["TLG"] = {"states": graph.num_states, "arcs": graph.num_arcs,
+                        "emitting_arcs": graph.num_emitting_arcs,
+                        "epsilon_arcs": graph.num_arcs - graph.num_emitting_arcs}
+        special = graph.olabel[graph.olabel >= word_table.ids()["#0"]]
+        if special.size:  # a compiler bug, not bad input
+            raise AssertionError(f"TLG outputs special word ids {sorted(set(special.tolist()))}")
+        info["build_seconds"] = round(time.perf_counter() - t_start, 3)
+        write_graph_dir(out_dir, TLG, graph)
+    finally:
+        stages.close()
+    result = BuildResult(out_dir, info, rebuilt=True)
+    if progress:
+        print(result.summary(), file=sys.stderr)
+    return result
+
+
+def _report_vocabulary(r: dict):
+    def line(n, what, ex):
+        if n:
+            print(f"  note: {n:,} {what}, e.g. {' '.join(ex[:5])}", file=sys.stderr)
+    line(r["lexicon_words_not_in_lm"], "lexicon words are not in the LM (unreachable in the graph)",
+         r["lexicon_words_not_in_lm_examples"])
+    line(r["lm_words_not_in_lexicon"], "LM words have no spelling (their n-grams are dropped by L ∘ G)",
+         r["lm_words_not_in_lexicon_examples"])
+    line(r["unspellable_words"], "words cannot be spelled with the tokens (left out of the lexicon)",
+         r["unspellable_examples"])
+
+
+def _up_to_date(out_dir: Path, fingerprint: str) -> dict | None:
+    try:
+        info = json.loads((out_dir / INFO_NAME).read_text(encoding="utf-8"))
+        fst_bytes = (out_dir / FST_NAME).stat().st_size
+    except (OSError, ValueError):
+        return None
+    if info.get("fingerprint") != fingerprint or info.get("files", {}).get(FST_NAME) != fst_bytes:
+        return None
+    return info
+
+
+def _cached_lg(cache_dir: Path, key: str, stages: Stages):
+    path, meta = cache_dir / f"LG-{key}.fst", cache_dir / f"LG-{key}.json"
+    if not (path.is_file() and meta.is_file()):
+        return None, None
+    try:
+        sizes = json.loads(meta.read_text(encoding="utf-8"))
+        LG = fst.Fst.read(str(path))
+    except (OSError, ValueError, fst.FstError):
+        return None, None  # a damaged cache entry is rebuilt
+    for name in ("L (lexicon FST)", "G (arpa2fst)", "L ∘ G", "det(L ∘ G)", "min(det(L ∘ G))"):
+        stages.skip(name, f"cached ({path.name})")
+    return LG, sizes
+
+
+def _store_lg(cache_dir: Path, key: str, LG, sizes: dict):
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        with atomic_path(cache_dir / f"LG-{key}.fst") as tmp:
+            LG.write(tmp)
+        with atomic_path(cache_dir / f"LG-{key}.json") as tmp:
+            Path(tmp).write_text(json.dumps(sizes), encoding="utf-8")
+    except OSError as e:
+        print(f"  note: could not cache LG in {cache_dir}: {e}", file=sys.stderr)
+
+
+__all__ = ["BuildResult", "GraphBuildError", "compile_graph"]

@@ -1,0 +1,28 @@
+"""Install the `wfst` package; `wfst.graphs` and `wfst.kernels` live in top-level folders."""
+from setuptools import setup
+
+setup(
+    name="wfst-ctc",
+    version="0.1.0",
+    description="WFST graph compilation and GPU decoding for CTC speech recognition",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=["wfst", "wfst.graphs", "wfst.kernels"],
+    package_dir={"wfst": "wfst", "wfst.graphs": "graphs", "wfst.kernels": "kernels"},
+    install_requires=[
+        "numpy>=1.24",
+        "pynini>=2.1.6",  # brings pywrapfst (OpenFST)
+        "kaldilm>=1.15",  # Kaldi's arpa2fst
+        "sentencepiece>=0.1.99",
+        "tqdm>=4.60",
+    ],
+    extras_require={
+        "test": ["pytest>=7", "hypothesis>=6", "kenlm"],
+    },
+    entry_points={
+        "console_scripts": [
+            "wfst-make-graph=wfst.graphs.cli:main",
+        ],
+    },
+)

@@ -1,0 +1,48 @@
+"""Reading input text files with clear errors, and writing files atomically."""
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+from .errors import InputFileError, MissingFileError
+
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+def read_lines(path: str | os.PathLike, what: str) -> list[str]:
+    """All lines of a UTF-8 text file, or a MissingFileError that says which file and why."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().splitlines()
+    except FileNotFoundError:
+        raise MissingFileError(path, what) from None
+    except IsADirectoryError:
+        raise MissingFileError(path, what, "is a directory") from None
+    except UnicodeDecodeError as e:
+        raise InputFileError(path, None, f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise MissingFileError(path, what, e.strerror or str(e)) from None
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike):
+    """Yield a temporary path beside `path`; move it into place only if the block succeeds."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        yield tmp
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file the usual mode
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    with atomic_path(path) as tmp:
+        Path(tmp).write_text(text, encoding="utf-8")

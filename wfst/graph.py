@@ -1,0 +1,308 @@
+"""The decoding graph: CSR arrays, and reading/writing of graph directories.
+
+A graph directory holds ``TLG.fst`` (OpenFST binary, tropical), ``tokens.txt`` (the FST
+input symbol table, see :mod:`wfst.symbols`), ``words.txt``, ``graph.json`` (how it was
+built; absent in graphs from riva/NeMo/Kaldi) and ``TLG.csr.npz``, a cache of the CSR
+arrays that is rebuilt whenever TLG.fst changes.
+
+CSR layout (Kaldi cudadecoder's CudaFst, CuPy-style names): states are 0..S-1; arcs
+live in one set of arrays, all emitting arcs (a token input label) first, grouped by
+source state, then all non-emitting arcs (input epsilon), grouped by source state.
+Emitting arcs of state s are ``[e_indptr[s], e_indptr[s+1])``, non-emitting arcs
+``[ne_indptr[s], ne_indptr[s+1])``; ``ne_indptr[0] == e_indptr[S]``.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import struct
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from .errors import GraphFormatError, MissingFileError
+from .files import atomic_path, write_text_atomic
+from .symbols import TokenTable, WordTable
+
+FST_NAME = "TLG.fst"
+TOKENS_NAME = "tokens.txt"
+WORDS_NAME = "words.txt"
+INFO_NAME = "graph.json"
+CSR_NAME = "TLG.csr.npz"
+CSR_FORMAT = 1  # bump when the cached arrays change meaning
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Graph:
+    """A CTC decoding graph in CSR form (host NumPy arrays)."""
+
+    start: int
+    final: np.ndarray  # float32 (S,), +inf where not final
+    e_indptr: np.ndarray  # int64 (S+1,)
+    ne_indptr: np.ndarray  # int64 (S+1,)
+    ilabel: np.ndarray  # int32 (E,), 0 on non-emitting arcs
+    olabel: np.ndarray  # int32 (E,), word id or 0
+    weight: np.ndarray  # float32 (E,), cost (-log prob)
+    nextstate: np.ndarray  # int32 (E,)
+    tokens: TokenTable
+    words: WordTable | None = None
+    info: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def num_states(self) -> int:
+        return len(self.final)
+
+    @property
+    def num_arcs(self) -> int:
+        return len(self.ilabel)
+
+    @property
+    def num_emitting_arcs(self) -> int:
+        return int(self.ne_indptr[0])
+
+    def arcs(self, state: int, emitting: bool = True) -> range:
+        indptr = self.e_indptr if emitting else self.ne_indptr
+        return range(int(indptr[state]), int(indptr[state + 1]))
+
+    def __repr__(self) -> str:
+        return (f"Graph(states={self.num_states}, arcs={self.num_arcs}, "
+                f"emitting={self.num_emitting_arcs}, tokens={self.tokens.num_columns}, "
+                f"words={len(self.words) if self.words else None})")
+
+
+# --------------------------------------------------------------------------- FST -> CSR
+
+_STATE_DT = np.dtype([("final", "<f4"), ("pos", "<u4"), ("narcs", "<u4"),
+                      ("niepsilons", "<u4"), ("noepsilons", "<u4")])
+_ARC_DT = np.dtype([("ilabel", "<i4"), ("olabel", "<i4"), ("weight", "<f4"), ("nextstate", "<i4")])
+_FST_MAGIC = 2125659606
+_IS_ALIGNED = 4
+
+
+def _const_fst_arrays(fst) -> tuple[int, np.ndarray, np.ndarray]:
+    """(start, states, arcs) of a tropical FST, read from its ConstFst serialization.
+
+    ConstFst stores every state and every arc in two flat arrays, so a graph of tens of
+    millions of arcs becomes NumPy arrays without a Python loop over arcs.
+    """
+    import pywrapfst
+
+    if fst.arc_type() != "standard":
+        raise GraphFormatError(f"arc type {fst.arc_type()!r}; only 'standard' (tropical) graphs work")
+    mutable = fst.copy() if isinstance(fst, pywrapfst.MutableFst) else pywrapfst.convert(fst, "vector")
+    mutable.set_input_symbols(None)
+    mutable.set_output_symbols(None)
+    buf = pywrapfst.convert(mutable, "const").write_to_string()
+    del mutable
+
+    pos = 0
+
+    def take(fmt):
+        nonlocal pos
+        vals = struct.unpack_from(fmt, buf, pos)
+        pos += struct.calcsize(fmt)
+        return vals
+
+    def take_str():
+        (n,) = take("<i")
+        s = buf[pos:pos + n].decode()
+        take(f"{n}s")
+        return s
+
+    (magic,) = take("<i")
+    if magic != _FST_MAGIC:
+        raise GraphFormatError("not an OpenFST binary")
+    fst_type, _arc_type = take_str(), take_str()
+    if fst_type != "const":
+        raise GraphFormatError(f"unexpected FST type {fst_type!r} after conversion")
+    _version, flags, _props, start, num_states, num_arcs = take("<iiQqqq")
+
+    def align():
+        nonlocal pos
+        if flags & _IS_ALIGNED:
+            pos += (-pos) % 16
+
+    align()
+    states = np.frombuffer(buf, _STATE_DT, num_states, pos)
+    pos += states.nbytes
+    align()
+    arcs = np.frombuffer(buf, _ARC_DT, num_arcs, pos)
+    return start, states, arcs
+
+
+def graph_from_fst(fst, tokens: TokenTable, words: WordTable | None = None, info: dict | None = None,
+                   source: str = "FST") -> Graph:
+    """Flatten an OpenFST FST (pywrapfst) into a CSR :class:`Graph`."""
+    start, states, arcs = _const_fst_arrays(fst)
+    num_states = len(states)
+    if num_states == 0 or start < 0:
+        raise GraphFormatError(f"{source}: the graph is empty (no start state)")
+    narcs = states["narcs"].astype(np.int64)
+    expected_pos = np.concatenate(([0], np.cumsum(narcs)[:-1]))
+    if not np.array_equal(states["pos"].astype(np.int64), expected_pos):
+        raise GraphFormatError(f"{source}: arcs are not stored state by state")
+    src = np.repeat(np.arange(num_states, dtype=np.int64), narcs)
+    ilabel = arcs["ilabel"].copy()
+    weight = arcs["weight"]
+    V, D = tokens.num_columns, tokens.num_disambig
+    bad = np.flatnonzero((ilabel < 0) | (ilabel > V + D))
+    if bad.size:
+        a = bad[0]
+        raise GraphFormatError(
+            f"{source}: arc {a} leaving state {src[a]} has input label {ilabel[a]}, but the token "
+            f"table has {V} columns (labels 1..{V}) and {D} disambiguation symbols")
+    bad = np.flatnonzero(np.isnan(weight) | (weight == -np.inf))
+    if bad.size:
+        a = bad[0]
+        raise GraphFormatError(f"{source}: arc {a} leaving state {src[a]} has weight {weight[a]}")
+    if (arcs["olabel"] < 0).any():
+        raise GraphFormatError(f"{source}: negative output label")
+    if words is not None and arcs["olabel"].size and arcs["olabel"].max() >= len(words):
+        a = int(np.argmax(arcs["olabel"]))
+        raise GraphFormatError(f"{source}: arc {a} has output label {arcs['olabel'][a]}, "
+                               f"but words.txt has ids 0..{len(words) - 1}")
+    # Disambiguation symbols left on input are epsilons to a decoder.
+    nonemitting = (ilabel == 0) | (ilabel > V)
+    ilabel[nonemitting] = 0
+    order = np.argsort(nonemitting.astype(np.int64) * num_states + src, kind="stable")
+    e_count = np.bincount(src[~nonemitting], minlength=num_states)
+    ne_count = np.bincount(src[nonemitting], minlength=num_states)
+    e_indptr = np.concatenate(([0], np.cumsum(e_count))).astype(np.int64)
+    ne_indptr = (e_indptr[-1] + np.concatenate(([0], np.cumsum(ne_count)))).astype(np.int64)
+    return Graph(
+        start=int(start),
+        final=states["final"].astype(np.float32),
+        e_indptr=e_indptr,
+        ne_indptr=ne_indptr,
+        ilabel=np.ascontiguousarray(ilabel[order], dtype=np.int32),
+        olabel=np.ascontiguousarray(arcs["olabel"][order], dtype=np.int32),
+        weight=np.ascontiguousarray(weight[order], dtype=np.float32),
+        nextstate=np.ascontiguousarray(arcs["nextstate"][order], dtype=np.int32),
+        tokens=tokens, words=words, info=info or {},
+    )
+
+
+# --------------------------------------------------------------------------- loading
+
+_ARRAYS = ("final", "e_indptr", "ne_indptr", "ilabel", "olabel", "weight", "nextstate")
+
+
+def _csr_key(fst_path: Path, tokens: TokenTable) -> np.ndarray:
+    st = fst_path.stat()
+    return np.array([CSR_FORMAT, st.st_size, st.st_mtime_ns, tokens.num_columns, tokens.num_disambig],
+                    dtype=np.int64)
+
+
+def _read_csr_cache(cache: Path, key: np.ndarray) -> dict | None:
+    try:
+        with np.load(cache) as z:
+            if not np.array_equal(z["key"], key):
+                return None
+            return {name: z[name] for name in (*_ARRAYS, "start")}
+    except (OSError, KeyError, ValueError, EOFError):
+        return None
+
+
+def write_csr_cache(graph: Graph, fst_path: str | os.PathLike, cache: str | os.PathLike) -> None:
+    key = _csr_key(Path(fst_path), graph.tokens)
+    with atomic_path(cache) as tmp:
+        with open(tmp, "wb") as f:
+            np.savez(f, key=key, start=np.int64(graph.start),
+                     **{name: getattr(graph, name) for name in _ARRAYS})
+
+
+def read_fst(path: str | os.PathLike):
+    """Read an OpenFST binary, turning OpenFST's failures into clear errors."""
+    import pywrapfst
+
+    path = Path(path)
+    if not path.is_file():
+        raise MissingFileError(path, "graph FST")
+    try:
+        return pywrapfst.Fst.read(str(path))
+    except pywrapfst.FstError as e:
+        raise GraphFormatError(f"{path}: not a readable OpenFST binary ({e})") from None
+
+
+def load_graph(path: str | os.PathLike, *, use_cache: bool = True) -> Graph:
+    """Load a decoding graph as CSR arrays.
+
+    `path` is a graph directory (ours, or riva/NeMo/Kaldi-style: TLG.fst + tokens.txt
+    + words.txt, no graph.json) or an FST file with tokens.txt (and optionally
+    words.txt) beside it.  The CSR arrays are cached in ``TLG.csr.npz`` (``<name>.csr.npz``
+    for another FST file) and rebuilt when the FST changes.
+    """
+    path = Path(path)
+    if path.is_dir():
+        fst_path = path / FST_NAME
+        directory = path
+    elif path.exists():
+        fst_path, directory = path, path.parent
+    else:
+        raise MissingFileError(path, "graph directory or FST")
+    if not fst_path.is_file():
+        raise MissingFileError(fst_path, "graph FST")
+    tokens_path = directory / TOKENS_NAME
+    if not tokens_path.is_file():
+        raise MissingFileError(tokens_path, "token table (needed beside the graph FST)")
+    tokens = TokenTable.read(tokens_path)
+    words_path = directory / WORDS_NAME
+    words = WordTable.read(words_path) if words_path.is_file() else None
+    info = {}
+    info_path = directory / INFO_NAME
+    if info_path.is_file():
+        try:
+            info = json.loads(info_path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise GraphFormatError(f"{info_path}: not valid JSON ({e})") from None
+        if info.get("blank_column") is not None and info["blank_column"] != tokens.blank:
+            raise GraphFormatError(f"{info_path} says the blank is column {info['blank_column']}, "
+                                   f"{tokens_path} says {tokens.blank}")
+
+    cache = fst_path.with_name(CSR_NAME if fst_path.name == FST_NAME else fst_path.stem + ".csr.npz")
+    key = _csr_key(fst_path, tokens)
+    arrays = _read_csr_cache(cache, key) if use_cache and cache.is_file() else None
+    if arrays is not None:
+        start = int(arrays.pop("start"))
+        graph = Graph(start=start, tokens=tokens, words=words, info=info, **arrays)
+        if words is not None and graph.num_arcs and graph.olabel.max() >= len(words):
+            raise GraphFormatError(f"{fst_path}: output labels beyond {words_path}")
+        return graph
+    graph = graph_from_fst(read_fst(fst_path), tokens, words, info, source=str(fst_path))
+    if use_cache:
+        try:
+            write_csr_cache(graph, fst_path, cache)
+        except OSError as e:  # a read-only foreign graph directory still loads
+            warnings.warn(f"could not write the CSR cache {cache}: {e}", stacklevel=2)
+    return graph
+
+
+# --------------------------------------------------------------------------- writing
+
+def write_graph_dir(directory: str | os.PathLike, fst, graph: Graph) -> Graph:
+    """Write a complete graph directory for `fst` and its CSR form `graph`.
+
+    Each file goes to a temp file and is then moved into place.  graph.json (``graph.info``
+    plus the file sizes) is written last and removed first, so a directory that has a
+    graph.json is complete.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if graph.num_states == 0:
+        raise GraphFormatError(f"refusing to write an empty graph to {directory}")
+    with contextlib.suppress(FileNotFoundError):
+        (directory / INFO_NAME).unlink()
+    with atomic_path(directory / FST_NAME) as tmp:
+        fst.write(tmp)
+    graph.tokens.write(directory / TOKENS_NAME)
+    if graph.words is not None:
+        graph.words.write(directory / WORDS_NAME)
+    write_csr_cache(graph, directory / FST_NAME, directory / CSR_NAME)
+    graph.info["files"] = {name: (directory / name).stat().st_size
+                           for name in (FST_NAME, TOKENS_NAME, WORDS_NAME, CSR_NAME)
+                           if (directory / name).is_file()}
+    write_text_atomic(directory / INFO_NAME, json.dumps(graph.info, indent=2) + "\n")
+    return graph

@@ -1,0 +1,217 @@
+"""Token and word tables, and the one place that fixes how logit columns map to FST labels.
+
+Convention (riva/Kaldi CTC): FST label 0 is epsilon, so the FST input label of a token
+is its logit column + 1.  Disambiguation symbols #0, #1, ... follow the tokens.
+A graph directory's tokens.txt is the FST input symbol table:
+
+    <eps> 0
+    <blk> 1        (or wherever the model's blank column is)
+    ...tokens, id = column + 1...
+    #0 V+1
+    #1 V+2 ...
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+
+from .errors import InputFileError
+from .files import read_lines, write_text_atomic
+
+EPSILON = "<eps>"
+BLANK_NAMES = ("<blk>", "<blank>", "<b>")
+_DISAMBIG = re.compile(r"#\d+")
+
+# Word-level specials, as Kaldi's words.txt has them.
+WORD_DISAMBIG = "#0"
+BOS = "<s>"
+EOS = "</s>"
+
+
+def ilabel_of_column(column: int) -> int:
+    """FST input label of the token in logit column `column`."""
+    return column + 1
+
+
+def column_of_ilabel(ilabel: int) -> int:
+    """Logit column read by an arc with FST input label `ilabel` (> 0)."""
+    return ilabel - 1
+
+
+def is_disambig_symbol(symbol: str) -> bool:
+    return _DISAMBIG.fullmatch(symbol) is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenTable:
+    """CTC units by logit column, the blank's column, and the number of #k symbols."""
+
+    symbols: tuple[str, ...]
+    blank: int | None
+    num_disambig: int = 0
+
+    def __post_init__(self):
+        if self.blank is not None and not 0 <= self.blank < len(self.symbols):
+            raise ValueError(f"blank column {self.blank} outside [0, {len(self.symbols)})")
+
+    @property
+    def num_columns(self) -> int:
+        """V: the number of logit columns the acoustic model outputs (blank included)."""
+        return len(self.symbols)
+
+    @property
+    def blank_ilabel(self) -> int | None:
+        return None if self.blank is None else ilabel_of_column(self.blank)
+
+    def disambig_ilabel(self, k: int) -> int:
+        """FST input label of disambiguation symbol #k."""
+        return ilabel_of_column(self.num_columns) + k
+
+    def is_token_ilabel(self, ilabel: int) -> bool:
+        return 1 <= ilabel <= self.num_columns
+
+    def with_disambig(self, num_disambig: int) -> "TokenTable":
+        return dataclasses.replace(self, num_disambig=num_disambig)
+
+    def ilabels(self) -> dict[str, int]:
+        """Symbol -> FST input label, tokens and disambiguation symbols."""
+        table = {s: ilabel_of_column(c) for c, s in enumerate(self.symbols)}
+        table.update({f"#{k}": self.disambig_ilabel(k) for k in range(self.num_disambig)})
+        return table
+
+    def fst_symbol_lines(self) -> list[str]:
+        lines = [f"{EPSILON} 0"]
+        lines += [f"{s} {ilabel_of_column(c)}" for c, s in enumerate(self.symbols)]
+        lines += [f"#{k} {self.disambig_ilabel(k)}" for k in range(self.num_disambig)]
+        return lines
+
+    def write(self, path: str | os.PathLike) -> None:
+        """Write tokens.txt as the FST input symbol table."""
+        write_text_atomic(path, "\n".join(self.fst_symbol_lines()) + "\n")
+
+    @classmethod
+    def read(cls, path: str | os.PathLike, blank: str | None = None) -> "TokenTable":
+        """Read a token list in any of the usual forms.
+
+        * the FST input symbol table (has ``<eps> 0``; riva/NeMo/Kaldi TLG directories
+          and ours): logit column = id - 1; ``#k`` lines are disambiguation symbols;
+        * the model's vocabulary as ``symbol column`` lines (k2/icefall tokens.txt);
+        * one symbol per line, the line number being the column.
+
+        The blank is the symbol named `blank`, else the first of <blk>, <blank>, <b>
+        found; a table with none has ``blank=None``.
+        """
+        rows: list[tuple[int, str, int | None]] = []
+        for no, raw in enumerate(read_lines(path, "token table"), start=1):
+            fields = raw.split()
+            if not fields:
+                continue
+            if len(fields) > 2:
+                raise InputFileError(path, no, f"expected 'symbol [id]', got {raw!r}")
+            ident = None
+            if len(fields) == 2:
+                try:
+                    ident = int(fields[1])
+                except ValueError:
+                    raise InputFileError(path, no, f"id {fields[1]!r} is not an integer") from None
+                if ident < 0:
+                    raise InputFileError(path, no, f"negative id {ident}")
+            rows.append((no, fields[0], ident))
+        if not rows:
+            raise InputFileError(path, None, "no tokens in the file")
+        with_ids = sum(r[2] is not None for r in rows)
+        if 0 < with_ids < len(rows):
+            no = next(r[0] for r in rows if r[2] is None)
+            raise InputFileError(path, no, "some lines have ids and some do not")
+        if with_ids == 0:
+            rows = [(no, sym, i) for i, (no, sym, _) in enumerate(rows)]
+
+        fst_table = any(sym == EPSILON and i == 0 for _, sym, i in rows)
+        seen_sym: dict[str, int] = {}
+        seen_id: dict[int, int] = {}
+        tokens: dict[int, str] = {}
+        disambig: list[str] = []
+        for no, sym, i in rows:
+            if sym in seen_sym:
+                raise InputFileError(path, no, f"symbol {sym!r} already on line {seen_sym[sym]}")
+            if i in seen_id:
+                raise InputFileError(path, no, f"id {i} already used on line {seen_id[i]}")
+            seen_sym[sym], seen_id[i] = no, no
+            if fst_table:
+                if sym == EPSILON:
+                    continue
+                if i == 0:
+                    raise InputFileError(path, no, f"id 0 is reserved for {EPSILON}")
+                if is_disambig_symbol(sym):
+                    disambig.append(sym)
+                    continue
+                tokens[column_of_ilabel(i)] = sym
+            else:
+                if sym == EPSILON or is_disambig_symbol(sym):
+                    raise InputFileError(path, no, f"{sym!r} is reserved and cannot be a model token")
+                tokens[i] = sym
+        if not tokens:
+            raise InputFileError(path, None, "no tokens in the file")
+        columns = sorted(tokens)
+        if columns != list(range(len(columns))):
+            gap = next(c for k, c in enumerate(columns) if c != k)
+            first = 1 if fst_table else 0
+            raise InputFileError(path, None, f"token ids must be contiguous from {first}; "
+                                 f"id {gap + first} follows a gap")
+        symbols = tuple(tokens[c] for c in columns)
+        if fst_table and disambig:
+            expected = [f"#{k}" for k in range(len(disambig))]
+            if sorted(disambig, key=lambda s: int(s[1:])) != expected:
+                raise InputFileError(path, None, f"disambiguation symbols must be #0..#{len(disambig) - 1}")
+        names = (blank,) if blank is not None else BLANK_NAMES
+        blank_col = next((symbols.index(n) for n in names if n in symbols), None)
+        if blank is not None and blank_col is None:
+            raise InputFileError(path, None, f"blank symbol {blank!r} is not in the table")
+        return cls(symbols, blank_col, len(disambig))
+
+
+@dataclasses.dataclass(frozen=True)
+class WordTable:
+    """Word symbols by id (Kaldi words.txt: <eps> 0, words..., #0, <s>, </s>)."""
+
+    symbols: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.symbols)
+
+    def __getitem__(self, word_id: int) -> str:
+        return self.symbols[word_id]
+
+    def ids(self) -> dict[str, int]:
+        return {s: i for i, s in enumerate(self.symbols) if s}
+
+    @classmethod
+    def from_words(cls, words) -> "WordTable":
+        """The table the compiler writes: <eps>, the words sorted, then #0, <s>, </s>."""
+        specials = {EPSILON, WORD_DISAMBIG, BOS, EOS}
+        body = sorted(set(words) - specials)
+        return cls((EPSILON, *body, WORD_DISAMBIG, BOS, EOS))
+
+    def write(self, path: str | os.PathLike) -> None:
+        write_text_atomic(path, "".join(f"{s} {i}\n" for i, s in enumerate(self.symbols) if s))
+
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> "WordTable":
+        table: dict[int, str] = {}
+        for no, raw in enumerate(read_lines(path, "word table"), start=1):
+            fields = raw.split()
+            if not fields:
+                continue
+            if len(fields) != 2 or not fields[1].isdigit():
+                raise InputFileError(path, no, f"expected 'word id', got {raw!r}")
+            i = int(fields[1])
+            if i in table:
+                raise InputFileError(path, no, f"id {i} already used by {table[i]!r}")
+            table[i] = fields[0]
+        if not table:
+            raise InputFileError(path, None, "no words in the file")
+        symbols = [""] * (max(table) + 1)
+        for i, s in table.items():
+            symbols[i] = s
+        return cls(tuple(symbols))

@@ -152,7 +152,15 @@ def _check_nonempty(f, what: str, hint: str):
 # --------------------------------------------------------------------------- stages
 
 def _lg_stages(stages: Stages, lexicon: Lexicon, entries, tokens: TokenTable, words: WordTable,
-               lm: Path) -> tuple[fst.MutableFst, dict]:
+               lm: Path, words_stay_on_tokens: bool) -> tuple[fst.MutableFst, dict]:
+    """min(det(L ∘ G)).
+
+    Determinizing L ∘ G as a transducer delays a word label until the word is certain,
+    which for a prefix or homophone is its #k arc: an epsilon in TLG.  With
+    `words_stay_on_tokens` it is determinized over encoded (input, output) pairs
+    instead, so every word label stays on its first token arc (a larger LG, but every
+    epsilon arc of TLG is then eps:eps and can be removed).
+    """
     sizes = {}
     L = stages.run("L (lexicon FST)", lexicon_fst, entries, tokens, words, lexicon.separator)
     sizes["L"] = _size(L)
@@ -165,13 +173,24 @@ def _lg_stages(stages: Stages, lexicon: Lexicon, entries, tokens: TokenTable, wo
 
     def compose(L, G):
         LG = fst.compose(L, G)
-        _check_nonempty(LG, "L ∘ G", "no word of the lexicon is in the language model")
+        if not any(a.olabel for s in LG.states() for a in LG.arcs(s)):
+            raise GraphBuildError("L ∘ G has no word arcs: no word of the lexicon is in the language model")
         return LG
 
     LG = stages.run("L ∘ G", compose, L, G)
     del L, G
     sizes["LG_composed"] = _size(LG)
-    LG = stages.run("det(L ∘ G)", fst.determinize, LG)
+
+    def determinize(f):
+        if not words_stay_on_tokens:
+            return fst.determinize(f)
+        mapper = fst.EncodeMapper(f.arc_type(), encode_labels=True, encode_weights=False)
+        f.encode(mapper)
+        f = fst.determinize(f)
+        f.decode(mapper)
+        return f
+
+    LG = stages.run("det(L ∘ G)", determinize, LG)
 
     def minimize(f):
         # Encode the labels so minimization never moves the word labels (Kaldi's
@@ -209,6 +228,8 @@ def _tlg_stages(stages: Stages, T, LG, tokens: TokenTable, epsilon_free: bool):
         stages.skip("rmepsilon(TLG)", "not asked (epsilon arcs kept, riva-style)")
     TLG.arcsort("ilabel")
     _check_nonempty(TLG, "TLG", "no token sequence reaches a final state")
+    if epsilon_free and any(a.ilabel == 0 for s in TLG.states() for a in TLG.arcs(s)):
+        raise AssertionError("epsilon arcs left in an epsilon-free TLG")  # a compiler bug
     return TLG
 
 
@@ -312,10 +333,10 @@ def compile_graph(out_dir: str | os.PathLike, *, tokens: str | os.PathLike, lm: 
     try:
         lg_key = _digest({"revision": COMPILER_REVISION, "tokens": tok.fst_symbol_lines(),
                           "lexicon": hashlib.sha256(lex.digest_text().encode()).hexdigest(),
-                          "lm": inputs["lm"]["sha256"]})
+                          "lm": inputs["lm"]["sha256"], "words_stay_on_tokens": bool(epsilon_free)})
         LG, sizes = _cached_lg(cache_dir, lg_key, stages)
         if LG is None:
-            LG, sizes = _lg_stages(stages, lex, entries, tok, word_table, Path(lm))
+            LG, sizes = _lg_stages(stages, lex, entries, tok, word_table, Path(lm), bool(epsilon_free))
             _store_lg(cache_dir, lg_key, LG, sizes)
         T = stages.run("T", ctc_topology, topology, tok)
         sizes["T"] = _size(T)

@@ -36,46 +36,59 @@ def _open_arpa(path):
 
 
 def arpa_vocabulary(path: str | os.PathLike) -> tuple[list[str], list[int]]:
-    """The unigram words of an ARPA file and its n-gram counts per order (header check)."""
+    """The unigram words of an ARPA file and its n-gram counts per order.
+
+    Checks the structure (header, section order, counts against the header, unigram
+    lines) with line numbers; kaldilm parses the higher-order lines.
+    """
     counts: dict[int, int] = {}
+    found: dict[int, int] = {}
+    header_line: dict[int, int] = {}
     words: list[str] = []
-    section = None
+    section = None  # None, "data", an order, or "end"
     try:
         with _open_arpa(path) as f:
             for no, raw in enumerate(f, start=1):
                 line = raw.strip()
                 if not line:
                     continue
+                if section == "end":
+                    raise InputFileError(path, no, f"text after \\end\\: {line!r}")
                 if line.startswith("\\"):
-                    if section == "1" and line != "\\1-grams:":
-                        break  # the vocabulary is complete; kaldilm checks the rest
-                    if line == "\\data\\":
+                    m = re.fullmatch(r"\\(\d+)-grams:", line)
+                    if line == "\\data\\" and section is None:
                         section = "data"
-                    elif line == "\\1-grams:":
-                        if not counts:
-                            raise InputFileError(path, no, "\\1-grams: before the \\data\\ header")
-                        section = "1"
-                    elif line == "\\end\\":
-                        break
+                    elif m and counts:
+                        order = int(m.group(1))
+                        expected = 1 if section == "data" else section + 1
+                        if order != expected:
+                            raise InputFileError(path, no, f"found {line} where \\{expected}-grams: was expected")
+                        section = order
+                        found[order] = 0
+                    elif line == "\\end\\" and counts:
+                        section = "end"
                     else:
-                        section = "other"
+                        raise InputFileError(path, no, f"unexpected section line {line!r}")
                     continue
                 if section == "data":
                     m = re.fullmatch(r"ngram\s+(\d+)\s*=\s*(\d+)", line)
                     if not m:
                         raise InputFileError(path, no, f"bad \\data\\ line {line!r}")
                     counts[int(m.group(1))] = int(m.group(2))
-                elif section == "1":
-                    fields = line.split()
-                    try:
-                        if len(fields) not in (2, 3):
-                            raise ValueError
-                        float(fields[0]), len(fields) == 3 and float(fields[2])
-                    except ValueError:
-                        raise InputFileError(path, no, f"invalid unigram line {line!r}") from None
-                    words.append(fields[1])
+                    header_line[int(m.group(1))] = no
                 elif section is None:
                     raise InputFileError(path, no, f"text before the \\data\\ header: {line!r}")
+                else:
+                    found[section] += 1
+                    if section == 1:
+                        fields = line.split()
+                        try:
+                            if len(fields) not in (2, 3):
+                                raise ValueError
+                            float(fields[0]), len(fields) == 3 and float(fields[2])
+                        except ValueError:
+                            raise InputFileError(path, no, f"invalid unigram line {line!r}") from None
+                        words.append(fields[1])
     except UnicodeDecodeError as e:
         raise InputFileError(path, None, f"not UTF-8 text ({e.reason})") from None
     except (OSError, EOFError) as e:
@@ -84,8 +97,12 @@ def arpa_vocabulary(path: str | os.PathLike) -> tuple[list[str], list[int]]:
         raise InputFileError(path, None, "no \\data\\ header: not an ARPA file")
     if sorted(counts) != list(range(1, max(counts) + 1)):
         raise InputFileError(path, None, f"n-gram orders {sorted(counts)} are not 1..N")
-    if len(words) != counts[1]:
-        raise InputFileError(path, None, f"header says {counts[1]} unigrams, found {len(words)}")
+    if section != "end":
+        raise InputFileError(path, None, "no \\end\\ line: the file is truncated")
+    for order, n in counts.items():
+        if found.get(order, 0) != n:
+            raise InputFileError(path, header_line[order], f"the header says {n} {order}-grams, "
+                                 f"the \\{order}-grams: section has {found.get(order, 0)}")
     return words, [counts[k] for k in sorted(counts)]
 
 

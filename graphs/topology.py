@@ -15,7 +15,9 @@ normal   The correct CTC rules: blanks vanish, a repeated token is one output un
          states final.  States N, arcs N^2 + N*D.
 compact  The blank self-loop at the start state 0; per token k an arc 0 -> k (k:k),
          a self-loop on k (k:eps) and an epsilon arc k -> 0.  Repeats are not forced
-         to collapse: frames "a a" may output "a" or "a a".  All states final;
+         to collapse: a run of r frames of token k (no blank inside) may output k
+         1..r times, j times along C(r-1, j-1) paths (the ways to cut the run).
+         Only state 0 is final, so ending in a token state adds no extra path;
          disambiguation loops only on state 0 (every state reaches it by epsilon).
          States N, arcs 3(N-1) + 1 + D.
 minimal  One state: a blank self-loop (blank:eps) and a self-loop per token (k:k).
@@ -75,7 +77,7 @@ def ctc_topology(kind: str, tokens: TokenTable) -> fst.VectorFst:
     # normal and compact: one state per column; the blank's state is the start.
     state = {c: t.add_state() for c in columns}
     t.set_start(state[blank])
-    for c in columns:
+    for c in columns if kind == "normal" else [blank]:
         t.set_final(state[c])
     if kind == "normal":
         for src in columns:

@@ -1,0 +1,138 @@
+"""G from ARPA: checked against kenlm (a scorer nobody here wrote), and bad ARPA files."""
+import gzip
+import math
+import random
+
+import pytest
+import pywrapfst as fst
+
+from wfst import InputFileError, MissingFileError, WordTable
+from wfst.graphs.grammar import arpa_vocabulary, grammar_fst
+
+kenlm = pytest.importorskip("kenlm", reason="kenlm is a test dependency: pip install -e '.[test]'")
+
+
+def build_G(arpa, tmp_path):
+    vocab, _ = arpa_vocabulary(arpa)
+    words = WordTable.from_words(vocab)
+    words.write(tmp_path / "words.txt")
+    return grammar_fst(arpa, tmp_path / "words.txt"), words
+
+
+class NgramWalker:
+    """Walk G the way an n-gram LM is defined: the explicit n-gram arc when it exists,
+    else the backoff (#0) arc and try again; </s> is the final weight, or backoff."""
+
+    def __init__(self, G, words: WordTable):
+        self.arcs = {s: {a.ilabel: (float(a.weight), a.nextstate) for a in G.arcs(s)} for s in G.states()}
+        zero = fst.Weight.zero(G.weight_type())
+        self.final = {s: float(G.final(s)) for s in G.states() if G.final(s) != zero}
+        self.start = G.start()
+        self.ids = words.ids()
+        self.backoff = self.ids["#0"]
+
+    def cost(self, sentence):
+        state, total = self.start, 0.0
+        for word in sentence:
+            w = self.ids.get(word, self.ids["<unk>"])
+            while w not in self.arcs[state]:
+                c, state = self.arcs[state][self.backoff]
+                total += c
+            c, state = self.arcs[state][w]
+            total += c
+        while state not in self.final:
+            c, state = self.arcs[state][self.backoff]
+            total += c
+        return total + self.final[state]
+
+
+def kenlm_cost(model, sentence):
+    return -model.score(" ".join(sentence), bos=True, eos=True) * math.log(10)
+
+
+def check_against_kenlm(arpa, sentences, tmp_path):
+    G, words = build_G(arpa, tmp_path)
+    walker = NgramWalker(G, words)
+    model = kenlm.Model(str(arpa))
+    worst = 0.0
+    for s in sentences:
+        ours, ref = walker.cost(s), kenlm_cost(model, s)
+        worst = max(worst, abs(ours - ref))
+        assert ours == pytest.approx(ref, abs=1e-3), s
+    return worst
+
+
+def test_tiny_G_matches_kenlm(tiny, tmp_path):
+    vocab = ["a", "ab", "ba", "abc", "cab", "zzz"]  # zzz is out of vocabulary: <unk>
+    rng = random.Random(0)
+    sentences = [[rng.choice(vocab) for _ in range(rng.randint(0, 6))] for _ in range(200)]
+    sentences += [["ab", "ba", "abc"], ["ab", "ba"], []]
+    check_against_kenlm(tiny / "lm.arpa", sentences, tmp_path)
+
+
+def test_demo_G_matches_kenlm(demo, tmp_path):
+    """200+ sentences: held-out real text and random word strings (backoff-heavy), incl. OOVs."""
+    rng = random.Random(1)
+    real = [line.split() for line in (demo / "test.txt").read_text().splitlines() if line.strip()]
+    vocab, _ = arpa_vocabulary(demo / "lm.arpa")
+    vocab = [w for w in vocab if w not in ("<s>", "</s>")] + ["qqqzx"]
+    sentences = rng.sample(real, min(150, len(real)))
+    sentences += [[rng.choice(vocab) for _ in range(rng.randint(1, 12))] for _ in range(150)]
+    assert len(sentences) >= 200
+    worst = check_against_kenlm(demo / "lm.arpa", sentences, tmp_path)
+    print(f"\nG vs kenlm on {len(sentences)} sentences: max |diff| = {worst:.2e} nats")
+
+
+def test_gzipped_arpa_gives_the_same_G(tiny, tmp_path):
+    gz = tmp_path / "lm.arpa.gz"
+    gz.write_bytes(gzip.compress((tiny / "lm.arpa").read_bytes()))
+    G1, _ = build_G(tiny / "lm.arpa", tmp_path)
+    G2, _ = build_G(gz, tmp_path)
+    assert fst.equal(G1, G2)
+
+
+def corrupt(tiny, old, new):
+    text = (tiny / "lm.arpa").read_text()
+    assert old in text
+    p = tiny / "bad.arpa"
+    p.write_text(text.replace(old, new, 1))
+    return p
+
+
+@pytest.mark.parametrize("old,new,message", [
+    ("-0.45\ta cab", "-0.45 a", r"bad.arpa:22: Invalid n-gram data line"),
+    ("-0.45\ta cab", "x\ta cab", r"bad.arpa:22: invalid n-gram logprob 'x'"),
+    ("-0.8\ta\t-0.30", "-0.8", r"bad.arpa:9: invalid unigram line '-0.8'"),
+    ("ngram 2=7", "ngram 2=8", r"bad.arpa:3: the header says 8 2-grams, the \\2-grams: section has 7"),
+    ("ngram 2=7", "ngram 2 seven", r"bad.arpa:3: bad \\data\\ line"),
+    ("\\end\\", "", r"bad.arpa: no \\end\\ line: the file is truncated"),
+    ("\\data\\", "hello", r"bad.arpa:1: text before the \\data\\ header"),
+    ("\\2-grams:", "\\3-grams:", r"bad.arpa:\d+: found \\3-grams: where \\2-grams: was expected"),
+])
+def test_malformed_arpa_names_file_and_line(tiny, tmp_path, old, new, message):
+    bad = corrupt(tiny, old, new)
+    with pytest.raises(InputFileError, match=message):
+        arpa_vocabulary(bad)
+        words = WordTable.from_words(["a", "ab", "ba", "abc", "cab", "<unk>"])
+        words.write(tmp_path / "words.txt")
+        grammar_fst(bad, tmp_path / "words.txt")  # kaldilm finds what the scan does not
+
+
+def test_not_an_arpa_file(tmp_path):
+    with pytest.raises(MissingFileError, match="ARPA language model"):
+        arpa_vocabulary(tmp_path / "nothing.arpa")
+    p = tmp_path / "x.arpa"
+    p.write_bytes(b"\xff\xfe\x00binary")
+    with pytest.raises(InputFileError, match="x.arpa"):
+        arpa_vocabulary(p)
+    p.write_text("")
+    with pytest.raises(InputFileError, match=r"x.arpa: no \\data\\ header"):
+        arpa_vocabulary(p)
+
+
+def test_ngram_words_outside_the_unigrams_are_reported(tiny, tmp_path):
+    bad = corrupt(tiny, "-0.45\ta cab", "-0.45\ta qq")
+    words = WordTable.from_words(arpa_vocabulary(bad)[0])
+    words.write(tmp_path / "words.txt")
+    with pytest.warns(UserWarning, match=r"bad.arpa: 1 warnings from arpa2fst:\n  line 22 .*'qq' not in symbol"):
+        grammar_fst(bad, tmp_path / "words.txt")

@@ -1,0 +1,165 @@
+"""The CSR graph: equal to the FST it came from, loadable from foreign directories, robust to damage."""
+import os
+import random
+
+import numpy as np
+import pytest
+import pywrapfst as fst
+
+import wfst.graph
+
+from wfst import GraphFormatError, MissingFileError, TokenTable, WordTable, load_graph
+from wfst.graph import graph_from_fst
+
+
+def random_fst(rng, num_states, num_columns, num_disambig, num_words, arcs_per_state=4):
+    f = fst.VectorFst()
+    for _ in range(num_states):
+        f.add_state()
+    f.set_start(rng.randrange(num_states))
+    for s in range(num_states):
+        if rng.random() < 0.3:
+            f.set_final(s, round(rng.uniform(0, 5), 3))
+        for _ in range(rng.randrange(arcs_per_state + 1)):
+            ilabel = rng.choice([0, rng.randint(1, num_columns + num_disambig)])
+            w = fst.Weight(f.weight_type(), round(rng.uniform(-1, 8), 4))
+            f.add_arc(s, fst.Arc(ilabel, rng.randrange(num_words), w, rng.randrange(num_states)))
+    return f
+
+
+def reference_arcs(f, num_columns):
+    """(emitting, non-emitting) arcs per state straight from pywrapfst; #k inputs are epsilons."""
+    out = {}
+    for s in f.states():
+        e, ne = [], []
+        for a in f.arcs(s):
+            emitting = 1 <= a.ilabel <= num_columns
+            rec = (a.ilabel if emitting else 0, a.olabel, np.float32(float(a.weight)), a.nextstate)
+            (e if emitting else ne).append(rec)
+        out[s] = (e, ne)
+    return out
+
+
+def csr_arcs(g, s, emitting):
+    return [(int(g.ilabel[a]), int(g.olabel[a]), g.weight[a], int(g.nextstate[a]))
+            for a in g.arcs(s, emitting)]
+
+
+@pytest.mark.parametrize("seed,num_states", [(0, 1), (1, 19), (2, 99), (3, 989)])
+def test_csr_equals_fst(seed, num_states):
+    rng = random.Random(seed)
+    V, D, W = 7, 2, 11
+    f = random_fst(rng, num_states, V, D, W)
+    g = graph_from_fst(f, TokenTable(tuple(f"t{i}" for i in range(V)), 0, D))
+    ref = reference_arcs(f, V)
+    assert g.start == f.start() and g.num_states == num_states
+    assert g.ne_indptr[0] == g.e_indptr[-1] and g.ne_indptr[-1] == g.num_arcs
+    for s in range(num_states):
+        e, ne = ref[s]
+        assert csr_arcs(g, s, True) == e
+        assert csr_arcs(g, s, False) == ne
+        assert g.final[s] == np.float32(float(f.final(s)))
+    assert g.ilabel.dtype == np.int32 and g.weight.dtype == np.float32 and g.e_indptr.dtype == np.int64
+
+
+def test_bad_labels_and_weights_are_refused():
+    tok = TokenTable(("<blk>", "a"), 0, 1)
+    f = fst.VectorFst()
+    s = f.add_state()
+    f.set_start(s)
+    f.set_final(s)
+    f.add_arc(s, fst.Arc(9, 0, fst.Weight.one(f.weight_type()), s))
+    with pytest.raises(GraphFormatError, match="input label 9, but the token table has 2 columns"):
+        graph_from_fst(f, tok)
+    empty = fst.VectorFst()
+    with pytest.raises(GraphFormatError, match="empty"):
+        graph_from_fst(empty, tok)
+
+
+def riva_style_dir(tmp_path):
+    """A graph directory as riva/NeMo/Kaldi write it: TLG.fst, words.txt, tokens.txt, no graph.json;
+    the TLG keeps a #0 input label on a backoff arc."""
+    d = tmp_path / "riva"
+    d.mkdir(parents=True)
+    (d / "tokens.txt").write_text("<eps> 0\n<blk> 1\na 2\nb 3\n#0 4\n#1 5\n")
+    (d / "words.txt").write_text("<eps> 0\nab 1\nba 2\n#0 3\n<s> 4\n</s> 5\n")
+    f = fst.VectorFst()
+    for _ in range(3):
+        f.add_state()
+    f.set_start(0)
+    f.set_final(2, 0.5)
+    one = fst.Weight.one(f.weight_type())
+    f.add_arc(0, fst.Arc(2, 1, fst.Weight(f.weight_type(), 1.5), 1))  # a:ab
+    f.add_arc(0, fst.Arc(1, 0, one, 0))  # blank
+    f.add_arc(1, fst.Arc(3, 0, one, 2))  # b
+    f.add_arc(1, fst.Arc(4, 0, fst.Weight(f.weight_type(), 0.25), 0))  # #0 backoff
+    f.add_arc(2, fst.Arc(0, 0, one, 0))
+    f.write(str(d / "TLG.fst"))
+    return d
+
+
+def test_foreign_graph_directory_loads(tmp_path):
+    d = riva_style_dir(tmp_path)
+    g = load_graph(d)
+    assert g.tokens.symbols == ("<blk>", "a", "b") and g.tokens.blank == 0 and g.tokens.num_disambig == 2
+    assert g.words[1] == "ab" and g.info == {}
+    assert g.num_emitting_arcs == 3 and g.num_arcs == 5
+    assert csr_arcs(g, 1, False) == [(0, 0, np.float32(0.25), 0)]  # #0 became an epsilon
+    assert (d / "TLG.csr.npz").is_file()
+    # Loading through the FST path gives the same arrays, via the cache.
+    g2 = load_graph(d / "TLG.fst")
+    for name in ("final", "e_indptr", "ne_indptr", "ilabel", "olabel", "weight", "nextstate"):
+        np.testing.assert_array_equal(getattr(g, name), getattr(g2, name))
+
+
+def test_cache_follows_the_fst(tmp_path):
+    d = riva_style_dir(tmp_path)
+    assert load_graph(d).num_arcs == 5
+    f = fst.Fst.read(str(d / "TLG.fst"))
+    f.add_arc(2, fst.Arc(2, 0, fst.Weight.one(f.weight_type()), 2))
+    f.write(str(d / "TLG.fst"))
+    os.utime(d / "TLG.fst", ns=(1, 1))  # even with an old mtime, the size changed
+    assert load_graph(d).num_arcs == 6
+    (d / "TLG.csr.npz").write_bytes(b"garbage")  # a damaged cache is rebuilt, not trusted
+    assert load_graph(d).num_arcs == 6
+
+
+def test_missing_and_corrupt_graphs(tmp_path):
+    with pytest.raises(MissingFileError, match="graph directory or FST"):
+        load_graph(tmp_path / "nowhere")
+    d = riva_style_dir(tmp_path)
+    (d / "TLG.fst").write_bytes(b"\x00" * 64)
+    with pytest.raises(GraphFormatError, match="TLG.fst: not a readable OpenFST binary"):
+        load_graph(d)
+    (d / "TLG.fst").unlink()
+    with pytest.raises(MissingFileError, match="graph FST"):
+        load_graph(d)
+    d2 = riva_style_dir(tmp_path / "x")
+    (d2 / "tokens.txt").unlink()
+    with pytest.raises(MissingFileError, match="token table"):
+        load_graph(d2)
+    d3 = riva_style_dir(tmp_path / "y")
+    (d3 / "words.txt").write_text("<eps> 0\n")
+    with pytest.raises(GraphFormatError, match="output label 1, but words.txt has ids 0..0"):
+        load_graph(d3)
+
+
+def test_unwritable_directory_still_loads(tmp_path, monkeypatch):
+    d = riva_style_dir(tmp_path)
+
+    def refuse(*args):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(wfst.graph, "write_csr_cache", refuse)  # as in a read-only directory
+    with pytest.warns(UserWarning, match="could not write the CSR cache .*Permission denied"):
+        assert load_graph(d).num_arcs == 5
+
+
+def test_word_table_is_optional(tmp_path):
+    d = riva_style_dir(tmp_path)
+    (d / "words.txt").unlink()
+    assert load_graph(d).words is None
+
+
+def test_words_table_type(tmp_path):
+    assert isinstance(load_graph(riva_style_dir(tmp_path)).words, WordTable)

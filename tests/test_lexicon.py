@@ -1,0 +1,145 @@
+"""Lexicon: reading, deriving, disambiguation symbols, and L itself."""
+import pytest
+import pywrapfst as fst
+
+from wfst import InputFileError, MissingFileError, TokenTable, WordTable
+from wfst.graphs.lexicon import (Lexicon, add_disambig, lexicon_fst, lexicon_from_chars,
+                                 lexicon_from_sentencepiece, read_lexicon, read_word_list)
+
+TOK = TokenTable(("<blk>", "|", "a", "b", "c"), 0)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("ab a b\nba b x\n", r"lexicon.txt:2: token 'x' of word 'ba' is not in the token table"),
+    ("ab a <blk> b\n", r"lexicon.txt:1: word 'ab' is spelled with the blank '<blk>'"),
+    ("ab a b\n\nab a b\n", r"lexicon.txt:3: duplicate entry 'ab' 'a b' \(first on line 1\)"),
+    ("ab\n", r"lexicon.txt:1: word 'ab' has no tokens"),
+    ("#0 a\n", r"lexicon.txt:1: '#0' is reserved"),
+    ("<s> a\n", r"lexicon.txt:1: '<s>' is reserved"),
+    ("ab a | b\n", r"lexicon.txt:1: word 'ab' contains the word-boundary unit '\|'"),
+    ("\n  \n", r"lexicon.txt: the lexicon is empty"),
+])
+def test_bad_lexicons(tmp_path, text, message):
+    p = tmp_path / "lexicon.txt"
+    p.write_text(text)
+    with pytest.raises(InputFileError, match=message):
+        read_lexicon(p, TOK, separator="|")
+
+
+def test_missing_lexicon(tmp_path):
+    with pytest.raises(MissingFileError, match="cannot read lexicon"):
+        read_lexicon(tmp_path / "none.txt", TOK)
+
+
+def test_alternative_spellings_are_kept(tmp_path):
+    p = tmp_path / "lexicon.txt"
+    p.write_text("ab a b\nab a b c\n")
+    assert read_lexicon(p, TOK).entries == (("ab", ("a", "b")), ("ab", ("a", "b", "c")))
+
+
+def test_word_list(tmp_path):
+    p = tmp_path / "words.txt"
+    p.write_text("<eps> 0\nab 1\nba 2\n#0 3\n<s> 4\n")
+    assert read_word_list(p) == ["ab", "ba"]
+    p.write_text("ab\nba\nab\n")
+    with pytest.raises(InputFileError, match=r"words.txt:3: duplicate word 'ab' \(first on line 1\)"):
+        read_word_list(p)
+    p.write_text("")
+    with pytest.raises(InputFileError, match="the word list is empty"):
+        read_word_list(p)
+
+
+def test_disambiguation_symbols_like_kaldi():
+    lex = Lexicon((("red", ("r", "e", "d")), ("read", ("r", "e", "d")), ("re", ("r", "e")),
+                   ("redo", ("r", "e", "d", "o")), ("x", ("x",))))
+    entries, d = add_disambig(lex)
+    assert entries == [("red", ("r", "e", "d", "#1")), ("read", ("r", "e", "d", "#2")),
+                       ("re", ("r", "e", "#1")), ("redo", ("r", "e", "d", "o")), ("x", ("x",))]
+    assert d == 3  # #0 (G backoff), #1, #2
+    assert add_disambig(Lexicon((("x", ("x",)),)))[1] == 1  # always #0
+
+
+def test_per_character_lexicon_reports_unspellable_words():
+    lex = lexicon_from_chars(["ab", "cab", "xyz", "bad"], TOK, "|")
+    assert lex.entries == (("ab", ("a", "b")), ("cab", ("c", "a", "b")))
+    assert lex.unspellable == ("xyz", "bad") and lex.separator == "|"
+    with pytest.raises(ValueError, match="word-boundary unit '#' is not in the token table"):
+        lexicon_from_chars(["ab"], TOK, "#")
+    with pytest.raises(ValueError, match="no word could be spelled"):
+        lexicon_from_chars(["xyz"], TOK, None)
+
+
+def test_sentencepiece_lexicon(demo, tmp_path):
+    tok = TokenTable.read(demo / "bpe_tokens.txt")
+    lex = lexicon_from_sentencepiece(["hello", "world", "the"], demo / "bpe.model", tok)
+    assert [w for w, _ in lex.entries] == ["hello", "world", "the"]
+    assert all(p[0].startswith("\u2581") for _, p in lex.entries)  # word-initial pieces
+    bad = tmp_path / "bad.model"
+    bad.write_bytes(b"not a model")
+    with pytest.raises(InputFileError, match="bad.model: not a sentencepiece model"):
+        lexicon_from_sentencepiece(["hello"], bad, tok)
+    with pytest.raises(MissingFileError, match="sentencepiece model"):
+        lexicon_from_sentencepiece(["hello"], tmp_path / "none.model", tok)
+
+
+def paths(f):
+    """(input labels, output labels) of every path of an acyclic-after-one-loop L, from start back to a final."""
+    out = []
+
+    def walk(s, ins, outs, depth):
+        if depth and f.final(s) != fst.Weight.zero(f.weight_type()):
+            out.append((tuple(ins), tuple(outs)))
+            return
+        if depth > 8:
+            return
+        for a in f.arcs(s):
+            walk(a.nextstate, ins + [a.ilabel], outs + [a.olabel], depth + 1)
+
+    walk(f.start(), [], [], 0)
+    return out
+
+
+def test_lexicon_fst_word_on_first_arc():
+    lex = Lexicon((("ab", ("a", "b")), ("ba", ("b", "a")), ("a", ("a",))))
+    entries, d = add_disambig(lex)
+    tok = TOK.with_disambig(d)
+    words = WordTable.from_words(["ab", "ba", "a"])
+    L = lexicon_fst(entries, tok, words)
+    il, wid = tok.ilabels(), words.ids()
+    got = set(paths(L))
+    assert ((il["a"], il["b"]), (wid["ab"], 0)) in got
+    assert ((il["b"], il["a"]), (wid["ba"], 0)) in got
+    assert ((il["a"], il["#1"]), (wid["a"], 0)) in got  # "a" is a prefix of "ab"
+    assert ((il["#0"],), (wid["#0"],)) in got  # G's backoff passes through
+    assert L.properties(fst.O_LABEL_SORTED, True) == fst.O_LABEL_SORTED
+
+
+def test_lexicon_fst_with_separator():
+    lex = Lexicon((("ab", ("a", "b")),), separator="|")
+    entries, d = add_disambig(lex)
+    tok = TOK.with_disambig(d)
+    words = WordTable.from_words(["ab"])
+    L = lexicon_fst(entries, tok, words, "|")
+    il, wid = tok.ilabels(), words.ids()
+    sep = il["|"]
+    # "ab", "ab|", "|ab" are words; "abab" without a separator is not.
+    acceptor = fst.arcmap(L, map_type="identity")
+    acceptor.project("input")
+
+    def accepts(labels):
+        f = fst.VectorFst()
+        s = f.add_state()
+        f.set_start(s)
+        for lab in labels:
+            n = f.add_state()
+            f.add_arc(s, fst.Arc(lab, lab, fst.Weight.one(f.weight_type()), n))
+            s = n
+        f.set_final(s)
+        return fst.compose(f, acceptor).num_states() > 0 and fst.shortestdistance(
+            fst.compose(f, acceptor), reverse=True)[0] != fst.Weight.zero(f.weight_type())
+
+    a, b = il["a"], il["b"]
+    assert accepts([a, b]) and accepts([a, b, sep]) and accepts([sep, a, b])
+    assert accepts([a, b, sep, a, b])
+    assert not accepts([a, b, a, b])
+    assert wid["ab"] == 1

@@ -1,0 +1,70 @@
+"""Token and word tables: the formats users bring, and the errors they get."""
+import pytest
+
+from wfst import InputFileError, MissingFileError, TokenTable, WordTable
+from wfst.symbols import column_of_ilabel, ilabel_of_column
+
+
+def write(tmp_path, text, name="tokens.txt"):
+    p = tmp_path / name
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+def test_label_convention():
+    assert ilabel_of_column(0) == 1 and column_of_ilabel(1) == 0
+
+
+@pytest.mark.parametrize("text", [
+    "<blk> 0\na 1\nb 2\n",             # k2/icefall: symbol column
+    "<blk>\na\nb\n",                   # one symbol per line
+    "<eps> 0\n<blk> 1\na 2\nb 3\n#0 4\n#1 5\n",  # FST input symbol table (riva, ours)
+    "b 2\n<blk> 0\na 1\n",             # any order
+])
+def test_formats_agree(tmp_path, text):
+    t = TokenTable.read(write(tmp_path, text))
+    assert t.symbols == ("<blk>", "a", "b") and t.blank == 0
+
+
+def test_fst_table_keeps_disambig_and_round_trips(tmp_path):
+    t = TokenTable.read(write(tmp_path, "<eps> 0\na 1\nb 2\n<blk> 3\n#0 4\n#1 5\n"))
+    assert t.blank == 2 and t.num_disambig == 2 and t.disambig_ilabel(1) == 5
+    t.write(tmp_path / "again.txt")
+    assert TokenTable.read(tmp_path / "again.txt") == t
+
+
+def test_blank_by_name(tmp_path):
+    p = write(tmp_path, "a\n_\nb\n")
+    assert TokenTable.read(p).blank is None
+    assert TokenTable.read(p, blank="_").blank == 1
+    with pytest.raises(InputFileError, match="blank symbol 'x' is not in the table"):
+        TokenTable.read(p, blank="x")
+
+
+@pytest.mark.parametrize("text,message", [
+    ("<blk> 0\na 1\na 2\n", r"tokens.txt:3: symbol 'a' already on line 2"),
+    ("<blk> 0\na 1\nb 1\n", r"tokens.txt:3: id 1 already used on line 2"),
+    ("<blk> 0\na 2\n", r"contiguous from 0; id 2 follows a gap"),
+    ("<blk> 0\na\n", r"tokens.txt:2: some lines have ids and some do not"),
+    ("<blk> 0\na x\n", r"tokens.txt:2: id 'x' is not an integer"),
+    ("<blk> 0 1\n", r"tokens.txt:1: expected 'symbol \[id\]'"),
+    ("<blk> 0\n#0 1\n", r"tokens.txt:2: '#0' is reserved"),
+    ("\n\n", r"no tokens"),
+])
+def test_bad_token_tables(tmp_path, text, message):
+    with pytest.raises(InputFileError, match=message):
+        TokenTable.read(write(tmp_path, text))
+
+
+def test_missing_token_file(tmp_path):
+    with pytest.raises(MissingFileError, match="cannot read token table .*nope.txt: not found"):
+        TokenTable.read(tmp_path / "nope.txt")
+
+
+def test_word_table(tmp_path):
+    w = WordTable.from_words(["b", "a", "<s>", "a"])
+    assert w.symbols == ("<eps>", "a", "b", "#0", "<s>", "</s>")
+    w.write(tmp_path / "words.txt")
+    assert WordTable.read(tmp_path / "words.txt") == w
+    with pytest.raises(InputFileError, match="words.txt:2: id 0 already used"):
+        WordTable.read(write(tmp_path, "<eps> 0\nx 0\n", "words.txt"))

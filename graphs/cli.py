@@ -48,7 +48,8 @@ def main(argv=None) -> int:
     except (WfstError, ValueError, OSError) as e:
         print(f"wfst-make-graph: error: {e}", file=sys.stderr)
         return 2
-    print(result.summary())
+    if args.quiet:  # otherwise compile_graph has printed it already
+        print(result.summary())
     return 0
 
 

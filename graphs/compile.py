@@ -43,7 +43,9 @@ from .topology import check_topology, ctc_topology, topology_size
 
 GRAPH_FORMAT = 1
 # Bump when a change to the compiler changes the graphs it writes.
-COMPILER_REVISION = 1
+COMPILER_REVISION = 2
+# Costs equal to within this are merged by minimization (Kaldi's kDelta).
+MINIMIZE_DELTA = 1.0 / 1024
 
 
 class GraphBuildError(WfstError, RuntimeError):
@@ -193,9 +195,12 @@ def _lg_stages(stages: Stages, lexicon: Lexicon, entries, tokens: TokenTable, wo
     LG = stages.run("det(L ∘ G)", determinize, LG)
 
     def minimize(f):
-        # Encode the labels so minimization never moves the word labels (Kaldi's
-        # fstminimizeencoded); costs are pushed towards the start, which helps pruning.
-        mapper = fst.EncodeMapper(f.arc_type(), encode_labels=True, encode_weights=False)
+        # Kaldi's fstminimizeencoded: quantize costs, encode labels and costs, minimize
+        # as an unweighted acceptor.  Word labels and costs never move, and it skips
+        # the weight pushing (a shortest-distance pass) of OpenFST's weighted minimize,
+        # which is the slow part on large graphs.
+        f = fst.arcmap(f, delta=MINIMIZE_DELTA, map_type="quantize")
+        mapper = fst.EncodeMapper(f.arc_type(), encode_labels=True, encode_weights=True)
         f.encode(mapper)
         f.minimize()
         f.decode(mapper)

@@ -91,6 +91,8 @@ def arpa_vocabulary(path: str | os.PathLike) -> tuple[list[str], list[int]]:
                         words.append(fields[1])
     except UnicodeDecodeError as e:
         raise InputFileError(path, None, f"not UTF-8 text ({e.reason})") from None
+    except MissingFileError:
+        raise
     except (OSError, EOFError) as e:
         raise InputFileError(path, None, f"cannot read: {e}") from None
     if not counts:

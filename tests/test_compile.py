@@ -6,49 +6,19 @@ import sys
 import numpy as np
 import pytest
 import pywrapfst as fst
+from wfst.graphs import TOPOLOGIES, GraphBuildError, compile_graph
+from wfst.graphs.paths import best_path, ctc_alignment
 
 import wfst
 from wfst import InputFileError, MissingFileError, load_graph
-from wfst.graphs import TOPOLOGIES, GraphBuildError, compile_graph
 
 
-def linear(labels):
-    f = fst.VectorFst()
-    one = fst.Weight.one(f.weight_type())
-    s = f.add_state()
-    f.set_start(s)
-    for lab in labels:
-        n = f.add_state()
-        f.add_arc(s, fst.Arc(lab, lab, one, n))
-        s = n
-    f.set_final(s)
-    return f
-
-
-def alignment(token_columns, blank, topology, frames_per_token=2):
-    """A CTC alignment for a token sequence: each token held for some frames, blanks between.
-    The minimal topology outputs every non-blank frame, so it gets one frame per token."""
-    frames = [blank]
-    for c in token_columns:
-        frames += [c] * (1 if topology == "minimal" else frames_per_token) + [blank]
-    return frames
+def alignment(token_columns, blank, topology):
+    return ctc_alignment(token_columns, blank, topology)
 
 
 def best_output(tlg, frames):
-    """Word ids and cost of the best path of TLG for an alignment (given as logit columns)."""
-    A = linear([c + 1 for c in frames])  # FST input label = logit column + 1
-    best = fst.shortestpath(fst.compose(A, tlg))
-    if best.start() < 0:
-        return None, None
-    out, cost, s = [], 0.0, best.start()
-    zero = fst.Weight.zero(best.weight_type())
-    while best.final(s) == zero:
-        (a,) = list(best.arcs(s))
-        cost += float(a.weight)
-        if a.olabel:
-            out.append(a.olabel)
-        s = a.nextstate
-    return out, cost + float(best.final(s))
+    return best_path(tlg, frames)
 
 
 def spell(graph_dir, words):
@@ -213,6 +183,7 @@ def test_cli(tiny):
             "--lm", str(tiny / "lm.arpa"), "--word-boundary", "|", "--quiet"]
     ok = subprocess.run(base + ["--out", str(tiny / "cli"), "--topo", "normal"], capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
+    assert ok.stderr == ""
     assert "normal TLG" in ok.stdout and load_graph(tiny / "cli").info["topology"] == "normal"
     bad = subprocess.run(base + ["--out", str(tiny / "cli2"), "--lexicon", str(tiny / "nope.txt")],
                          capture_output=True, text=True)

@@ -5,9 +5,9 @@ import random
 
 import pytest
 import pywrapfst as fst
+from wfst.graphs.grammar import arpa_vocabulary, grammar_fst
 
 from wfst import InputFileError, MissingFileError, WordTable
-from wfst.graphs.grammar import arpa_vocabulary, grammar_fst
 
 kenlm = pytest.importorskip("kenlm", reason="kenlm is a test dependency: pip install -e '.[test]'")
 
@@ -102,7 +102,7 @@ def corrupt(tiny, old, new):
 @pytest.mark.parametrize("old,new,message", [
     ("-0.45\ta cab", "-0.45 a", r"bad.arpa:22: Invalid n-gram data line"),
     ("-0.45\ta cab", "x\ta cab", r"bad.arpa:22: invalid n-gram logprob 'x'"),
-    ("-0.8\ta\t-0.30", "-0.8", r"bad.arpa:9: invalid unigram line '-0.8'"),
+    ("-0.8\ta\t-0.30", "-0.8", r"bad.arpa:10: invalid unigram line '-0.8'"),
     ("ngram 2=7", "ngram 2=8", r"bad.arpa:3: the header says 8 2-grams, the \\2-grams: section has 7"),
     ("ngram 2=7", "ngram 2 seven", r"bad.arpa:3: bad \\data\\ line"),
     ("\\end\\", "", r"bad.arpa: no \\end\\ line: the file is truncated"),

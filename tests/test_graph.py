@@ -7,7 +7,6 @@ import pytest
 import pywrapfst as fst
 
 import wfst.graph
-
 from wfst import GraphFormatError, MissingFileError, TokenTable, WordTable, load_graph
 from wfst.graph import graph_from_fst
 

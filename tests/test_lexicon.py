@@ -1,10 +1,17 @@
 """Lexicon: reading, deriving, disambiguation symbols, and L itself."""
 import pytest
 import pywrapfst as fst
+from wfst.graphs.lexicon import (
+    Lexicon,
+    add_disambig,
+    lexicon_from_chars,
+    lexicon_from_sentencepiece,
+    lexicon_fst,
+    read_lexicon,
+    read_word_list,
+)
 
 from wfst import InputFileError, MissingFileError, TokenTable, WordTable
-from wfst.graphs.lexicon import (Lexicon, add_disambig, lexicon_fst, lexicon_from_chars,
-                                 lexicon_from_sentencepiece, read_lexicon, read_word_list)
 
 TOK = TokenTable(("<blk>", "|", "a", "b", "c"), 0)
 

@@ -7,9 +7,9 @@ import pytest
 import pywrapfst as fst
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from wfst.graphs import TOPOLOGIES, ctc_topology, topology_size
 
 from wfst import TokenTable
-from wfst.graphs import TOPOLOGIES, ctc_topology, topology_size
 
 # ---- pure references -----------------------------------------------------------------
 

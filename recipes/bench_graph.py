@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -134,6 +135,7 @@ def main():
                            "python": platform.python_version()},
                "ngrams": counts, "graphs": {}}
     cache = out / "cache"
+    shutil.rmtree(cache, ignore_errors=True)  # the first topology pays for the whole pipeline
     for topo in args.topologies.split(","):
         gdir = out / f"char_{topo}"
         cmd = [sys.executable, "-m", "wfst.graphs.cli", "--tokens", str(tokens), "--lm", str(arpa),

@@ -72,11 +72,12 @@ def main() -> int:
             words, cost = best_path(tlg, frames)
             hyp = [graph.words[w] for w in words] if words is not None else None
             ok += hyp == sentence
-            example = example or (sentence, hyp, cost, len(frames))
+            example = example or (f"{name}_{topo}", sentence, hyp, cost, len(frames))
         failures += ok != len(sentences)
         print(f"  {name + '_' + topo:<14} {ok}/{len(sentences)} recovered")
-    sentence, hyp, cost, frames = example
-    print(f"\n  e.g. {' '.join(sentence)!r}\n    -> {' '.join(hyp or [])!r} ({frames} frames, graph cost {cost:.2f})")
+    graph_name, sentence, hyp, cost, frames = example
+    print(f"\n  e.g. {' '.join(sentence)!r}\n    -> {' '.join(hyp or [])!r}\n"
+          f"    ({graph_name}: {frames} frames, graph cost {cost:.2f})")
     return 1 if failures else 0
 
 

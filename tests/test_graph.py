@@ -162,3 +162,19 @@ def test_word_table_is_optional(tmp_path):
 
 def test_words_table_type(tmp_path):
     assert isinstance(load_graph(riva_style_dir(tmp_path)).words, WordTable)
+
+
+def test_symbol_tables_are_ignored_and_left_alone():
+    rng = random.Random(7)
+    f = random_fst(rng, 19, 7, 2, 11)
+    tok = TokenTable(tuple(f"t{i}" for i in range(7)), 0, 2)
+    plain = graph_from_fst(f, tok)
+    syms = fst.SymbolTable()
+    for i in range(12):
+        syms.add_symbol(f"s{i}", i)
+    f.set_input_symbols(syms)
+    f.set_output_symbols(syms)
+    with_syms = graph_from_fst(f, tok)
+    for name in ("final", "e_indptr", "ne_indptr", "ilabel", "olabel", "weight", "nextstate"):
+        np.testing.assert_array_equal(getattr(plain, name), getattr(with_syms, name))
+    assert f.input_symbols() is not None and f.output_symbols() is not None

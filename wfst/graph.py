@@ -92,11 +92,12 @@ def _const_fst_arrays(fst) -> tuple[int, np.ndarray, np.ndarray]:
 
     if fst.arc_type() != "standard":
         raise GraphFormatError(f"arc type {fst.arc_type()!r}; only 'standard' (tropical) graphs work")
-    mutable = fst.copy() if isinstance(fst, pywrapfst.MutableFst) else pywrapfst.convert(fst, "vector")
-    mutable.set_input_symbols(None)
-    mutable.set_output_symbols(None)
-    buf = pywrapfst.convert(mutable, "const").write_to_string()
-    del mutable
+    if fst.input_symbols() is not None or fst.output_symbols() is not None:
+        # Symbol tables would be serialized too; drop them from a copy, not the caller's FST.
+        fst = fst.copy() if isinstance(fst, pywrapfst.MutableFst) else pywrapfst.convert(fst, "vector")
+        fst.set_input_symbols(None)
+        fst.set_output_symbols(None)
+    buf = pywrapfst.convert(fst, "const").write_to_string()
 
     pos = 0
 

@@ -137,10 +137,10 @@ def _versions() -> dict:
     return out
 
 
-def _input_record(path) -> dict:
+def _input_record(path, what: str) -> dict:
     path = Path(path)
     if not path.is_file():
-        raise MissingFileError(path, "input file")
+        raise MissingFileError(path, what, "not found" if not path.exists() else "not a file")
     return {"path": str(path.resolve()), "sha256": _sha256(path), "bytes": path.stat().st_size}
 
 
@@ -279,10 +279,11 @@ def compile_graph(out_dir: str | os.PathLike, *, tokens: str | os.PathLike, lm: 
     out_dir = Path(out_dir)
     cache_dir = Path(cache_dir) if cache_dir is not None else out_dir.resolve().parent / ".wfst-cache"
 
-    inputs = {"tokens": _input_record(tokens), "lm": _input_record(lm)}
-    for name, value in (("lexicon", lexicon), ("words", words), ("spm", spm)):
+    inputs = {"tokens": _input_record(tokens, "token table"), "lm": _input_record(lm, "ARPA language model")}
+    for name, value, what in (("lexicon", lexicon, "lexicon"), ("words", words, "word list"),
+                              ("spm", spm, "sentencepiece model")):
         if value is not None:
-            inputs[name] = _input_record(value)
+            inputs[name] = _input_record(value, what)
     source = "file" if lexicon else ("sentencepiece" if spm else "characters")
     options = {"topology": topology, "epsilon_free": bool(epsilon_free), "word_boundary": word_boundary,
                "blank": blank, "lexicon_source": source}

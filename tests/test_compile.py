@@ -140,7 +140,8 @@ def test_epsilon_free_option(tiny):
 
 @pytest.mark.parametrize("change,error,message", [
     (dict(topology="fancy"), ValueError, "unknown topology 'fancy'"),
-    (dict(lm="missing.arpa"), MissingFileError, "missing.arpa"),
+    (dict(lm="missing.arpa"), MissingFileError, "cannot read ARPA language model .*missing.arpa: not found"),
+    (dict(tokens="."), MissingFileError, "cannot read token table .*: not a file"),
     (dict(word_boundary="#"), ValueError, "word-boundary unit '#' is not in"),
     (dict(lexicon="lexicon.txt", words="lexicon.txt"), ValueError, "either a lexicon file or a word list"),
     (dict(blank="<nope>"), InputFileError, "blank symbol '<nope>' is not in the table"),
@@ -187,7 +188,7 @@ def test_cli(tiny):
     assert "normal TLG" in ok.stdout and load_graph(tiny / "cli").info["topology"] == "normal"
     bad = subprocess.run(base + ["--out", str(tiny / "cli2"), "--lexicon", str(tiny / "nope.txt")],
                          capture_output=True, text=True)
-    assert bad.returncode == 2 and "error: cannot read input file" in bad.stderr
+    assert bad.returncode == 2 and "error: cannot read lexicon" in bad.stderr and "nope.txt: not found" in bad.stderr
     bad = subprocess.run(base + ["--out", str(tiny / "cli2"), "--topo", "fancy"], capture_output=True, text=True)
     assert bad.returncode == 2 and "invalid choice: 'fancy'" in bad.stderr
 

@@ -4,11 +4,11 @@ import math
 import pytest
 import pywrapfst as fst
 import sentencepiece as spm
+from wfst.graphs import TOPOLOGIES, compile_graph
+from wfst.graphs.paths import best_path, ctc_alignment, linear_fsa
 
 from wfst import load_graph
 from wfst.graph import read_fst
-from wfst.graphs import TOPOLOGIES, compile_graph
-from wfst.graphs.paths import best_path, ctc_alignment, linear_fsa
 
 kenlm = pytest.importorskip("kenlm", reason="kenlm is a test dependency: pip install -e '.[test]'")
 

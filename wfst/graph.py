@@ -145,8 +145,8 @@ def graph_from_fst(fst, tokens: TokenTable, words: WordTable | None = None, info
     expected_pos = np.concatenate(([0], np.cumsum(narcs)[:-1]))
     if not np.array_equal(states["pos"].astype(np.int64), expected_pos):
         raise GraphFormatError(f"{source}: arcs are not stored state by state")
-    src = np.repeat(np.arange(num_states, dtype=np.int64), narcs)
-    ilabel = arcs["ilabel"].copy()
+    src = np.repeat(np.arange(num_states, dtype=np.int32), narcs)
+    ilabel = arcs["ilabel"]
     weight = arcs["weight"]
     V, D = tokens.num_columns, tokens.num_disambig
     bad = np.flatnonzero((ilabel < 0) | (ilabel > V + D))
@@ -165,20 +165,23 @@ def graph_from_fst(fst, tokens: TokenTable, words: WordTable | None = None, info
         a = int(np.argmax(arcs["olabel"]))
         raise GraphFormatError(f"{source}: arc {a} has output label {arcs['olabel'][a]}, "
                                f"but words.txt has ids 0..{len(words) - 1}")
-    # Disambiguation symbols left on input are epsilons to a decoder.
+    # Disambiguation symbols left on input are epsilons to a decoder.  Arcs are stored
+    # state by state, so taking the emitting ones, then the others, keeps them grouped.
     nonemitting = (ilabel == 0) | (ilabel > V)
-    ilabel[nonemitting] = 0
-    order = np.argsort(nonemitting.astype(np.int64) * num_states + src, kind="stable")
+    order = np.concatenate((np.flatnonzero(~nonemitting), np.flatnonzero(nonemitting)))
     e_count = np.bincount(src[~nonemitting], minlength=num_states)
     ne_count = np.bincount(src[nonemitting], minlength=num_states)
+    del src
     e_indptr = np.concatenate(([0], np.cumsum(e_count))).astype(np.int64)
     ne_indptr = (e_indptr[-1] + np.concatenate(([0], np.cumsum(ne_count)))).astype(np.int64)
+    ilabel = ilabel[order]
+    ilabel[e_indptr[-1]:] = 0
     return Graph(
         start=int(start),
         final=states["final"].astype(np.float32),
         e_indptr=e_indptr,
         ne_indptr=ne_indptr,
-        ilabel=np.ascontiguousarray(ilabel[order], dtype=np.int32),
+        ilabel=np.ascontiguousarray(ilabel, dtype=np.int32),
         olabel=np.ascontiguousarray(arcs["olabel"][order], dtype=np.int32),
         weight=np.ascontiguousarray(weight[order], dtype=np.float32),
         nextstate=np.ascontiguousarray(arcs["nextstate"][order], dtype=np.int32),

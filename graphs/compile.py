@@ -20,6 +20,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+import numpy as np
 import pywrapfst as fst
 from tqdm.auto import tqdm
 
@@ -152,15 +153,8 @@ def _check_nonempty(f, what: str, hint: str):
 # --------------------------------------------------------------------------- stages
 
 def _lg_stages(stages: Stages, lexicon: Lexicon, entries, tokens: TokenTable, words: WordTable,
-               lm: Path, words_stay_on_tokens: bool) -> tuple[fst.MutableFst, dict]:
-    """min(det(L ∘ G)).
-
-    Determinizing L ∘ G as a transducer delays a word label until the word is certain,
-    which for a prefix or homophone is its #k arc: an epsilon in TLG.  With
-    `words_stay_on_tokens` it is determinized over encoded (input, output) pairs
-    instead, so every word label stays on its first token arc (a larger LG, but every
-    epsilon arc of TLG is then eps:eps and can be removed).
-    """
+               lm: Path) -> tuple[fst.MutableFst, dict]:
+    """min(det(L ∘ G))."""
     sizes = {}
     L = stages.run("L (lexicon FST)", lexicon_fst, entries, tokens, words, lexicon.separator)
     sizes["L"] = _size(L)
@@ -181,16 +175,7 @@ def _lg_stages(stages: Stages, lexicon: Lexicon, entries, tokens: TokenTable, wo
     del L, G
     sizes["LG_composed"] = _size(LG)
 
-    def determinize(f):
-        if not words_stay_on_tokens:
-            return fst.determinize(f)
-        mapper = fst.EncodeMapper(f.arc_type(), encode_labels=True, encode_weights=False)
-        f.encode(mapper)
-        f = fst.determinize(f)
-        f.decode(mapper)
-        return f
-
-    LG = stages.run("det(L ∘ G)", determinize, LG)
+    LG = stages.run("det(L ∘ G)", fst.determinize, LG)
 
     def minimize(f):
         # Kaldi's fstminimizeencoded: encode labels and costs, minimize as an unweighted
@@ -268,7 +253,12 @@ def compile_graph(out_dir: str | os.PathLike, *, tokens: str | os.PathLike, lm: 
       word_boundary: the word-boundary unit (e.g. ``|``), a separator between words.
       blank: the blank's symbol when it is not one of <blk>, <blank>, <b>.
       topology: ``normal``, ``compact`` or ``minimal`` (see :mod:`wfst.graphs.topology`).
-      epsilon_free: remove input-epsilon arcs from TLG (k2-style; larger graph).
+      epsilon_free: remove the epsilon (eps:eps) arcs of TLG: backoff arcs and, in the
+        compact topology, the arcs back to the blank state.  What is left with an
+        epsilon input carries a word that is certain only after its last token (a
+        word that is a prefix of another, or a homophone); these are counted in
+        graph.json (``epsilon_arcs_with_words``).  Removing them too needs arcs that
+        output several words (k2's ragged labels), which one label per arc cannot hold.
       cache_dir: where min(det(L ∘ G)) is cached (default ``<out_dir>/../.wfst-cache``).
       force: rebuild even if the graph directory is up to date.
     """
@@ -335,10 +325,10 @@ def compile_graph(out_dir: str | os.PathLike, *, tokens: str | os.PathLike, lm: 
     try:
         lg_key = _digest({"revision": COMPILER_REVISION, "tokens": tok.fst_symbol_lines(),
                           "lexicon": hashlib.sha256(lex.digest_text().encode()).hexdigest(),
-                          "lm": inputs["lm"]["sha256"], "words_stay_on_tokens": bool(epsilon_free)})
+                          "lm": inputs["lm"]["sha256"]})
         LG, sizes = _cached_lg(cache_dir, lg_key, stages)
         if LG is None:
-            LG, sizes = _lg_stages(stages, lex, entries, tok, word_table, Path(lm), bool(epsilon_free))
+            LG, sizes = _lg_stages(stages, lex, entries, tok, word_table, Path(lm))
             _store_lg(cache_dir, lg_key, LG, sizes)
         T = stages.run("T", ctc_topology, topology, tok)
         sizes["T"] = _size(T)
@@ -373,8 +363,11 @@ def compile_graph(out_dir: str | os.PathLike, *, tokens: str | os.PathLike, lm: 
         special = graph.olabel[graph.olabel >= word_table.ids()["#0"]]
         if special.size:  # a compiler bug, not bad input
             raise AssertionError(f"TLG outputs special word ids {sorted(set(special.tolist()))}")
-        if epsilon_free and sizes["TLG"]["epsilon_arcs"]:
-            raise AssertionError("epsilon arcs left in an epsilon-free TLG")  # a compiler bug
+        # Left after rmepsilon: arcs that must keep an epsilon input because they carry
+        # the word (see compile_graph's epsilon_free).
+        sizes["TLG"]["epsilon_arcs_with_words"] = int(np.count_nonzero(graph.olabel[graph.num_emitting_arcs:]))
+        if epsilon_free and sizes["TLG"]["epsilon_arcs"] != sizes["TLG"]["epsilon_arcs_with_words"]:
+            raise AssertionError("eps:eps arcs left in an epsilon-free TLG")  # a compiler bug
         info["build_seconds"] = round(time.perf_counter() - t_start, 3)
         write_graph_dir(out_dir, TLG, graph)
     finally:

@@ -60,13 +60,13 @@ def main() -> int:
     lines = [ln.split() for ln in (DATA / "test.txt").read_text(encoding="utf-8").splitlines() if ln.strip()]
     print(f"\nBest path of TLG for a CTC alignment of {args.sentences} held-out sentences "
           "(OpenFST shortest path; sentences with out-of-vocabulary words skipped)")
-    failures = 0
+    failures, example = 0, None
     for (name, topo), r in results.items():
         graph = wfst.load_graph(r.directory)
         ids = graph.words.ids()
         sentences = [s for s in lines if all(w in ids for w in s)][: args.sentences]
         tlg = read_fst(r.directory / "TLG.fst")
-        ok, example = 0, None
+        ok = 0
         for sentence in sentences:
             frames = ctc_alignment(spell(name, sentence, graph, sp), graph.tokens.blank, topo)
             words, cost = best_path(tlg, frames)

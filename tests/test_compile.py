@@ -13,14 +13,6 @@ import wfst
 from wfst import InputFileError, MissingFileError, load_graph
 
 
-def alignment(token_columns, blank, topology):
-    return ctc_alignment(token_columns, blank, topology)
-
-
-def best_output(tlg, frames):
-    return best_path(tlg, frames)
-
-
 def spell(graph_dir, words):
     """Token columns of a word sequence, from the graph's own lexicon choices (chars + '|')."""
     g = load_graph(graph_dir)
@@ -45,12 +37,12 @@ def test_tiny_tlg_accepts_exactly_the_right_sequences(tiny, topology):
     ids = g.words.ids()
     blank = g.tokens.blank
     for sentence in (["ab", "ba", "abc"], ["cab"], ["a", "cab"], ["ba"]):
-        frames = alignment(spell(out, sentence), blank, topology)
-        words, _ = best_output(tlg, frames)
+        frames = ctc_alignment(spell(out, sentence), blank, topology)
+        words, _ = best_path(tlg, frames)
         assert words == [ids[w] for w in sentence], (topology, sentence)
     # Not words: 'bb', 'abab' without a separator, 'c' alone.
     for cols in (spell(out, ["bb"]), spell(out, ["abab"]), spell(out, ["c"])):
-        assert best_output(tlg, alignment(cols, blank, topology))[0] is None
+        assert best_path(tlg, ctc_alignment(cols, blank, topology))[0] is None
 
 
 def test_normal_topology_needs_a_blank_between_repeats(tiny):
@@ -61,9 +53,9 @@ def test_normal_topology_needs_a_blank_between_repeats(tiny):
     tlg = wfst.graph.read_fst(out / "TLG.fst")
     ids = load_graph(out).words.ids()
     a = spell(out, ["a"])[0]
-    assert best_output(tlg, [0, a, a, 0])[0] == [ids["a"]]
+    assert best_path(tlg, [0, a, a, 0])[0] == [ids["a"]]
     # 'a | a' (two words) needs the separator; 'a blank a' without it is no word sequence.
-    assert best_output(tlg, [0, a, 0, a, 0])[0] is None
+    assert best_path(tlg, [0, a, 0, a, 0])[0] is None
 
 
 def test_graph_directory_contents(tiny):
@@ -136,9 +128,9 @@ def test_epsilon_free_option(tiny):
     assert (with_eps.olabel[with_eps.num_emitting_arcs:] == 0).any()
     t1, t2 = (wfst.graph.read_fst(tiny / d / "TLG.fst") for d in ("eps", "noeps"))
     for sentence in (["ab", "ba", "abc"], ["cab"], ["a", "cab"]):
-        frames = alignment(spell(tiny / "eps", sentence), 0, "compact")
-        w1, c1 = best_output(t1, frames)
-        w2, c2 = best_output(t2, frames)
+        frames = ctc_alignment(spell(tiny / "eps", sentence), 0, "compact")
+        w1, c1 = best_path(t1, frames)
+        w2, c2 = best_path(t2, frames)
         assert w1 == w2 and c1 == pytest.approx(c2, abs=1e-4)
 
 

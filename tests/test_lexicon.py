@@ -10,6 +10,7 @@ from wfst.graphs.lexicon import (
     read_lexicon,
     read_word_list,
 )
+from wfst.graphs.paths import linear_fsa
 
 from wfst import InputFileError, MissingFileError, TokenTable, WordTable
 
@@ -134,16 +135,7 @@ def test_lexicon_fst_with_separator():
     acceptor.project("input")
 
     def accepts(labels):
-        f = fst.VectorFst()
-        s = f.add_state()
-        f.set_start(s)
-        for lab in labels:
-            n = f.add_state()
-            f.add_arc(s, fst.Arc(lab, lab, fst.Weight.one(f.weight_type()), n))
-            s = n
-        f.set_final(s)
-        return fst.compose(f, acceptor).num_states() > 0 and fst.shortestdistance(
-            fst.compose(f, acceptor), reverse=True)[0] != fst.Weight.zero(f.weight_type())
+        return fst.compose(linear_fsa(labels), acceptor).num_states() > 0
 
     a, b = il["a"], il["b"]
     assert accepts([a, b]) and accepts([a, b, sep]) and accepts([sep, a, b])

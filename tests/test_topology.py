@@ -8,6 +8,7 @@ import pywrapfst as fst
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from wfst.graphs import TOPOLOGIES, ctc_topology, topology_size
+from wfst.graphs.paths import linear_fsa
 
 from wfst import TokenTable
 
@@ -49,19 +50,6 @@ def tokens_table(n, blank_first=True, num_disambig=0):
     return TokenTable(tuple(syms), 0 if blank_first else n - 1, num_disambig)
 
 
-def linear(labels):
-    f = fst.VectorFst()
-    one = fst.Weight.one(f.weight_type())
-    s = f.add_state()
-    f.set_start(s)
-    for lab in labels:
-        n = f.add_state()
-        f.add_arc(s, fst.Arc(lab, lab, one, n))
-        s = n
-    f.set_final(s)
-    return f
-
-
 def all_outputs(f):
     """Output label sequences of every complete path of an acyclic FST (with multiplicity)."""
     zero = fst.Weight.zero(f.weight_type())
@@ -80,7 +68,7 @@ def all_outputs(f):
 
 def outputs_for(T, columns, tok):
     """T's outputs for an alignment given as logit columns, mapped back to columns."""
-    A = linear([c + 1 for c in columns])  # FST input label = column + 1
+    A = linear_fsa([c + 1 for c in columns])  # FST input label = column + 1
     paths = all_outputs(fst.compose(A, T))
     return [tuple(lab - 1 for lab in p) for p in paths]
 

@@ -8,6 +8,7 @@ the result is reproducible), no <s>/</s> pieces.  bpe_tokens.txt lists its piece
 id and then <blk> (NeMo-style: blank in the last column).  chars_tokens.txt is a
 wav2vec2-style character set: <blk> first, then the word boundary | and ', a..z.
 """
+import os
 from pathlib import Path
 
 import sentencepiece as spm
@@ -16,8 +17,11 @@ DATA = Path(__file__).resolve().parent / "data"
 
 
 def main():
+    # Relative paths: the model records its input and prefix, so absolute ones would
+    # make bpe.model depend on where the checkout lives.
+    os.chdir(DATA)
     spm.SentencePieceTrainer.train(
-        input=str(DATA / "lm_train.txt"), model_prefix=str(DATA / "bpe"), vocab_size=256,
+        input="lm_train.txt", model_prefix="bpe", vocab_size=256,
         model_type="bpe", character_coverage=1.0, num_threads=1, bos_id=-1, eos_id=-1,
         minloglevel=2)
     sp = spm.SentencePieceProcessor(model_file=str(DATA / "bpe.model"))

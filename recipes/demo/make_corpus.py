@@ -5,8 +5,9 @@
 
 Keeps the novel's text (Chapter I to THE END; Saintsbury's preface, the list of
 illustrations, illustration captions and chapter headings are dropped), splits it into
-sentences, normalises them (lowercase, letters a-z and apostrophe, single spaces; at
-least 3 words) and writes data/lm_train.txt, data/dev.txt and data/test.txt:
+sentences (at . ! ? unless a lowercase word follows or the word is Mr., Mrs. or St.),
+normalises them (lowercase, letters a-z and apostrophe, single spaces; at least 3 words)
+and writes data/lm_train.txt, data/dev.txt and data/test.txt:
 sentence i goes to test if i % 20 == 0, to dev if i % 20 == 1, else to train.
 """
 import re
@@ -30,7 +31,9 @@ def novel_text(raw: str) -> str:
 def sentences(text: str):
     text = text.replace("\u2019", "'").replace("\u2018", "'").replace("_", "")
     text = re.sub(r"\s+", " ", text)
-    for chunk in re.split(r"(?<=[.!?])[\"\u201d']?\s+", text):
+    # "Mr. Darcy", "Mrs. Bennet", "St. James's": these periods end no sentence.
+    text = re.sub(r"\b(Mr|Mrs|St)\.", r"\1", text)
+    for chunk in re.split(r"(?<=[.!?])[\"\u201d']?\s+(?![a-z])", text):
         s = re.sub(r"[^a-z' ]", " ", chunk.lower().replace("--", " "))
         words = [w.strip("'") for w in s.split()]
         words = [w for w in words if w]

@@ -1,0 +1,113 @@
+"""Per-arc and per-token logic shared by the CPU twin and the CUDA kernels.
+
+Every function here is a plain ``@numba.njit`` function: the CPU backend calls it from
+``njit`` code and the CUDA kernels call the very same function from ``@cuda.jit`` code
+(Numba compiles it for the GPU target on first use), so both backends compute costs,
+keys and tie-breaks bit for bit alike.
+
+Recombination keeps, per graph state, the token with the smallest (cost, arc id): ties in
+cost go to the smaller arc id, which does not depend on the order threads run in, so the
+two backends (and two runs of one backend) agree exactly.
+"""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+import numpy as np
+from numba import njit, types
+from numba.extending import intrinsic
+
+EMPTY_KEY = -1  # hash-table slot holding no state
+NO_TOKEN = -1  # backpointer of the start token
+_SIGN = np.uint32(0x80000000)
+_LOW32 = np.uint64(0xFFFFFFFF)
+
+
+@intrinsic
+def _f32_as_u32(typingctx, x):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+    return types.uint32(types.float32), codegen
+
+
+@intrinsic
+def _u32_as_f32(typingctx, x):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
+    return types.float32(types.uint32), codegen
+
+
+@njit(inline="always")
+def cost_key(cost):
+    """Order-preserving map of a float32 cost to uint32 (radix select, packed atomicMin).
+
+    -0.0 maps like +0.0 so that key order equals float order, ties included.
+    """
+    bits = _f32_as_u32(np.float32(cost))
+    if bits == _SIGN:
+        bits = np.uint32(0)
+    if bits & _SIGN:
+        return ~bits
+    return bits | _SIGN
+
+
+@njit(inline="always")
+def key_cost(key):
+    """Inverse of cost_key."""
+    key = np.uint32(key)
+    if key & _SIGN:
+        return _u32_as_f32(key ^ _SIGN)
+    return _u32_as_f32(~key)
+
+
+@njit(inline="always")
+def pack(cost, arc):
+    """(cost, arc id) as one uint64 whose integer order is (cost, arc) order."""
+    return (np.uint64(cost_key(cost)) << np.uint64(32)) | np.uint64(np.uint32(arc))
+
+
+@njit(inline="always")
+def packed_arc(packed):
+    return np.int32(np.uint32(packed & _LOW32))
+
+
+@njit(inline="always")
+def packed_cost(packed):
+    return key_cost(np.uint32(packed >> np.uint64(32)))
+
+
+@njit(inline="always")
+def hash_slot(state, mask):
+    """First probe slot of a graph state (Fibonacci hashing; mask = capacity - 1)."""
+    h = np.uint32(np.uint32(state) * np.uint32(2654435769))
+    return np.int64((h ^ (h >> np.uint32(15))) & np.uint32(mask))
+
+
+@njit(inline="always")
+def arc_acoustic_cost(log_probs, t, ilabel, acoustic_scale, blank_ilabel, blank_penalty):
+    """Cost of consuming frame t with an arc of input label `ilabel` (column ilabel - 1)."""
+    c = -acoustic_scale * log_probs[t, ilabel - 1]
+    if ilabel == blank_ilabel:
+        c += blank_penalty
+    return np.float32(c)
+
+
+@njit(inline="always")
+def better(cost, arc, best_cost, best_arc):
+    """True when candidate (cost, arc) beats the kept (best_cost, best_arc): smaller cost, then smaller arc."""
+    return pack(cost, arc) < pack(best_cost, best_arc)
+
+
+@njit(inline="always")
+def cutoff_and_adaptive_beam(best, kth_max, kth_min, beam, beam_delta):
+    """Kaldi FasterDecoder's GetCutoff given the two order statistics.
+
+    kth_max: cost of the token at rank max_active (0-based) or +inf when there are no
+    more tokens than that; kth_min: the same at rank min_active.  Tokens whose cost is
+    strictly below the returned cutoff survive; adaptive_beam bounds the next frame.
+    """
+    beam_cutoff = best + beam
+    if kth_max < beam_cutoff:
+        return kth_max, kth_max - best + beam_delta
+    if kth_min > beam_cutoff:
+        return kth_min, kth_min - best + beam_delta
+    return beam_cutoff, np.float32(beam)

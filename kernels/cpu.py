@@ -1,0 +1,273 @@
+"""CPU twin of the decoding kernels: one utterance per call, Numba ``njit(nogil=True)``.
+
+The decoder runs utterances on a thread pool (the GIL is released), so a batch is
+decoded in parallel over utterances.  Each frame does what the CUDA kernels do, with the
+same shared logic from `common` and `select`:
+
+1. prune the frame's tokens: cutoff = Kaldi's GetCutoff(best + beam, the max_active-th
+   and min_active-th costs by exact radix select); store survivors and their in-frame
+   epsilon ancestors as backpointers (prev, arc);
+2. ExpandArcs: every surviving token follows its emitting arcs; new tokens below the
+   bound set by the best token's arcs + adaptive beam are recombined by graph state in
+   an open-addressing hash table, keeping the smallest (cost, arc id);
+3. non-emitting closure: follow input-epsilon arcs until no cost improves.
+
+A token's `prev` is the global backpointer index of its predecessor (>= 0), NO_TOKEN for
+the start token, or ``-(j + 2)`` for an epsilon predecessor j in the same frame.
+Capacity overflow makes the call return early with `overflow` set; the caller grows the
+capacity and decodes the utterance again, so no token is ever dropped silently.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .common import EMPTY_KEY, NO_TOKEN, arc_acoustic_cost, better, cutoff_and_adaptive_beam, hash_slot
+from .select import RADIX_BINS, select_cost
+
+INF = np.float32(np.inf)
+OK, OVERFLOW, EPS_CYCLE = 0, 1, 2
+
+
+@njit(inline="always")
+def _in_frame(prev):
+    return -(prev + 2)
+
+
+@njit(nogil=True, cache=True)
+def _recombine(state, cost, prev, arc, ht_key, ht_tok, tl_state, tl_cost, tl_prev, tl_arc, tl_slot, n):
+    """Insert or improve the token of `state`.
+
+    Returns (index, n, improved); index -1 means the frame-token capacity is exhausted.
+    """
+    mask = ht_key.shape[0] - 1
+    slot = hash_slot(state, mask)
+    while True:
+        k = ht_key[slot]
+        if k == state:
+            j = ht_tok[slot]
+            if better(cost, arc, tl_cost[j], tl_arc[j]):
+                tl_cost[j] = cost
+                tl_prev[j] = prev
+                tl_arc[j] = arc
+                return j, n, True
+            return j, n, False
+        if k == EMPTY_KEY:
+            if n == tl_state.shape[0]:
+                return -1, n, False
+            ht_key[slot] = state
+            ht_tok[slot] = n
+            tl_state[n] = state
+            tl_cost[n] = cost
+            tl_prev[n] = prev
+            tl_arc[n] = arc
+            tl_slot[n] = slot
+            return n, n + 1, True
+        slot = (slot + 1) & mask
+
+
+@njit(nogil=True, cache=True)
+def _closure(cutoff, n, ne_indptr, weight, nextstate, ht_key, ht_tok,
+             tl_state, tl_cost, tl_prev, tl_arc, tl_slot, stack):
+    """Non-emitting closure of the frame's tokens; returns (n, overflow)."""
+    top = 0
+    for j in range(n):
+        stack[top] = j
+        top += 1
+    while top > 0:
+        top -= 1
+        j = stack[top]
+        c = tl_cost[j]
+        if c > cutoff:
+            continue
+        s = tl_state[j]
+        for a in range(ne_indptr[s], ne_indptr[s + 1]):
+            nc = np.float32(c + weight[a])
+            if nc > cutoff:
+                continue
+            idx, n, improved = _recombine(nextstate[a], nc, -(j + 2), a, ht_key, ht_tok,
+                                          tl_state, tl_cost, tl_prev, tl_arc, tl_slot, n)
+            if idx < 0:
+                return n, True
+            if improved:
+                if top == stack.shape[0]:
+                    return n, True
+                stack[top] = idx
+                top += 1
+    return n, False
+
+
+@njit(nogil=True, cache=True)
+def decode_one(e_indptr, ne_indptr, ilabel, weight, nextstate, final, start,
+               log_probs, num_frames, num_columns, beam, max_active, min_active, beam_delta,
+               acoustic_scale, blank_ilabel, blank_penalty, capacity):
+    """Viterbi beam search of one utterance.
+
+    Returns (status, path_arcs, path_steps, reached_final, tokens_per_frame): status is
+    OK, OVERFLOW (capacity too small: grow and decode again) or EPS_CYCLE (a zero-cost
+    epsilon cycle in the graph made the backpointers loop); the arc ids of the best path
+    in order, the step each arc's token was stored at (step t = after t frames: an
+    emitting arc on step t consumed frame t - 1), and the number of tokens that survived
+    pruning on each frame.
+    """
+    C = capacity
+    H = 1
+    while H < 2 * C:
+        H *= 2
+    ht_key = np.full(H, EMPTY_KEY, np.int32)
+    ht_tok = np.empty(H, np.int32)
+    tl_state = np.empty(C, np.int32)
+    tl_cost = np.empty(C, np.float32)
+    tl_prev = np.empty(C, np.int32)
+    tl_arc = np.empty(C, np.int32)
+    tl_slot = np.empty(C, np.int64)
+    sv_state = np.empty(C, np.int32)
+    sv_cost = np.empty(C, np.float32)
+    sv_gid = np.empty(C, np.int32)
+    gid = np.empty(C, np.int32)
+    mark = np.zeros(C, np.uint8)
+    stack = np.empty(4 * C, np.int32)
+    hist = np.zeros(RADIX_BINS, np.int64)
+    ac = np.zeros(num_columns + 1, np.float32)  # acoustic cost by input label
+    bp_prev = np.empty(max(C, 1024), np.int32)
+    bp_arc = np.empty(max(C, 1024), np.int32)
+    bp_n = 0
+    step_start = np.zeros(num_frames + 2, np.int64)
+    tokens_per_frame = np.zeros(num_frames, np.int32)
+    empty = np.empty(0, np.int32)
+    reached_final = False
+    keep = -1
+
+    n = 0
+    idx, n, _ = _recombine(start, np.float32(0.0), NO_TOKEN, -1, ht_key, ht_tok,
+                           tl_state, tl_cost, tl_prev, tl_arc, tl_slot, n)
+    n, overflow = _closure(np.float32(np.finfo(np.float32).max), n, ne_indptr, weight, nextstate,
+                           ht_key, ht_tok, tl_state, tl_cost, tl_prev, tl_arc, tl_slot, stack)
+    if overflow:
+        return OVERFLOW, empty, empty, False, tokens_per_frame
+
+    for t in range(num_frames + 1):
+        last = t == num_frames
+        # ---- prune: cutoff, or on the last step the single best (final) token
+        cutoff = INF
+        adaptive_beam = np.float32(beam)
+        keep = -1
+        if last:
+            best_final = INF
+            best_any = INF
+            for j in range(n):
+                c = tl_cost[j]
+                f = np.float32(c + final[tl_state[j]])
+                if f < best_final:
+                    best_final = f
+                    keep = j
+            reached_final = keep >= 0
+            if not reached_final:
+                for j in range(n):
+                    if tl_cost[j] < best_any:
+                        best_any = tl_cost[j]
+                        keep = j
+        elif n > 0:
+            best = INF
+            for j in range(n):
+                if tl_cost[j] < best:
+                    best = tl_cost[j]
+            kth_max = INF
+            kth_min = INF
+            if n > max_active:
+                kth_max = select_cost(tl_cost, n, max_active, hist)
+            if n > min_active:
+                if min_active == 0:
+                    kth_min = best
+                else:
+                    kth_min = select_cost(tl_cost, n, min_active, hist)
+            cutoff, adaptive_beam = cutoff_and_adaptive_beam(best, kth_max, kth_min, np.float32(beam),
+                                                             np.float32(beam_delta))
+
+        # ---- store survivors and their in-frame ancestors as backpointers
+        step_start[t] = bp_n
+        for j in range(n):
+            mark[j] = 0
+        for j in range(n):
+            if (last and j == keep) or (not last and tl_cost[j] < cutoff):
+                k = j
+                while k >= 0 and mark[k] == 0:
+                    mark[k] = 1
+                    p = tl_prev[k]
+                    k = _in_frame(p) if p <= -2 else -1
+        if bp_n + n > bp_prev.shape[0]:
+            size = max(2 * bp_prev.shape[0], bp_n + n)
+            grown_prev = np.empty(size, np.int32)
+            grown_arc = np.empty(size, np.int32)
+            grown_prev[:bp_n] = bp_prev[:bp_n]
+            grown_arc[:bp_n] = bp_arc[:bp_n]
+            bp_prev = grown_prev
+            bp_arc = grown_arc
+        for j in range(n):
+            if mark[j]:
+                gid[j] = bp_n
+                bp_n += 1
+        ns = 0
+        for j in range(n):
+            if mark[j]:
+                p = tl_prev[j]
+                bp_prev[gid[j]] = gid[_in_frame(p)] if p <= -2 else p
+                bp_arc[gid[j]] = tl_arc[j]
+                if not last and tl_cost[j] < cutoff:
+                    sv_state[ns] = tl_state[j]
+                    sv_cost[ns] = tl_cost[j]
+                    sv_gid[ns] = gid[j]
+                    ns += 1
+            ht_key[tl_slot[j]] = EMPTY_KEY
+        if last:
+            break
+        tokens_per_frame[t] = ns
+
+        # ---- ExpandArcs: the frame's acoustic costs, the bound, then every survivor's arcs
+        for il in range(1, ac.shape[0]):
+            ac[il] = arc_acoustic_cost(log_probs, t, il, acoustic_scale, blank_ilabel, blank_penalty)
+        min_new = INF
+        for i in range(ns):
+            s = sv_state[i]
+            c = sv_cost[i]
+            for a in range(e_indptr[s], e_indptr[s + 1]):
+                nc = np.float32(c + np.float32(weight[a] + ac[ilabel[a]]))
+                if nc < min_new:
+                    min_new = nc
+        bound = np.float32(min_new + adaptive_beam)
+        n = 0
+        for i in range(ns):
+            s = sv_state[i]
+            c = sv_cost[i]
+            for a in range(e_indptr[s], e_indptr[s + 1]):
+                nc = np.float32(c + np.float32(weight[a] + ac[ilabel[a]]))
+                if nc < bound:
+                    idx, n, _ = _recombine(nextstate[a], nc, sv_gid[i], a, ht_key, ht_tok,
+                                           tl_state, tl_cost, tl_prev, tl_arc, tl_slot, n)
+                    if idx < 0:
+                        return OVERFLOW, empty, empty, False, tokens_per_frame
+        # ---- non-emitting closure
+        n, overflow = _closure(bound, n, ne_indptr, weight, nextstate,
+                               ht_key, ht_tok, tl_state, tl_cost, tl_prev, tl_arc, tl_slot, stack)
+        if overflow:
+            return OVERFLOW, empty, empty, False, tokens_per_frame
+
+    step_start[num_frames + 1] = bp_n
+    if keep < 0:
+        return OK, empty, empty, False, tokens_per_frame
+    # ---- traceback: walk (prev, arc) from the kept token
+    length = 0
+    g = gid[keep]
+    while g >= 0:
+        length += 1
+        if length > bp_n:
+            return EPS_CYCLE, empty, empty, False, tokens_per_frame
+        g = bp_prev[g]
+    path_arcs = np.empty(length - 1, np.int32)  # the start token has no arc
+    path_steps = np.empty(length - 1, np.int32)
+    g = gid[keep]
+    for i in range(length - 2, -1, -1):
+        path_arcs[i] = bp_arc[g]
+        path_steps[i] = np.searchsorted(step_start, g, side="right") - 1
+        g = bp_prev[g]
+    return OK, path_arcs, path_steps, reached_final, tokens_per_frame

@@ -1,0 +1,318 @@
+"""Batched Viterbi beam search over a CTC decoding graph (TLG) on the CPU or a CUDA GPU.
+
+    g = wfst.load_graph("build/demo/char_compact")
+    dec = wfst.Decoder(g, beam=16.0, max_active=7000, device="cpu")
+    results = dec.decode(log_probs, lengths)        # (B, T, V) float32 log-posteriors
+    results[0].words, results[0].cost, results[0].word_frames
+
+Path cost = sum over frames of -acoustic_scale * logp[t, token] (+ blank_penalty on blank
+frames) + the graph's arc and final costs, in natural-log units (DESIGN.md).  The search
+is Kaldi's FasterDecoder made batched and order-independent (see kernels/cpu.py); with
+a wide beam it finds OpenFST's shortest path of (emissions ∘ TLG).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from .errors import WfstError
+from .graph import Graph, load_graph
+from .symbols import column_of_ilabel
+
+
+class DecodeInputError(WfstError, ValueError):
+    """log_probs or lengths that cannot be decoded; names the utterance when one is at fault."""
+
+
+class DecoderMemoryError(WfstError, MemoryError):
+    """The search would need more memory than the machine has; says how much and why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DecoderConfig:
+    """Search settings, validated once.  Tuning: raise `beam` or `max_active` when the
+    best path gets pruned (WER drops as they grow), lower them for speed."""
+
+    beam: float = 16.0  # keep tokens within `beam` of the frame's best cost
+    max_active: int = 7000  # and at most this many per frame (exact, by radix select)
+    min_active: int = 20  # but at least this many, beam or not (Kaldi's min_active)
+    beam_delta: float = 0.5  # slack added to the adaptive beam when max/min_active bind (Kaldi)
+    acoustic_scale: float = 1.0  # multiplies -logp
+    blank_penalty: float = 0.0  # cost added on every frame that emits blank (> 0: fewer blanks)
+    token_capacity: int | None = None  # tokens per frame per utterance; grows on overflow
+    num_threads: int | None = None  # CPU threads, one utterance each; default: all cores
+
+    def __post_init__(self):
+        def check(ok, name, what):
+            if not ok:
+                raise ValueError(f"DecoderConfig.{name}={getattr(self, name)!r}: must be {what}")
+
+        check(_finite(self.beam) and self.beam > 0, "beam", "a finite number > 0")
+        check(_int(self.max_active) and self.max_active >= 1, "max_active", "an integer >= 1")
+        check(_int(self.min_active) and 0 <= self.min_active <= self.max_active, "min_active",
+              f"an integer in [0, max_active={self.max_active}]")
+        check(_finite(self.beam_delta) and self.beam_delta >= 0, "beam_delta", "a finite number >= 0")
+        check(_finite(self.acoustic_scale) and self.acoustic_scale > 0, "acoustic_scale", "a finite number > 0")
+        check(_finite(self.blank_penalty), "blank_penalty", "a finite number")
+        check(self.token_capacity is None or (_int(self.token_capacity) and self.token_capacity >= 1),
+              "token_capacity", "None or an integer >= 1")
+        check(self.num_threads is None or (_int(self.num_threads) and self.num_threads >= 1),
+              "num_threads", "None or an integer >= 1")
+
+    @property
+    def capacity(self) -> int:
+        """Token slots per utterance and frame: from max_active unless given."""
+        if self.token_capacity is not None:
+            return self.token_capacity
+        return max(1024, 4 * self.max_active)
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _int(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeResult:
+    """The best path of one utterance.  cost = acoustic_cost + graph_cost."""
+
+    words: tuple[str, ...]
+    word_ids: tuple[int, ...]
+    word_frames: tuple[int, ...]  # frame at which each word's label was output
+    cost: float
+    acoustic_cost: float
+    graph_cost: float  # arc costs + the final cost (when a final state was reached)
+    reached_final: bool
+    num_frames: int
+
+    @property
+    def text(self) -> str:
+        return " ".join(self.words)
+
+
+@dataclasses.dataclass
+class DecodeStats:
+    """What the last decode() call did."""
+
+    utterances: int = 0
+    frames: int = 0
+    seconds: float = 0.0
+    tokens_per_frame: float = 0.0  # survivors of pruning, averaged over frames
+    regrowths: int = 0  # times the token capacity overflowed and an utterance was decoded again
+
+
+class Decoder:
+    """Decode batches of CTC log-posteriors with one graph and one config.
+
+    `graph` is a Graph or a graph directory; keywords build a DecoderConfig (or pass one,
+    with keywords overriding its fields).  device="cpu" runs Numba code on a thread pool,
+    one utterance per thread; device="cuda" runs the Numba-CUDA kernels on CuPy arrays.
+    """
+
+    def __init__(self, graph: Graph | str | os.PathLike, config: DecoderConfig | None = None, *,
+                 device: str = "cpu", **options):
+        if not isinstance(graph, Graph):
+            graph = load_graph(graph)
+        if config is None:
+            config = DecoderConfig(**options)
+        elif options:
+            config = dataclasses.replace(config, **options)
+        if device not in ("cpu", "cuda"):
+            raise ValueError(f"device={device!r}: must be 'cpu' or 'cuda'")
+        if graph.num_arcs >= 2**31 - 1:
+            raise WfstError(f"{graph!r}: more than 2^31 - 1 arcs; arc ids must fit in 31 bits")
+        self.graph = graph
+        self.config = config
+        self.device = device
+        self._capacity = config.capacity
+        self.stats = DecodeStats()
+        blank = graph.tokens.blank_ilabel
+        self._blank_ilabel = -1 if blank is None else blank
+        if device == "cuda":
+            from .cuda_backend import CudaBackend
+            self._backend = CudaBackend(graph)
+        else:
+            self._backend = None
+
+    def __repr__(self) -> str:
+        return f"Decoder({self.graph!r}, {self.config}, device={self.device!r})"
+
+    # ------------------------------------------------------------------ decoding
+
+    def decode(self, log_probs, lengths=None) -> list[DecodeResult]:
+        """Decode a batch: log_probs (B, T, V) float32 natural-log posteriors, lengths (B,)."""
+        start = time.perf_counter()
+        if self.device == "cuda":
+            results, tokens, regrowths = self._backend.decode(self, log_probs, lengths)
+        else:
+            results, tokens, regrowths = self._decode_cpu(log_probs, lengths)
+        frames = sum(r.num_frames for r in results)
+        self.stats = DecodeStats(len(results), frames, time.perf_counter() - start,
+                                 tokens / frames if frames else 0.0, regrowths)
+        return results
+
+    def _decode_cpu(self, log_probs, lengths):
+        from wfst.kernels import cpu
+
+        x = host_array(log_probs)
+        lengths = self.check_input(x, lengths)
+        valid = np.arange(x.shape[1])[None, :] < lengths[:, None]
+        self.check_finite(((np.isnan(x) | np.isposinf(x)).any(axis=2) & valid).any(axis=1))
+        self.check_memory(min(len(lengths), os.cpu_count() or 1), x.shape[1], available_host_bytes(), "host")
+        g, c = self.graph, self.config
+        threads = min(c.num_threads or os.cpu_count() or 1, max(len(lengths), 1))
+
+        def one(b):
+            T = int(lengths[b])
+            if T == 0:
+                return self.empty_result(), 0, 0
+            regrowths = 0
+            while True:
+                status, arcs, steps, final, per_frame = cpu.decode_one(
+                    g.e_indptr, g.ne_indptr, g.ilabel, g.weight, g.nextstate, g.final, g.start,
+                    x[b], T, x.shape[2], c.beam, c.max_active, c.min_active, c.beam_delta,
+                    c.acoustic_scale, self._blank_ilabel, c.blank_penalty, self._capacity)
+                if status != cpu.OVERFLOW:
+                    break
+                self._grow(T)
+                regrowths += 1
+            if status == cpu.EPS_CYCLE:
+                raise WfstError(f"utterance {b}: the graph has a zero-cost epsilon cycle; "
+                                f"the best path cannot be traced back")
+            return self.make_result(x[b], T, arcs, steps, final), int(per_frame.sum()), regrowths
+
+        if threads == 1:
+            outs = [one(b) for b in range(len(lengths))]
+        else:
+            with ThreadPoolExecutor(threads) as pool:
+                outs = list(pool.map(one, range(len(lengths))))
+        return [o[0] for o in outs], sum(o[1] for o in outs), sum(o[2] for o in outs)
+
+    def _grow(self, num_frames: int) -> None:
+        self._capacity *= 2
+        self.check_memory(1, num_frames, available_host_bytes() if self.device == "cpu" else None, self.device)
+
+    # ------------------------------------------------------------------ checks shared by backends
+
+    def check_input(self, x, lengths) -> np.ndarray:
+        """Validate shape, dtype and lengths (on any array library); returns lengths as int64 NumPy."""
+        V = self.graph.tokens.num_columns
+        if getattr(x, "ndim", None) != 3:
+            raise DecodeInputError(f"log_probs must have shape (B, T, V); got shape {tuple(x.shape)}"
+                                   + (" (add a batch axis for one utterance)" if x.ndim == 2 else ""))
+        B, T, V_in = x.shape
+        if str(x.dtype) != "float32":
+            raise DecodeInputError(f"log_probs must be float32 log-posteriors; got {x.dtype} "
+                                   f"(convert with .float() / .astype(np.float32))")
+        if V_in != V:
+            raise DecodeInputError(f"log_probs has V={V_in} columns but the graph's tokens.txt has "
+                                   f"{V} (blank included); is it the graph of this model?")
+        if lengths is None:
+            return np.full(B, T, np.int64)
+        lengths = host_array(lengths)
+        if lengths.ndim != 1 or lengths.shape[0] != B:
+            raise DecodeInputError(f"lengths must have shape ({B},) to match log_probs; got {lengths.shape}")
+        if lengths.dtype.kind not in "iu":
+            if lengths.dtype.kind == "f" and np.all(np.floor(lengths) == lengths):
+                lengths = lengths.astype(np.int64)
+            else:
+                raise DecodeInputError(f"lengths must be integers; got {lengths.dtype}")
+        lengths = lengths.astype(np.int64)
+        bad = np.flatnonzero((lengths < 0) | (lengths > T))
+        if bad.size:
+            b = int(bad[0])
+            raise DecodeInputError(f"utterance {b}: length {int(lengths[b])} outside [0, T={T}]")
+        return lengths
+
+    def check_finite(self, bad_rows: np.ndarray) -> None:
+        """Raise for the first utterance with NaN or +inf in its frames (bad_rows: bool (B,))."""
+        bad = np.flatnonzero(bad_rows)
+        if bad.size:
+            raise DecodeInputError(f"utterance {int(bad[0])}: log_probs has NaN or +inf within its length "
+                                   f"({bad.size} utterance(s) affected)")
+
+    def check_memory(self, batch: int, num_frames: int, available: int | None, where: str) -> None:
+        """Refuse a search whose workspace would not fit, with the estimate and what to change."""
+        if available is None:
+            return
+        need = batch * self.workspace_bytes(num_frames)
+        if need > available:
+            raise DecoderMemoryError(
+                f"decoding {batch} utterance(s) of {num_frames} frames needs about {need / 2**30:.2f} GiB of "
+                f"{where} memory ({self._capacity} token slots per frame from max_active="
+                f"{self.config.max_active}) but {available / 2**30:.2f} GiB is available; "
+                f"lower max_active or token_capacity, or decode smaller batches")
+
+    def workspace_bytes(self, num_frames: int) -> int:
+        """Per-utterance estimate: hash table + frame tokens + backpointers for the survivors."""
+        C = self._capacity
+        H = 1 << max(C * 2 - 1, 1).bit_length()
+        return H * 8 + C * 60 + 8 * num_frames * min(C, self.config.max_active + self.config.min_active)
+
+    # ------------------------------------------------------------------ results
+
+    def empty_result(self) -> DecodeResult:
+        return DecodeResult((), (), (), 0.0, 0.0, 0.0, False, 0)
+
+    def make_result(self, logp: np.ndarray, T: int, arcs: np.ndarray, steps: np.ndarray,
+                    reached_final: bool) -> DecodeResult:
+        """Words, frames and cost parts (in float64) of a traced-back path of arc ids."""
+        g, c = self.graph, self.config
+        arcs = np.asarray(arcs, np.int64)
+        steps = np.asarray(steps, np.int64)
+        ilab = g.ilabel[arcs]
+        emitting = ilab != 0
+        frames = np.maximum(steps - 1, 0)
+        cols = column_of_ilabel(ilab[emitting].astype(np.int64))
+        logp = np.asarray(logp)
+        acoustic = -c.acoustic_scale * logp[frames[emitting], cols].astype(np.float64)
+        acoustic_cost = float(acoustic.sum()) + c.blank_penalty * int(np.sum(ilab == self._blank_ilabel))
+        graph_cost = float(g.weight[arcs].astype(np.float64).sum())
+        if reached_final:
+            last = g.nextstate[arcs[-1]] if len(arcs) else g.start
+            graph_cost += float(g.final[last])
+        olab = g.olabel[arcs]
+        has_word = olab != 0
+        word_ids = tuple(int(w) for w in olab[has_word])
+        words = tuple(g.words[w] if g.words is not None else str(w) for w in word_ids)
+        return DecodeResult(words, word_ids, tuple(int(f) for f in frames[has_word]),
+                            acoustic_cost + graph_cost, acoustic_cost, graph_cost, bool(reached_final), T)
+
+
+# ---------------------------------------------------------------------- array interop
+
+def host_array(x) -> np.ndarray:
+    """A C-contiguous NumPy view or copy of NumPy / torch / CuPy / DLPack input (GPU data is copied)."""
+    if isinstance(x, np.ndarray):
+        return np.ascontiguousarray(x)
+    module = type(x).__module__.split(".")[0]
+    if module == "torch":
+        return np.ascontiguousarray(x.detach().cpu().numpy())
+    if module == "cupy":
+        return np.ascontiguousarray(x.get())
+    if hasattr(x, "__dlpack__"):
+        device_type = x.__dlpack_device__()[0] if hasattr(x, "__dlpack_device__") else 1
+        if device_type == 1:  # kDLCPU
+            return np.ascontiguousarray(np.from_dlpack(x))
+        raise DecodeInputError("log_probs lives on a GPU and is neither torch nor CuPy; "
+                               "copy it to the host or decode with device='cuda'")
+    return np.ascontiguousarray(np.asarray(x))
+
+
+def available_host_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None

@@ -111,3 +111,25 @@ def cutoff_and_adaptive_beam(best, kth_max, kth_min, beam, beam_delta):
     if kth_min > beam_cutoff:
         return kth_min, kth_min - best + beam_delta
     return beam_cutoff, np.float32(beam)
+
+
+@njit(inline="always")
+def find_segment(offsets, n, k):
+    """The i with offsets[i] <= k < offsets[i + 1] (offsets non-decreasing, offsets[n] > k).
+
+    Maps a thread's arc index to its token: the load-balancing step of ExpandArcs."""
+    lo = 0
+    hi = n
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if offsets[mid] <= k:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@njit(inline="always")
+def arc_source(indptr, num_states, a):
+    """The state whose arc range [indptr[s], indptr[s + 1]) holds arc `a`."""
+    return find_segment(indptr, num_states, a)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .common import EMPTY_KEY, NO_TOKEN, arc_acoustic_cost, better, cutoff_and_adaptive_beam, hash_slot
+from .common import EMPTY_KEY, NO_TOKEN, arc_acoustic_cost, better, cutoff_and_adaptive_beam, hash_slot, pack
 from .select import RADIX_BINS, select_cost
 
 INF = np.float32(np.inf)
@@ -98,6 +98,23 @@ def _closure(cutoff, n, ne_indptr, weight, nextstate, ht_key, ht_tok,
 
 
 @njit(nogil=True, cache=True)
+def _best_token(tl_state, tl_cost, final, n, with_final):
+    """Index of the token with the smallest (cost [+ final cost], state), or -1 if none is finite."""
+    keep = -1
+    best = np.uint64(0)
+    for j in range(n):
+        c = tl_cost[j]
+        if with_final:
+            c = np.float32(c + final[tl_state[j]])
+        if c < INF:
+            key = pack(c, tl_state[j])
+            if keep < 0 or key < best:
+                best = key
+                keep = j
+    return keep
+
+
+@njit(nogil=True, cache=True)
 def decode_one(e_indptr, ne_indptr, ilabel, weight, nextstate, final, start,
                log_probs, num_frames, num_columns, beam, max_active, min_active, beam_delta,
                acoustic_scale, blank_ilabel, blank_penalty, capacity):
@@ -153,20 +170,10 @@ def decode_one(e_indptr, ne_indptr, ilabel, weight, nextstate, final, start,
         adaptive_beam = np.float32(beam)
         keep = -1
         if last:
-            best_final = INF
-            best_any = INF
-            for j in range(n):
-                c = tl_cost[j]
-                f = np.float32(c + final[tl_state[j]])
-                if f < best_final:
-                    best_final = f
-                    keep = j
+            keep = _best_token(tl_state, tl_cost, final, n, True)
             reached_final = keep >= 0
             if not reached_final:
-                for j in range(n):
-                    if tl_cost[j] < best_any:
-                        best_any = tl_cost[j]
-                        keep = j
+                keep = _best_token(tl_state, tl_cost, final, n, False)
         elif n > 0:
             best = INF
             for j in range(n):

@@ -187,7 +187,8 @@ class Decoder:
             if status == cpu.EPS_CYCLE:
                 raise WfstError(f"utterance {b}: the graph has a zero-cost epsilon cycle; "
                                 f"the best path cannot be traced back")
-            return self.make_result(x[b], T, arcs, steps, final), int(per_frame.sum()), regrowths
+            frames, columns = self.path_frames_columns(arcs, steps)
+            return self.make_result(T, arcs, steps, x[b][frames, columns], final), int(per_frame.sum()), regrowths
 
         if threads == 1:
             outs = [one(b) for b in range(len(lengths))]
@@ -262,18 +263,17 @@ class Decoder:
     def empty_result(self) -> DecodeResult:
         return DecodeResult((), (), (), 0.0, 0.0, 0.0, False, 0)
 
-    def make_result(self, logp: np.ndarray, T: int, arcs: np.ndarray, steps: np.ndarray,
+    def make_result(self, T: int, arcs: np.ndarray, steps: np.ndarray, acoustic_logp: np.ndarray,
                     reached_final: bool) -> DecodeResult:
-        """Words, frames and cost parts (in float64) of a traced-back path of arc ids."""
+        """Words, frames and cost parts (in float64) of a traced-back path.
+
+        arcs: arc ids in order; steps: the step each arc's token was stored at (an emitting
+        arc on step s consumed frame s - 1); acoustic_logp: logp of each emitting arc's
+        frame and column (see path_frames_columns)."""
         g, c = self.graph, self.config
         arcs = np.asarray(arcs, np.int64)
-        steps = np.asarray(steps, np.int64)
         ilab = g.ilabel[arcs]
-        emitting = ilab != 0
-        frames = np.maximum(steps - 1, 0)
-        cols = column_of_ilabel(ilab[emitting].astype(np.int64))
-        logp = np.asarray(logp)
-        acoustic = -c.acoustic_scale * logp[frames[emitting], cols].astype(np.float64)
+        acoustic = -c.acoustic_scale * np.asarray(acoustic_logp, np.float32).astype(np.float64)
         acoustic_cost = float(acoustic.sum()) + c.blank_penalty * int(np.sum(ilab == self._blank_ilabel))
         graph_cost = float(g.weight[arcs].astype(np.float64).sum())
         if reached_final:
@@ -281,10 +281,17 @@ class Decoder:
             graph_cost += float(g.final[last])
         olab = g.olabel[arcs]
         has_word = olab != 0
+        frames = np.maximum(np.asarray(steps, np.int64) - 1, 0)
         word_ids = tuple(int(w) for w in olab[has_word])
         words = tuple(g.words[w] if g.words is not None else str(w) for w in word_ids)
         return DecodeResult(words, word_ids, tuple(int(f) for f in frames[has_word]),
                             acoustic_cost + graph_cost, acoustic_cost, graph_cost, bool(reached_final), T)
+
+    def path_frames_columns(self, arcs: np.ndarray, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(frame, logit column) read by each emitting arc of a path: where to gather logp."""
+        ilab = self.graph.ilabel[np.asarray(arcs, np.int64)]
+        emitting = ilab != 0
+        return (np.asarray(steps, np.int64)[emitting] - 1, column_of_ilabel(ilab[emitting].astype(np.int64)))
 
 
 # ---------------------------------------------------------------------- array interop

@@ -1,0 +1,342 @@
+"""SYNTHETIC CTC log-posteriors made from text, for the demo, the tests and the benchmarks.
+
+Nothing here comes from an acoustic model or from audio.  The emissions are made up,
+with a fixed seed, to look roughly like a CTC model's output so that the decoder has
+realistic input shapes and something to correct; any error rate measured on them says
+how the decoder behaves on this generator, not how a speech recogniser would do.
+Files written by :func:`save_npz` carry a ``synthetic`` marker so that results printed
+from them can be labelled as such.
+
+    tokens = TokenTable.read("recipes/demo/data/chars_tokens.txt")
+    log_probs, lengths = from_texts(["hello world"], tokens, word_boundary="|", seed=1)
+    greedy_ctc(log_probs, lengths, tokens.blank)      # [[10, 7, 14, 14, 17, 1, 25, ...]]
+
+How an utterance is made (:func:`emissions`), frame by frame like a peaky CTC model:
+a few leading blank frames, then for each token ``frames_per_token`` frames where the
+token peaks followed by ``blank_frames`` blank frames (at least one between two equal
+tokens, or CTC would merge them).  Each frame's logits are ``peak`` on the frame's
+column (and a weaker blank, ``peak / 2``, on token frames), plus Gaussian noise of
+scale ``noise`` on every column; on a token frame, with probability ``confusion``, one
+wrong column (drawn once per token, never the blank) gets ``peak + U(0, 2)``, so it
+usually wins the frame while the right token keeps a share of the mass that a
+language model can recover.
+
+With the defaults, greedy CTC decoding (:func:`greedy_ctc`) of the 282 sentences of
+``recipes/demo/data/test.txt`` (seed 0) gives a 6.7% token error rate with the character
+tokens (``chars_tokens.txt``, word boundary ``|``; = 6.7% CER) and 7.0% with the BPE
+pieces (``bpe.model``, 256 pieces + blank; 8.5% CER on the text).  With
+``confusion=0`` it is about 0.2% (noise alone).  About a third of the frames are blank.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+from .errors import InputFileError, MissingFileError
+from .files import atomic_path
+from .symbols import TokenTable
+
+__all__ = ["Emissions", "emissions", "from_texts", "greedy_ctc", "load_npz", "save_npz", "tokenize"]
+
+DEFAULT_PEAK = 8.0
+DEFAULT_NOISE = 1.0
+DEFAULT_CONFUSION = 0.04
+_BLANK_ON_TOKEN = 0.5  # the blank's logit on a token frame, as a fraction of `peak`
+_CONFUSION_EXTRA = 2.0  # a confused frame's wrong column gets peak + U(0, this)
+
+_SPM_CACHE: dict[str, object] = {}
+
+
+# --------------------------------------------------------------------------- tokenize
+
+def _load_spm(spm):
+    """A SentencePieceProcessor from a path (cached by absolute path) or as given."""
+    if not isinstance(spm, (str, os.PathLike)):
+        return spm
+    key = os.path.abspath(os.fspath(spm))
+    sp = _SPM_CACHE.get(key)
+    if sp is None:
+        import sentencepiece
+
+        if not os.path.isfile(key):
+            raise MissingFileError(spm, "sentencepiece model")
+        try:
+            sp = sentencepiece.SentencePieceProcessor(model_file=key)
+        except (RuntimeError, OSError) as e:
+            raise InputFileError(spm, None, f"not a sentencepiece model ({e})") from None
+        _SPM_CACHE[key] = sp
+    return sp
+
+
+def tokenize(text: str, tokens: TokenTable, *, spm=None, word_boundary: str | None = None) -> list[int]:
+    """The logit columns (not FST labels) that spell `text`, as the compiled graphs spell it.
+
+    With `spm` (a path to a sentencepiece ``.model`` or a loaded ``SentencePieceProcessor``)
+    each whitespace-separated word is encoded into pieces on its own, as
+    :func:`wfst.graphs.lexicon.lexicon_from_sentencepiece` spells words, and the pieces
+    are concatenated.  Without it the words are spelled per character, with the column of
+    `word_boundary` (e.g. ``"|"``), if given, between words (never at the edges), as
+    :func:`~wfst.graphs.lexicon.lexicon_from_chars` with that separator does.
+
+    The text is used as it is (no case folding).  Blank or whitespace-only text gives
+    ``[]``.  A symbol that is not in `tokens`, is the blank, or is the word-boundary unit
+    inside a word raises ValueError naming the symbol and the text.
+    """
+    column = {s: c for c, s in enumerate(tokens.symbols)}
+    blank_sym = tokens.symbols[tokens.blank] if tokens.blank is not None else None
+    words = text.split()
+    if spm is not None:
+        if word_boundary is not None:
+            raise ValueError("word_boundary is for per-character tokens; sentencepiece pieces mark "
+                             "word starts themselves")
+        sp = _load_spm(spm)
+        unk = sp.unk_id()
+        spelled = []
+        for word in words:
+            pieces = sp.encode(word, out_type=str)
+            for piece in pieces:
+                if unk >= 0 and sp.piece_to_id(piece) == unk:
+                    raise ValueError(f"word {word!r} of text {text!r} has a piece unknown to the "
+                                     f"sentencepiece model: {piece!r}")
+            spelled.append(pieces)
+    else:
+        if word_boundary is not None and word_boundary not in column:
+            raise ValueError(f"word-boundary unit {word_boundary!r} is not in the token table")
+        spelled = []
+        for word in words:
+            if word_boundary is not None and word_boundary in word:
+                raise ValueError(f"word {word!r} of text {text!r} contains the word-boundary unit "
+                                 f"{word_boundary!r}")
+            spelled.append(list(word))
+    out: list[int] = []
+    for i, pieces in enumerate(spelled):
+        if i and word_boundary is not None:
+            out.append(column[word_boundary])
+        for sym in pieces:
+            if sym not in column:
+                raise ValueError(f"symbol {sym!r} of text {text!r} is not in the token table")
+            if sym == blank_sym:
+                raise ValueError(f"symbol {sym!r} of text {text!r} is the blank")
+            out.append(column[sym])
+    return out
+
+
+# --------------------------------------------------------------------------- emissions
+
+def _check_range(name: str, value, low: int) -> tuple[int, int]:
+    try:
+        lo, hi = (int(v) for v in value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a pair (min, max) of integers, got {value!r}") from None
+    if not low <= lo <= hi:
+        raise ValueError(f"{name} must satisfy {low} <= min <= max, got {value!r}")
+    return lo, hi
+
+
+def emissions(token_seqs: Sequence[Sequence[int]], num_columns: int, blank: int, *, seed: int = 0,
+              frames_per_token: tuple[int, int] = (1, 3), blank_frames: tuple[int, int] = (0, 2),
+              peak: float = DEFAULT_PEAK, noise: float = DEFAULT_NOISE,
+              confusion: float = DEFAULT_CONFUSION) -> tuple[np.ndarray, np.ndarray]:
+    """SYNTHETIC CTC log-posteriors for a batch of token sequences (logit columns).
+
+    Returns ``(log_probs, lengths)``: float32 ``(B, T, V)`` log-softmax rows, T the longest
+    utterance, and int32 ``(B,)`` lengths.  Frames past an utterance's length hold a
+    blank-peaked distribution (no noise), so every row of the array is normalised.
+
+    Each utterance: ``blank_frames`` leading blank frames, then per token
+    ``frames_per_token`` frames peaking on it and ``blank_frames`` blank frames after it
+    (at least one when the next token is the same).  Both ranges are inclusive
+    ``(min, max)`` and drawn uniformly.  An empty sequence gives an utterance of 1 or more
+    blank frames (as many as the leading blank frames drawn, at least 1).
+
+    `peak` is the logit advantage of the frame's column, `noise` the standard deviation of
+    the Gaussian noise added to every logit, and `confusion` the probability, per token
+    frame, that a wrong column (one per token, never the blank) takes the peak
+    (``peak + U(0, 2)``; the right column keeps ``peak``).  The same arguments and `seed`
+    give byte-identical output (``numpy.random.default_rng(seed)``).
+    """
+    num_columns, blank = int(num_columns), int(blank)
+    if num_columns < 2:
+        raise ValueError(f"num_columns must be at least 2 (a blank and a token), got {num_columns}")
+    if not 0 <= blank < num_columns:
+        raise ValueError(f"blank column {blank} outside [0, {num_columns})")
+    f_lo, f_hi = _check_range("frames_per_token", frames_per_token, 1)
+    b_lo, b_hi = _check_range("blank_frames", blank_frames, 0)
+    if not np.isfinite(peak) or peak < 0:
+        raise ValueError(f"peak must be a finite number >= 0, got {peak!r}")
+    if not np.isfinite(noise) or noise < 0:
+        raise ValueError(f"noise must be a finite number >= 0, got {noise!r}")
+    if not 0.0 <= confusion <= 1.0:
+        raise ValueError(f"confusion must be a probability in [0, 1], got {confusion!r}")
+    if len(token_seqs) == 0:
+        raise ValueError("token_seqs is empty: no utterances to make")
+
+    seqs = []
+    for b, seq in enumerate(token_seqs):
+        try:
+            arr = np.asarray(seq, dtype=np.int64).reshape(-1)
+        except (TypeError, ValueError):
+            raise ValueError(f"utterance {b}: token ids must be integers, got {seq!r}") from None
+        bad = np.flatnonzero((arr < 0) | (arr >= num_columns) | (arr == blank))
+        if bad.size:
+            i = int(bad[0])
+            what = "is the blank" if arr[i] == blank else f"is outside [0, {num_columns})"
+            raise ValueError(f"utterance {b}: token {int(arr[i])} at position {i} {what}")
+        seqs.append(arr)
+
+    rng = np.random.default_rng(seed)
+    utterances = [_utterance(rng, seq, num_columns, blank, f_lo, f_hi, b_lo, b_hi, float(peak),
+                             float(noise), float(confusion)) for seq in seqs]
+    lengths = np.array([u.shape[0] for u in utterances], dtype=np.int32)
+    pad = np.zeros(num_columns)
+    pad[blank] = peak
+    pad = _log_softmax(pad).astype(np.float32)
+    log_probs = np.empty((len(utterances), int(lengths.max()), num_columns), dtype=np.float32)
+    for b, u in enumerate(utterances):
+        log_probs[b, :len(u)] = u
+        log_probs[b, len(u):] = pad
+    return log_probs, lengths
+
+
+def _utterance(rng, seq, V, blank, f_lo, f_hi, b_lo, b_hi, peak, noise, confusion) -> np.ndarray:
+    n = len(seq)
+    lead = int(rng.integers(b_lo, b_hi + 1))
+    tok_frames = rng.integers(f_lo, f_hi + 1, size=n)
+    gaps = rng.integers(b_lo, b_hi + 1, size=n)
+    if n == 0:
+        lead = max(lead, 1)
+    else:
+        gaps[:-1][seq[1:] == seq[:-1]] = np.maximum(gaps[:-1][seq[1:] == seq[:-1]], 1)
+    # Frame layout: lead blanks, then (token frames, gap blanks) per token.
+    token_of_frame = np.full(lead + int(tok_frames.sum() + gaps.sum()), -1, dtype=np.int64)
+    starts = lead + np.concatenate(([0], np.cumsum(tok_frames + gaps)[:-1])).astype(np.int64)
+    for i in range(n):
+        token_of_frame[starts[i]:starts[i] + tok_frames[i]] = i
+    T = len(token_of_frame)
+    is_tok = token_of_frame >= 0
+    target = np.where(is_tok, seq[np.maximum(token_of_frame, 0)] if n else blank, blank)
+
+    logits = noise * rng.standard_normal((T, V)) if noise > 0 else np.zeros((T, V))
+    frames = np.arange(T)
+    logits[frames, target] += peak
+    logits[is_tok, blank] += _BLANK_ON_TOKEN * peak
+    # One wrong column per token (uniform over columns other than the blank and the target).
+    draw = rng.integers(0, V - 2, size=n) if V > 2 else np.zeros(n, dtype=np.int64)
+    lo, hi = np.minimum(seq, blank), np.maximum(seq, blank)
+    wrong = draw + (draw >= lo) + (draw + (draw >= lo) >= hi)
+    confused = is_tok & (rng.random(T) < confusion)
+    extra = rng.uniform(0.0, _CONFUSION_EXTRA, size=T)
+    if V > 2 and confused.any():
+        f = frames[confused]
+        logits[f, wrong[token_of_frame[f]]] += peak + extra[f]
+    return _log_softmax(logits).astype(np.float32)
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x - x.max(axis=-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+
+
+def greedy_ctc(log_probs: np.ndarray, lengths: np.ndarray, blank: int) -> list[list[int]]:
+    """Best-path CTC decoding: per frame argmax, merge repeats, drop blanks (NumPy reference)."""
+    log_probs = np.asarray(log_probs)
+    lengths = np.asarray(lengths).reshape(-1)
+    if log_probs.ndim != 3:
+        raise ValueError(f"log_probs must be (B, T, V), got shape {log_probs.shape}")
+    B, T, _ = log_probs.shape
+    if lengths.shape != (B,):
+        raise ValueError(f"lengths must have shape ({B},), got {lengths.shape}")
+    if B and (lengths.min() < 0 or lengths.max() > T):
+        raise ValueError(f"lengths must be in [0, {T}]")
+    best = log_probs.argmax(axis=-1)
+    out = []
+    for b in range(B):
+        path = best[b, :int(lengths[b])]
+        keep = np.ones(len(path), dtype=bool)
+        keep[1:] = path[1:] != path[:-1]
+        path = path[keep]
+        out.append([int(c) for c in path[path != blank]])
+    return out
+
+
+def from_texts(texts: Sequence[str], tokens: TokenTable, *, spm=None, word_boundary: str | None = None,
+               seed: int = 0, **kw) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`tokenize` each text, then :func:`emissions` (`kw` goes to emissions)."""
+    if tokens.blank is None:
+        raise ValueError("the token table has no blank; CTC emissions need one")
+    seqs = [tokenize(t, tokens, spm=spm, word_boundary=word_boundary) for t in texts]
+    return emissions(seqs, tokens.num_columns, tokens.blank, seed=seed, **kw)
+
+
+# --------------------------------------------------------------------------- files
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Emissions:
+    """What :func:`load_npz` reads: log-posteriors, lengths, the texts if stored, the marker."""
+
+    log_probs: np.ndarray  # float32 (B, T, V)
+    lengths: np.ndarray  # int32 (B,)
+    texts: list[str] | None
+    synthetic: bool
+
+
+def _check_batch(log_probs, lengths, where: str):
+    if log_probs.ndim != 3:
+        raise ValueError(f"{where}log_probs must be (B, T, V), got shape {log_probs.shape}")
+    B, T, _ = log_probs.shape
+    if lengths.shape != (B,):
+        raise ValueError(f"{where}lengths must have shape ({B},), got {lengths.shape}")
+    if B and (lengths.min() < 0 or lengths.max() > T):
+        raise ValueError(f"{where}lengths must be in [0, {T}]")
+
+
+def save_npz(path: str | os.PathLike, log_probs: np.ndarray, lengths: np.ndarray,
+             texts: Sequence[str] | None = None) -> None:
+    """Write ``log_probs`` (float32), ``lengths`` (int32), ``texts`` (optional) and
+    ``synthetic=True`` to the ``.npz`` file `path` (exactly that name, written atomically)."""
+    log_probs = np.asarray(log_probs, dtype=np.float32)
+    lengths = np.asarray(lengths, dtype=np.int32)
+    _check_batch(log_probs, lengths, "")
+    arrays = {"log_probs": log_probs, "lengths": lengths, "synthetic": np.array(True)}
+    if texts is not None:
+        texts = list(texts)
+        if len(texts) != log_probs.shape[0]:
+            raise ValueError(f"{len(texts)} texts for {log_probs.shape[0]} utterances")
+        arrays["texts"] = np.array(texts, dtype=np.str_).reshape(len(texts))
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+
+
+def load_npz(path: str | os.PathLike) -> Emissions:
+    """Read a file written by :func:`save_npz` (or any ``.npz`` with ``log_probs`` and ``lengths``;
+    ``synthetic`` is then False)."""
+    if not os.path.isfile(path):
+        raise MissingFileError(path, "emissions file", "is a directory" if os.path.isdir(path) else "not found")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {name: z[name] for name in z.files}
+    except (OSError, ValueError, EOFError) as e:
+        raise InputFileError(path, None, f"not a readable .npz file ({e})") from None
+    for name in ("log_probs", "lengths"):
+        if name not in arrays:
+            raise InputFileError(path, None, f"no {name!r} array (has: {', '.join(sorted(arrays)) or 'none'})")
+    log_probs, lengths = arrays["log_probs"], arrays["lengths"]
+    if not np.issubdtype(log_probs.dtype, np.floating) or not np.issubdtype(lengths.dtype, np.integer):
+        raise InputFileError(path, None, f"log_probs must be floating point and lengths integers, got "
+                             f"{log_probs.dtype} and {lengths.dtype}")
+    try:
+        _check_batch(log_probs, lengths, "")
+    except ValueError as e:
+        raise InputFileError(path, None, str(e)) from None
+    texts = None
+    if "texts" in arrays:
+        texts = [str(t) for t in arrays["texts"].reshape(-1)]
+        if len(texts) != log_probs.shape[0]:
+            raise InputFileError(path, None, f"{len(texts)} texts for {log_probs.shape[0]} utterances")
+    synthetic = bool(arrays["synthetic"]) if "synthetic" in arrays else False
+    return Emissions(log_probs.astype(np.float32, copy=False), lengths.astype(np.int32, copy=False),
+                     texts, synthetic)

@@ -47,3 +47,36 @@ def best_path(tlg, frames) -> tuple[list[int] | None, float | None]:
             words.append(arc.olabel)
         s = arc.nextstate
     return words, cost + float(best.final(s))
+
+
+def emission_fsa(log_probs, acoustic_scale: float = 1.0) -> fst.VectorFst:
+    """A (T, V) matrix of log-posteriors as an acceptor: frame t reads column c at cost
+    -acoustic_scale * logp[t, c] (input label c + 1, as in TLG); logp = -inf gives no arc."""
+    f = fst.VectorFst()
+    states = [f.add_state() for _ in range(len(log_probs) + 1)]
+    f.set_start(states[0])
+    for t, row in enumerate(log_probs):
+        for c, lp in enumerate(row):
+            if lp == float("-inf"):
+                continue
+            lab = ilabel_of_column(c)
+            f.add_arc(states[t], fst.Arc(lab, lab, fst.Weight(f.weight_type(), -acoustic_scale * float(lp)),
+                                         states[t + 1]))
+    f.set_final(states[-1])
+    return f
+
+
+def shortest_decode(tlg, log_probs, acoustic_scale: float = 1.0) -> tuple[list[int] | None, float | None]:
+    """Word ids and total cost of OpenFST's shortest path of (emissions ∘ TLG): exact decoding."""
+    best = fst.shortestpath(fst.compose(emission_fsa(log_probs, acoustic_scale), tlg))
+    if best.start() < 0:
+        return None, None
+    zero = fst.Weight.zero(best.weight_type())
+    words, cost, s = [], 0.0, best.start()
+    while best.final(s) == zero:
+        (arc,) = list(best.arcs(s))
+        cost += float(arc.weight)
+        if arc.olabel:
+            words.append(arc.olabel)
+        s = arc.nextstate
+    return words, cost + float(best.final(s))

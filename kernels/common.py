@@ -37,6 +37,17 @@ def _u32_as_f32(typingctx, x):
 
 
 @njit(inline="always")
+def f32_bits(x):
+    """The bits of a float32 as int32 (to store a weight in an integer record)."""
+    return np.int32(_f32_as_u32(np.float32(x)))
+
+
+@njit(inline="always")
+def bits_f32(bits):
+    return _u32_as_f32(np.uint32(bits))
+
+
+@njit(inline="always")
 def cost_key(cost):
     """Order-preserving map of a float32 cost to uint32 (radix select, packed atomicMin).
 

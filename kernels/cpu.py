@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .common import EMPTY_KEY, NO_TOKEN, arc_acoustic_cost, better, cutoff_and_adaptive_beam, hash_slot, pack
+from .common import EMPTY_KEY, bits_f32, f32_bits, NO_TOKEN, arc_acoustic_cost, cutoff_and_adaptive_beam, hash_slot, pack
 from .select import RADIX_BINS, select_cost
 
 INF = np.float32(np.inf)
@@ -35,18 +35,59 @@ def _in_frame(prev):
 
 
 @njit(nogil=True, cache=True)
-def _recombine(state, cost, prev, arc, ht_key, ht_tok, tl_state, tl_cost, tl_prev, tl_arc, tl_slot, n):
-    """Insert or improve the token of `state`.
+def interleave_graph(e_indptr, ne_indptr, ilabel, weight, nextstate):
+    """The CPU layout of a CSR graph: each state's emitting then epsilon arcs side by side,
+    one 16-byte record per arc (ilabel, nextstate, weight bits, graph arc id), so that a
+    token touches one or two cache lines of arcs instead of one per array.
 
+    states[s] = (first arc, first epsilon arc); the state's arcs end at states[s + 1, 0].
+    """
+    S = e_indptr.shape[0] - 1
+    E = ilabel.shape[0]
+    states = np.empty((S + 1, 2), np.int64)
+    arcs = np.empty((E, 4), np.int32)
+    p = 0
+    for s in range(S):
+        states[s, 0] = p
+        for a in range(e_indptr[s], e_indptr[s + 1]):
+            arcs[p, 0] = ilabel[a]
+            arcs[p, 1] = nextstate[a]
+            arcs[p, 2] = f32_bits(weight[a])
+            arcs[p, 3] = a
+            p += 1
+        states[s, 1] = p
+        for a in range(ne_indptr[s], ne_indptr[s + 1]):
+            arcs[p, 0] = 0
+            arcs[p, 1] = nextstate[a]
+            arcs[p, 2] = f32_bits(weight[a])
+            arcs[p, 3] = a
+            p += 1
+    states[S, 0] = p
+    states[S, 1] = p
+    return states, arcs
+
+
+@njit(inline="always")
+def arc_weight(arcs, p):
+    return bits_f32(arcs[p, 2])
+
+
+@njit(nogil=True, cache=True, _nrt=False)  # no refcounting of the array arguments: it was half the time
+def _recombine(state, cost, prev, arc, ht, tl_state, tl_cost, tl_prev, tl_arc, tl_best, tl_slot, n):
+    """Insert or improve the token of `state`; ht[slot] = (state, token index).
+
+    tl_best holds each token's packed (cost, arc id), the order recombination keeps.
     Returns (index, n, improved); index -1 means the frame-token capacity is exhausted.
     """
-    mask = ht_key.shape[0] - 1
+    mask = ht.shape[0] - 1
     slot = hash_slot(state, mask)
+    candidate = pack(cost, arc)
     while True:
-        k = ht_key[slot]
+        k = ht[slot, 0]
         if k == state:
-            j = ht_tok[slot]
-            if better(cost, arc, tl_cost[j], tl_arc[j]):
+            j = ht[slot, 1]
+            if candidate < tl_best[j]:
+                tl_best[j] = candidate
                 tl_cost[j] = cost
                 tl_prev[j] = prev
                 tl_arc[j] = arc
@@ -55,20 +96,21 @@ def _recombine(state, cost, prev, arc, ht_key, ht_tok, tl_state, tl_cost, tl_pre
         if k == EMPTY_KEY:
             if n == tl_state.shape[0]:
                 return -1, n, False
-            ht_key[slot] = state
-            ht_tok[slot] = n
+            ht[slot, 0] = state
+            ht[slot, 1] = n
             tl_state[n] = state
             tl_cost[n] = cost
             tl_prev[n] = prev
             tl_arc[n] = arc
+            tl_best[n] = candidate
             tl_slot[n] = slot
             return n, n + 1, True
         slot = (slot + 1) & mask
 
 
-@njit(nogil=True, cache=True)
-def _closure(cutoff, n, ne_indptr, weight, nextstate, ht_key, ht_tok,
-             tl_state, tl_cost, tl_prev, tl_arc, tl_slot, stack):
+@njit(nogil=True, cache=True, _nrt=False)
+def _closure(cutoff, n, states, arcs, ht,
+             tl_state, tl_cost, tl_prev, tl_arc, tl_best, tl_slot, stack):
     """Non-emitting closure of the frame's tokens; returns (n, overflow)."""
     top = 0
     for j in range(n):
@@ -81,12 +123,12 @@ def _closure(cutoff, n, ne_indptr, weight, nextstate, ht_key, ht_tok,
         if c > cutoff:
             continue
         s = tl_state[j]
-        for a in range(ne_indptr[s], ne_indptr[s + 1]):
-            nc = np.float32(c + weight[a])
+        for p in range(states[s, 1], states[s + 1, 0]):
+            nc = np.float32(c + arc_weight(arcs, p))
             if nc > cutoff:
                 continue
-            idx, n, improved = _recombine(nextstate[a], nc, -(j + 2), a, ht_key, ht_tok,
-                                          tl_state, tl_cost, tl_prev, tl_arc, tl_slot, n)
+            idx, n, improved = _recombine(arcs[p, 1], nc, -(j + 2), arcs[p, 3], ht,
+                                          tl_state, tl_cost, tl_prev, tl_arc, tl_best, tl_slot, n)
             if idx < 0:
                 return n, True
             if improved:
@@ -115,7 +157,7 @@ def _best_token(tl_state, tl_cost, final, n, with_final):
 
 
 @njit(nogil=True, cache=True)
-def decode_one(e_indptr, ne_indptr, ilabel, weight, nextstate, final, start,
+def decode_one(states, arcs, final, start,
                log_probs, num_frames, num_columns, beam, max_active, min_active, beam_delta,
                acoustic_scale, blank_ilabel, blank_penalty, capacity):
     """Viterbi beam search of one utterance.
@@ -131,8 +173,8 @@ def decode_one(e_indptr, ne_indptr, ilabel, weight, nextstate, final, start,
     H = 1
     while H < 2 * C:
         H *= 2
-    ht_key = np.full(H, EMPTY_KEY, np.int32)
-    ht_tok = np.empty(H, np.int32)
+    ht = np.full((H, 2), EMPTY_KEY, np.int32)
+    tl_best = np.empty(C, np.uint64)
     tl_state = np.empty(C, np.int32)
     tl_cost = np.empty(C, np.float32)
     tl_prev = np.empty(C, np.int32)
@@ -156,10 +198,10 @@ def decode_one(e_indptr, ne_indptr, ilabel, weight, nextstate, final, start,
     keep = -1
 
     n = 0
-    idx, n, _ = _recombine(start, np.float32(0.0), NO_TOKEN, -1, ht_key, ht_tok,
-                           tl_state, tl_cost, tl_prev, tl_arc, tl_slot, n)
-    n, overflow = _closure(np.float32(np.finfo(np.float32).max), n, ne_indptr, weight, nextstate,
-                           ht_key, ht_tok, tl_state, tl_cost, tl_prev, tl_arc, tl_slot, stack)
+    idx, n, _ = _recombine(start, np.float32(0.0), NO_TOKEN, -1, ht,
+                           tl_state, tl_cost, tl_prev, tl_arc, tl_best, tl_slot, n)
+    n, overflow = _closure(np.float32(np.finfo(np.float32).max), n, states, arcs,
+                           ht, tl_state, tl_cost, tl_prev, tl_arc, tl_best, tl_slot, stack)
     if overflow:
         return OVERFLOW, empty, empty, False, tokens_per_frame
 
@@ -225,7 +267,7 @@ def decode_one(e_indptr, ne_indptr, ilabel, weight, nextstate, final, start,
                     sv_cost[ns] = tl_cost[j]
                     sv_gid[ns] = gid[j]
                     ns += 1
-            ht_key[tl_slot[j]] = EMPTY_KEY
+            ht[tl_slot[j], 0] = EMPTY_KEY
         if last:
             break
         tokens_per_frame[t] = ns
@@ -237,8 +279,8 @@ def decode_one(e_indptr, ne_indptr, ilabel, weight, nextstate, final, start,
         for i in range(ns):
             s = sv_state[i]
             c = sv_cost[i]
-            for a in range(e_indptr[s], e_indptr[s + 1]):
-                nc = np.float32(c + np.float32(weight[a] + ac[ilabel[a]]))
+            for p in range(states[s, 0], states[s, 1]):
+                nc = np.float32(c + np.float32(arc_weight(arcs, p) + ac[arcs[p, 0]]))
                 if nc < min_new:
                     min_new = nc
         bound = np.float32(min_new + adaptive_beam)
@@ -246,16 +288,16 @@ def decode_one(e_indptr, ne_indptr, ilabel, weight, nextstate, final, start,
         for i in range(ns):
             s = sv_state[i]
             c = sv_cost[i]
-            for a in range(e_indptr[s], e_indptr[s + 1]):
-                nc = np.float32(c + np.float32(weight[a] + ac[ilabel[a]]))
+            for p in range(states[s, 0], states[s, 1]):
+                nc = np.float32(c + np.float32(arc_weight(arcs, p) + ac[arcs[p, 0]]))
                 if nc < bound:
-                    idx, n, _ = _recombine(nextstate[a], nc, sv_gid[i], a, ht_key, ht_tok,
-                                           tl_state, tl_cost, tl_prev, tl_arc, tl_slot, n)
+                    idx, n, _ = _recombine(arcs[p, 1], nc, sv_gid[i], arcs[p, 3], ht,
+                                           tl_state, tl_cost, tl_prev, tl_arc, tl_best, tl_slot, n)
                     if idx < 0:
                         return OVERFLOW, empty, empty, False, tokens_per_frame
         # ---- non-emitting closure
-        n, overflow = _closure(bound, n, ne_indptr, weight, nextstate,
-                               ht_key, ht_tok, tl_state, tl_cost, tl_prev, tl_arc, tl_slot, stack)
+        n, overflow = _closure(bound, n, states, arcs,
+                               ht, tl_state, tl_cost, tl_prev, tl_arc, tl_best, tl_slot, stack)
         if overflow:
             return OVERFLOW, empty, empty, False, tokens_per_frame
 

@@ -141,6 +141,7 @@ class Decoder:
             self._backend = CudaBackend(graph)
         else:
             self._backend = None
+        self._cpu_layout = None
 
     def __repr__(self) -> str:
         return f"Decoder({self.graph!r}, {self.config}, device={self.device!r})"
@@ -177,7 +178,7 @@ class Decoder:
             regrowths = 0
             while True:
                 status, arcs, steps, final, per_frame = cpu.decode_one(
-                    g.e_indptr, g.ne_indptr, g.ilabel, g.weight, g.nextstate, g.final, g.start,
+                    *self._cpu_graph(), g.final, g.start,
                     x[b], T, x.shape[2], c.beam, c.max_active, c.min_active, c.beam_delta,
                     c.acoustic_scale, self._blank_ilabel, c.blank_penalty, self._capacity)
                 if status != cpu.OVERFLOW:
@@ -196,6 +197,15 @@ class Decoder:
             with ThreadPoolExecutor(threads) as pool:
                 outs = list(pool.map(one, range(len(lengths))))
         return [o[0] for o in outs], sum(o[1] for o in outs), sum(o[2] for o in outs)
+
+    def _cpu_graph(self):
+        """The graph in the CPU backend's interleaved layout (built once, on first use)."""
+        if self._cpu_layout is None:
+            from wfst.kernels import cpu
+
+            g = self.graph
+            self._cpu_layout = cpu.interleave_graph(g.e_indptr, g.ne_indptr, g.ilabel, g.weight, g.nextstate)
+        return self._cpu_layout
 
     def _grow(self, num_frames: int) -> None:
         self._capacity *= 2

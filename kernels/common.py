@@ -36,18 +36,18 @@ def _u32_as_f32(typingctx, x):
     return types.float32(types.uint32), codegen
 
 
-@njit(inline="always")
+@njit(inline="always", cache=True)
 def f32_bits(x):
     """The bits of a float32 as int32 (to store a weight in an integer record)."""
     return np.int32(_f32_as_u32(np.float32(x)))
 
 
-@njit(inline="always")
+@njit(inline="always", cache=True)
 def bits_f32(bits):
     return _u32_as_f32(np.uint32(bits))
 
 
-@njit(inline="always")
+@njit(inline="always", cache=True)
 def cost_key(cost):
     """Order-preserving map of a float32 cost to uint32 (radix select, packed atomicMin).
 
@@ -61,7 +61,7 @@ def cost_key(cost):
     return bits | _SIGN
 
 
-@njit(inline="always")
+@njit(inline="always", cache=True)
 def key_cost(key):
     """Inverse of cost_key."""
     key = np.uint32(key)
@@ -70,30 +70,30 @@ def key_cost(key):
     return _u32_as_f32(~key)
 
 
-@njit(inline="always")
+@njit(inline="always", cache=True)
 def pack(cost, arc):
     """(cost, arc id) as one uint64 whose integer order is (cost, arc) order."""
     return (np.uint64(cost_key(cost)) << np.uint64(32)) | np.uint64(np.uint32(arc))
 
 
-@njit(inline="always")
+@njit(inline="always", cache=True)
 def packed_arc(packed):
     return np.int32(np.uint32(packed & _LOW32))
 
 
-@njit(inline="always")
+@njit(inline="always", cache=True)
 def packed_cost(packed):
     return key_cost(np.uint32(packed >> np.uint64(32)))
 
 
-@njit(inline="always")
+@njit(inline="always", cache=True)
 def hash_slot(state, mask):
     """First probe slot of a graph state (Fibonacci hashing; mask = capacity - 1)."""
     h = np.uint32(np.uint32(state) * np.uint32(2654435769))
     return np.int64((h ^ (h >> np.uint32(15))) & np.uint32(mask))
 
 
-@njit(inline="always")
+@njit(inline="always", cache=True)
 def arc_acoustic_cost(log_probs, t, ilabel, acoustic_scale, blank_ilabel, blank_penalty):
     """Cost of consuming frame t with an arc of input label `ilabel` (column ilabel - 1)."""
     c = -acoustic_scale * log_probs[t, ilabel - 1]
@@ -102,13 +102,13 @@ def arc_acoustic_cost(log_probs, t, ilabel, acoustic_scale, blank_ilabel, blank_
     return np.float32(c)
 
 
-@njit(inline="always")
+@njit(inline="always", cache=True)
 def better(cost, arc, best_cost, best_arc):
     """True when candidate (cost, arc) beats the kept (best_cost, best_arc): smaller cost, then smaller arc."""
     return pack(cost, arc) < pack(best_cost, best_arc)
 
 
-@njit(inline="always")
+@njit(inline="always", cache=True)
 def cutoff_and_adaptive_beam(best, kth_max, kth_min, beam, beam_delta):
     """Kaldi FasterDecoder's GetCutoff given the two order statistics.
 
@@ -124,7 +124,7 @@ def cutoff_and_adaptive_beam(best, kth_max, kth_min, beam, beam_delta):
     return beam_cutoff, np.float32(beam)
 
 
-@njit(inline="always")
+@njit(inline="always", cache=True)
 def find_segment(offsets, n, k):
     """The i with offsets[i] <= k < offsets[i + 1] (offsets non-decreasing, offsets[n] > k).
 
@@ -140,7 +140,7 @@ def find_segment(offsets, n, k):
     return lo
 
 
-@njit(inline="always")
+@njit(inline="always", cache=True)
 def arc_source(indptr, num_states, a):
     """The state whose arc range [indptr[s], indptr[s + 1]) holds arc `a`."""
     return find_segment(indptr, num_states, a)

@@ -22,7 +22,16 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .common import EMPTY_KEY, bits_f32, f32_bits, NO_TOKEN, arc_acoustic_cost, cutoff_and_adaptive_beam, hash_slot, pack
+from .common import (
+    EMPTY_KEY,
+    NO_TOKEN,
+    arc_acoustic_cost,
+    bits_f32,
+    cutoff_and_adaptive_beam,
+    f32_bits,
+    hash_slot,
+    pack,
+)
 from .select import RADIX_BINS, select_cost
 
 INF = np.float32(np.inf)

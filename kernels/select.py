@@ -17,17 +17,17 @@ RADIX_BINS = 1 << RADIX_BITS
 RADIX_PASSES = 32 // RADIX_BITS
 
 
-@njit(inline="always")
+@njit(inline="always", cache=True)
 def radix_shift(pass_index):
     return np.uint32(32 - RADIX_BITS * (pass_index + 1))
 
 
-@njit(inline="always")
+@njit(inline="always", cache=True)
 def radix_digit(key, shift):
     return np.int64((key >> shift) & np.uint32(RADIX_BINS - 1))
 
 
-@njit(inline="always")
+@njit(inline="always", cache=True)
 def matches_prefix(key, prefix, pass_index):
     """Whether `key` agrees with `prefix` on the digits chosen in passes before `pass_index`."""
     if pass_index == 0:
@@ -36,7 +36,7 @@ def matches_prefix(key, prefix, pass_index):
     return (key >> keep) == (prefix >> keep)
 
 
-@njit(inline="always")
+@njit(inline="always", cache=True)
 def pick_bin(hist, k):
     """The bin holding rank k (0-based) of the histogram, and the rank within that bin."""
     for b in range(RADIX_BINS):

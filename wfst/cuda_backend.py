@@ -58,7 +58,7 @@ class CudaBackend:
         self.final = xp.asarray(graph.final)
         self.bp_per_frame = None  # backpointer slots per frame; grows on overflow
         # launch shapes: small under the simulator, which runs every thread in Python
-        self.block = 8 if SIMULATOR else 256
+        self.block = 4 if SIMULATOR else 256
         self.arc_blocks = 1 if SIMULATOR else 64
 
     def free_bytes(self) -> int | None:

@@ -1,0 +1,300 @@
+"""The decoder (CPU backend) against references nobody here wrote: OpenFST's shortest path
+and Kaldi's FasterDecoder; plus its config, inputs and errors."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from decoding import random_log_probs, random_tlg, top_k_only
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from wfst.graphs import compile_graph
+from wfst.graphs.paths import shortest_decode
+from wfst.kernels.common import cost_key, key_cost, pack
+from wfst.kernels.select import RADIX_BINS, select_cost
+
+import wfst
+from wfst import synthetic
+from wfst.decoder import DecodeInputError, Decoder, DecoderConfig, DecoderMemoryError
+from wfst.graph import read_fst
+
+WIDE = dict(beam=1e4, max_active=10**6, min_active=0)
+
+
+def assert_exact(result, words, cost):
+    """Our best path is OpenFST's: same words (the best path is unique here) and cost."""
+    if words is None:
+        assert not result.reached_final
+        return
+    assert result.reached_final
+    assert list(result.word_ids) == words
+    assert result.cost == pytest.approx(cost, abs=1e-4 + 1e-6 * abs(cost))
+
+
+# --------------------------------------------------------------------------- shared logic
+
+@given(st.lists(st.floats(width=32, allow_nan=False), min_size=2, max_size=50))
+def test_cost_key_orders_like_float32(costs):
+    costs = np.array(costs, np.float32)
+    keys = np.array([cost_key(c) for c in costs], np.uint32)
+    for a, ka in zip(costs, keys):
+        assert key_cost(ka) == a
+        for b, kb in zip(costs[:5], keys[:5]):
+            assert (ka < kb) == (a < b) and (ka == kb) == (a == b)
+
+
+def test_pack_orders_by_cost_then_arc():
+    assert pack(1.0, 7) < pack(1.5, 0) < pack(1.5, 1)
+    assert pack(-2.0, 9) < pack(-1.0, 0) and pack(-0.0, 3) == pack(0.0, 3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([-3.5, -1.0, 0.0, 0.25, 1.0, 2.0, 7.75, 1e6, np.inf]) |
+                st.floats(-100, 100, width=32), min_size=1, max_size=300), st.data())
+def test_radix_select_is_nth_element(costs, data):
+    costs = np.array(costs, np.float32)
+    k = data.draw(st.integers(0, len(costs) - 1))
+    assert select_cost(costs, len(costs), k, np.zeros(RADIX_BINS, np.int64)) == np.partition(costs, k)[k]
+
+
+# --------------------------------------------------------------------------- exactness vs OpenFST
+
+@pytest.mark.parametrize("seed", range(25))
+def test_random_graphs_match_openfst_shortest_path(seed):
+    f, g = random_tlg(seed)
+    x = random_log_probs(seed, batch=3, frames=9, columns=4)
+    results = Decoder(g, **WIDE).decode(x)
+    for b in range(3):
+        assert_exact(results[b], *shortest_decode(f, x[b]))
+
+
+@pytest.mark.parametrize("topology", ["normal", "compact", "minimal"])
+def test_tiny_tlg_matches_openfst(tiny, topology):
+    r = compile_graph(tiny / topology, tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa",
+                      lexicon=tiny / "lexicon.txt", word_boundary="|", topology=topology)
+    g, tlg = wfst.load_graph(r.directory), read_fst(r.directory / "TLG.fst")
+    x = random_log_probs(7, batch=6, frames=12, columns=5, sharpness=3.0)
+    lengths = np.array([12, 11, 7, 5, 3, 1])
+    for b, res in enumerate(Decoder(g, **WIDE).decode(x, lengths)):
+        assert_exact(res, *shortest_decode(tlg, x[b, : lengths[b]]))
+        assert res.acoustic_cost + res.graph_cost == pytest.approx(res.cost)
+
+
+@pytest.fixture(scope="module")
+def demo_graphs(demo, tmp_path_factory):
+    """The six demo graphs (built once per test session into a temp dir; LG is shared)."""
+    from wfst.graphs import TOPOLOGIES
+
+    out = tmp_path_factory.getbasetemp() / "demo_graphs"
+    sets = {"char": dict(tokens=demo / "chars_tokens.txt", word_boundary="|"),
+            "bpe": dict(tokens=demo / "bpe_tokens.txt", spm=demo / "bpe.model")}
+    graphs = {}
+    for name, kw in sets.items():
+        for topo in TOPOLOGIES:
+            r = compile_graph(out / f"{name}_{topo}", lm=demo / "lm.arpa", topology=topo,
+                              cache_dir=out / ".cache", **kw)
+            graphs[f"{name}_{topo}"] = (r.directory, kw)
+    return graphs
+
+
+def demo_emissions(demo, graph, kw, count, seed=1):
+    """Synthetic emissions of held-out sentences whose words are all in the vocabulary."""
+    vocab = graph.words.ids()
+    lines = [ln for ln in (demo / "test.txt").read_text().splitlines() if ln.strip()]
+    texts = [t for t in lines if all(w in vocab for w in t.split())][:count]
+    x, lengths = synthetic.from_texts(texts, graph.tokens, spm=kw.get("spm"),
+                                      word_boundary=kw.get("word_boundary"), seed=seed)
+    return texts, x, lengths
+
+
+@pytest.mark.parametrize("name", ["char_normal", "char_compact", "char_minimal",
+                                  "bpe_normal", "bpe_compact", "bpe_minimal"])
+def test_demo_graphs_match_openfst(demo, demo_graphs, name):
+    """Wide beam on the real demo TLGs: the best path is OpenFST's.  Emissions keep their
+    best columns per frame (3 BPE, 2 characters; the rest -inf) so that the exact
+    composition stays small."""
+    path, kw = demo_graphs[name]
+    g, tlg = wfst.load_graph(path), read_fst(path / "TLG.fst")
+    _, x, lengths = demo_emissions(demo, g, kw, count=4, seed=2)
+    x = top_k_only(x, 3 if name.startswith("bpe") else 2)
+    for b, res in enumerate(Decoder(g, **WIDE).decode(x, lengths)):
+        assert_exact(res, *shortest_decode(tlg, x[b, : lengths[b]]))
+
+
+# --------------------------------------------------------------------------- vs Kaldi's FasterDecoder
+
+@pytest.mark.parametrize("name,max_active", [("char_normal", 3000), ("char_compact", 3000), ("char_minimal", 3000),
+                                             ("bpe_normal", 3000), ("bpe_compact", 3000), ("bpe_minimal", 3000),
+                                             ("char_compact", 40), ("bpe_compact", 100)])
+def test_demo_graphs_match_kaldi_faster_decoder(demo, demo_graphs, name, max_active):
+    """Same beam and max_active as Kaldi's FasterDecoder on a few hundred synthetic
+    utterances: the same words on >= 99% of them, and the same cost where the words agree
+    (to 1e-3 plus Kaldi's float32 summation error, which grows with the cost)."""
+    pytest.importorskip("kaldi_decoder")
+    from wfst.kaldi_reference import KaldiFasterDecoder
+
+    path, kw = demo_graphs[name]
+    g = wfst.load_graph(path)
+    texts, x, lengths = demo_emissions(demo, g, kw, count=300)
+    assert len(texts) >= 200
+    settings_ = dict(beam=16.0, max_active=max_active, min_active=20)
+    ours = Decoder(g, **settings_).decode(x, lengths)
+    kaldi = KaldiFasterDecoder(path / "TLG.fst", **settings_).decode(x, lengths)
+    same = [a.word_ids == k.word_ids for a, k in zip(ours, kaldi)]
+    assert sum(same) >= 0.99 * len(texts), f"{sum(same)}/{len(texts)} same words"
+    for a, k, s in zip(ours, kaldi, same):
+        if s:
+            assert a.reached_final == k.reached_final
+            assert a.cost == pytest.approx(k.cost, abs=1e-3 + 2e-6 * abs(k.cost))
+        else:  # where the search differs, ours never keeps a worse path than Kaldi's by much
+            assert a.cost <= k.cost + 1.0
+
+
+# --------------------------------------------------------------------------- results and backends
+
+def test_results_deterministic_across_runs_and_threads(demo, demo_graphs):
+    path, kw = demo_graphs["bpe_compact"]
+    g = wfst.load_graph(path)
+    _, x, lengths = demo_emissions(demo, g, kw, count=12)
+    one = Decoder(g, beam=12.0, max_active=500, num_threads=1).decode(x, lengths)
+    many = Decoder(g, beam=12.0, max_active=500, num_threads=4).decode(x, lengths)
+    again = Decoder(g, beam=12.0, max_active=500, num_threads=4).decode(x, lengths)
+    assert one == many == again
+
+
+def test_result_parts_and_word_frames(demo, demo_graphs):
+    path, kw = demo_graphs["char_compact"]
+    g = wfst.load_graph(path)
+    texts, x, lengths = demo_emissions(demo, g, kw, count=10)
+    for text, T, r in zip(texts, lengths, Decoder(g).decode(x, lengths)):
+        assert r.num_frames == T and r.reached_final
+        assert r.text == text  # the synthetic emissions of these sentences are clear enough
+        assert r.words == tuple(g.words[i] for i in r.word_ids)
+        assert list(r.word_frames) == sorted(r.word_frames) and 0 <= r.word_frames[0] and r.word_frames[-1] < T
+        assert r.acoustic_cost > 0 and r.acoustic_cost + r.graph_cost == pytest.approx(r.cost)
+
+
+def test_acoustic_scale_and_blank_penalty_match_openfst(tiny):
+    r = compile_graph(tiny / "g", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=tiny / "lexicon.txt",
+                      word_boundary="|", topology="compact")
+    g, tlg = wfst.load_graph(r.directory), read_fst(r.directory / "TLG.fst")
+    x = random_log_probs(3, batch=3, frames=10, columns=5, sharpness=3.0)
+    penalised = x.copy()
+    penalised[:, :, 0] -= 0.7 / 0.6  # scale 0.6 turns this into +0.7 cost per blank frame
+    for b, res in enumerate(Decoder(g, acoustic_scale=0.6, blank_penalty=0.7, **WIDE).decode(x)):
+        assert_exact(res, *shortest_decode(tlg, penalised[b], acoustic_scale=0.6))
+
+
+def test_capacity_overflow_grows_and_redoes(demo, demo_graphs):
+    path, kw = demo_graphs["char_compact"]
+    g = wfst.load_graph(path)
+    _, x, lengths = demo_emissions(demo, g, kw, count=3)
+    reference = Decoder(g, beam=14.0, max_active=2000).decode(x, lengths)
+    small = Decoder(g, beam=14.0, max_active=2000, token_capacity=8)
+    assert small.decode(x, lengths) == reference
+    assert small.stats.regrowths > 0 and small._capacity > 8
+
+
+def test_max_active_is_exact(demo, demo_graphs):
+    """max_active is the number of tokens kept (no ties here), not an approximation."""
+    path, kw = demo_graphs["bpe_normal"]
+    g = wfst.load_graph(path)
+    _, x, lengths = demo_emissions(demo, g, kw, count=2)
+    d = Decoder(g, beam=40.0, max_active=37, min_active=0)
+    d.decode(x, lengths)
+    assert 30 < d.stats.tokens_per_frame <= 37
+
+
+# --------------------------------------------------------------------------- config and bad input
+
+def test_config_is_frozen_and_validated():
+    c = DecoderConfig(beam=10.0, max_active=100)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.beam = 3.0
+    assert c.capacity == 1024 and DecoderConfig(max_active=5000).capacity == 20000
+    for bad, word in [(dict(beam=0), "beam"), (dict(beam=float("nan")), "beam"), (dict(max_active=0), "max_active"),
+                      (dict(max_active=10, min_active=11), "min_active"), (dict(acoustic_scale=-1), "acoustic_scale"),
+                      (dict(token_capacity=0), "token_capacity"), (dict(max_active=2.5), "max_active"),
+                      (dict(blank_penalty=float("inf")), "blank_penalty")]:
+        with pytest.raises(ValueError, match=word):
+            DecoderConfig(**bad)
+
+
+def test_decoder_takes_a_config_and_overrides(tiny):
+    r = compile_graph(tiny / "g", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=tiny / "lexicon.txt",
+                      word_boundary="|")
+    d = Decoder(r.directory, DecoderConfig(beam=9.0), max_active=50)
+    assert d.config.beam == 9.0 and d.config.max_active == 50
+    with pytest.raises(ValueError, match="device"):
+        Decoder(r.directory, device="tpu")
+
+
+@pytest.fixture
+def tiny_decoder(tiny):
+    r = compile_graph(tiny / "g", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=tiny / "lexicon.txt",
+                      word_boundary="|")
+    return Decoder(r.directory, beam=20.0)
+
+
+def test_bad_inputs_name_the_problem(tiny_decoder):
+    d = tiny_decoder
+    x = random_log_probs(0, batch=3, frames=6, columns=5)
+    cases = [
+        (x[:, :, :4], None, "V=4 columns but the graph's tokens.txt has 5"),
+        (x.astype(np.float64), None, "float32"),
+        (x[0], None, r"shape \(B, T, V\).*add a batch axis"),
+        (x, np.array([6, 7, 2]), r"utterance 1: length 7 outside \[0, T=6\]"),
+        (x, np.array([6, -1, 2]), "utterance 1: length -1"),
+        (x, np.array([6, 6]), r"lengths must have shape \(3,\)"),
+        (x, np.array([6.5, 6, 6]), "integers"),
+    ]
+    for inputs, lengths, message in cases:
+        with pytest.raises(DecodeInputError, match=message):
+            d.decode(inputs, lengths)
+    y = x.copy()
+    y[2, 4, 1] = np.nan
+    with pytest.raises(DecodeInputError, match="utterance 2: log_probs has NaN"):
+        d.decode(y)
+    d.decode(y, np.array([6, 6, 4]))  # the NaN lies beyond utterance 2's length: fine
+    y[1, 0, 0] = np.inf
+    with pytest.raises(DecodeInputError, match="utterance 1"):
+        d.decode(y)
+
+
+def test_edge_inputs_are_handled(tiny_decoder):
+    d = tiny_decoder
+    x = random_log_probs(1, batch=3, frames=6, columns=5)
+    full = d.decode(x)
+    empty = d.decode(x, np.array([0, 6, 0]))
+    assert empty[0].words == () and empty[0].num_frames == 0 and not empty[0].reached_final
+    assert empty[1] == full[1]
+    strided = np.asfortranarray(x)  # non-contiguous: copied, same answer
+    assert d.decode(strided) == full
+    y = x.copy()
+    y[0, 2, 3] = -np.inf  # probability zero is a valid posterior
+    assert len(d.decode(y)) == 3
+    assert d.decode(x[:0]) == []
+
+
+def test_torch_input_if_available(tiny_decoder):
+    torch = pytest.importorskip("torch")
+    x = random_log_probs(2, batch=2, frames=5, columns=5)
+    assert tiny_decoder.decode(torch.from_numpy(x), torch.tensor([5, 3])) == tiny_decoder.decode(x, np.array([5, 3]))
+
+
+def test_memory_estimate_refuses_impossible_searches(tiny_decoder, tiny):
+    huge = Decoder(tiny_decoder.graph, max_active=2_000_000_000)
+    x = random_log_probs(0, batch=1, frames=3, columns=5)
+    with pytest.raises(DecoderMemoryError, match=r"GiB of host memory.*max_active=2000000000"):
+        huge.decode(x)
+
+
+def test_missing_or_corrupt_graph(tmp_path, tiny):
+    with pytest.raises(wfst.MissingFileError):
+        Decoder(tmp_path / "nowhere")
+    (tmp_path / "g").mkdir()
+    (tmp_path / "g" / "TLG.fst").write_bytes(b"not an fst")
+    (tmp_path / "g" / "tokens.txt").write_text("<blk> 0\na 1\n")
+    with pytest.raises(wfst.GraphFormatError):
+        Decoder(tmp_path / "g")

@@ -16,9 +16,16 @@ setup(
         "kaldilm>=1.15",  # Kaldi's arpa2fst
         "sentencepiece>=0.1.99",
         "tqdm>=4.60",
+        "numba>=0.60",  # the CPU backend
+        "kaldialign>=0.9",  # WER in wfst-decode and the benchmarks
     ],
     extras_require={
-        "test": ["pytest>=7", "hypothesis>=6", "kenlm"],
+        # device="cuda": Numba-CUDA kernels on CuPy arrays (pick the CuPy wheel of your CUDA)
+        "cuda": ["numba-cuda>=0.20", "cupy-cuda12x"],
+        # tests: references (kenlm, Kaldi's FasterDecoder), the CUDA simulator, and NVRTC to
+        # compile the kernels to PTX on a machine without a GPU
+        "test": ["pytest>=7", "hypothesis>=6", "kenlm", "kaldi-decoder", "kaldifst", "numba-cuda>=0.20",
+                 "nvidia-cuda-nvrtc-cu12"],
     },
     entry_points={
         "console_scripts": [

@@ -1,5 +1,11 @@
 """Tiny fixtures made by code, and the bundled demo data."""
+import os
 from pathlib import Path
+
+# CI has no GPU: there the CUDA kernels run in Numba's simulator (set before numba is
+# imported).  On a machine with an NVIDIA GPU they run for real, unless told otherwise.
+if "NUMBA_ENABLE_CUDASIM" not in os.environ and not os.path.exists("/dev/nvidia0"):
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
 
 import pytest
 

@@ -6,19 +6,19 @@ never type-checks them; this does.  Run by tests/test_cuda.py in a child process
 import sys
 import types
 
-import numpy as np
 import numba.cuda.dispatcher as dispatcher
+import numpy as np
 
 # Device functions (and the njit helpers the kernels call) ask the current device for its
 # compute capability; there is none here, so name the target: sm_90.
 dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
 
 from numba import cuda, typeof  # noqa: E402
+from wfst.kernels import cuda as K  # noqa: E402
 
 import wfst  # noqa: E402
 import wfst.cuda_backend as backend  # noqa: E402
 from wfst.decoder import Decoder  # noqa: E402
-from wfst.kernels import cuda as K  # noqa: E402
 
 KERNELS = ["init_kernel", "prune_store_kernel", "expand_min_kernel", "expand_kernel", "resolve_kernel",
            "closure_kernel", "traceback_kernel"]

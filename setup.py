@@ -30,6 +30,7 @@ setup(
     entry_points={
         "console_scripts": [
             "wfst-make-graph=wfst.graphs.cli:main",
+            "wfst-decode=wfst.cli:decode_main",
         ],
     },
 )

@@ -39,7 +39,7 @@ from .errors import InputFileError, MissingFileError
 from .files import atomic_path
 from .symbols import TokenTable
 
-__all__ = ["Emissions", "emissions", "from_texts", "greedy_ctc", "load_npz", "save_npz", "tokenize"]
+__all__ = ["Emissions", "detokenize", "emissions", "from_texts", "greedy_ctc", "load_npz", "save_npz", "tokenize"]
 
 DEFAULT_PEAK = 8.0
 DEFAULT_NOISE = 1.0
@@ -122,6 +122,17 @@ def tokenize(text: str, tokens: TokenTable, *, spm=None, word_boundary: str | No
                 raise ValueError(f"symbol {sym!r} of text {text!r} is the blank")
             out.append(column[sym])
     return out
+
+
+def detokenize(columns: Sequence[int], tokens: TokenTable, *, word_boundary: str | None = None) -> str:
+    """The text of a token sequence (e.g. greedy CTC output): the inverse of :func:`tokenize`.
+
+    Per-character tokens are joined and split into words at `word_boundary`; without it
+    the pieces are sentencepiece pieces whose "▁" starts a word."""
+    joined = "".join(tokens.symbols[c] for c in columns)
+    if word_boundary is not None:
+        return " ".join(joined.split(word_boundary)).strip()
+    return " ".join(joined.replace("\u2581", " ").split())
 
 
 # --------------------------------------------------------------------------- emissions

@@ -1,0 +1,100 @@
+"""wfst-decode: decode an emissions file with a graph and print hypotheses, WER and RTFx.
+
+    wfst-decode --graph build/demo/char_compact --emissions emissions.npz [--refs refs.txt]
+
+The emissions file is a NumPy .npz with `log_probs` (B, T, V) float32 and `lengths` (B,)
+(as written by wfst.synthetic.save_npz; a `texts` array, when present, serves as the
+references unless --refs is given).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .decoder import Decoder, DecoderConfig
+from .errors import InputFileError, WfstError
+from .files import read_lines
+from .scoring import FRAME_SECONDS, rtfx, word_errors
+from .synthetic import load_npz
+
+
+def _progress(total: int, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="utt", disable=not enabled, file=sys.stderr)
+
+
+def decode_main(argv: list[str] | None = None) -> int:
+    defaults = DecoderConfig()
+    ap = argparse.ArgumentParser(prog="wfst-decode", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--graph", required=True, help="graph directory (TLG.fst, tokens.txt, words.txt)")
+    ap.add_argument("--emissions", required=True, help=".npz with log_probs (B, T, V) and lengths (B,)")
+    ap.add_argument("--refs", help="reference transcripts, one line per utterance, for the WER")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--beam", type=float, default=defaults.beam, help="prune tokens worse than best + beam")
+    ap.add_argument("--max-active", type=int, default=defaults.max_active, help="at most this many tokens a frame")
+    ap.add_argument("--min-active", type=int, default=defaults.min_active, help="at least this many tokens a frame")
+    ap.add_argument("--acoustic-scale", type=float, default=defaults.acoustic_scale)
+    ap.add_argument("--blank-penalty", type=float, default=defaults.blank_penalty)
+    ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    ap.add_argument("--batch-size", type=int, default=64, help="utterances per decode() call")
+    ap.add_argument("--frame-ms", type=float, default=1000 * FRAME_SECONDS, help="audio per frame, for RTFx")
+    ap.add_argument("--output", help="also write the hypotheses here, one line per utterance")
+    ap.add_argument("--quiet", action="store_true", help="print only the summary")
+    args = ap.parse_args(argv)
+    try:
+        return _decode(args)
+    except WfstError as e:
+        print(f"wfst-decode: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _decode(args) -> int:
+    em = load_npz(args.emissions)
+    refs = None
+    if args.refs:
+        refs = read_lines(Path(args.refs), "references")
+        if len(refs) != len(em.lengths):
+            raise InputFileError(args.refs, None, f"{len(refs)} lines but {args.emissions} has "
+                                                  f"{len(em.lengths)} utterances")
+    elif em.texts is not None:
+        refs = list(em.texts)
+    decoder = Decoder(args.graph, device=args.device, beam=args.beam, max_active=args.max_active,
+                      min_active=args.min_active, acoustic_scale=args.acoustic_scale,
+                      blank_penalty=args.blank_penalty, num_threads=args.threads)
+    results, seconds = [], 0.0
+    B = len(em.lengths)
+    with _progress(B, B > args.batch_size) as bar:
+        for lo in range(0, B, args.batch_size):
+            hi = min(lo + args.batch_size, B)
+            T = int(em.lengths[lo:hi].max(initial=0))
+            batch = np.ascontiguousarray(em.log_probs[lo:hi, :T])
+            start = time.perf_counter()
+            results += decoder.decode(batch, em.lengths[lo:hi])
+            seconds += time.perf_counter() - start
+            bar.update(hi - lo)
+    if not args.quiet:
+        for i, r in enumerate(results):
+            print(f"{i}\t{r.text}" + ("" if r.reached_final else "\t(no final state reached)"))
+    if args.output:
+        Path(args.output).write_text("".join(r.text + "\n" for r in results), encoding="utf-8")
+    frames = int(em.lengths.sum())
+    label = " (SYNTHETIC emissions)" if em.synthetic else ""
+    print(f"\n{B} utterances, {frames} frames ({frames * args.frame_ms / 1000:.1f} s of audio at "
+          f"{args.frame_ms:g} ms/frame){label}; device={args.device}, beam={args.beam}, "
+          f"max_active={args.max_active}")
+    if refs is not None:
+        print(word_errors(refs, [r.words for r in results]))
+    print(f"decode {seconds:.3f} s, RTFx {rtfx(frames, seconds, args.frame_ms / 1000):.1f}, "
+          f"{frames / seconds if seconds else 0:.0f} frames/s, "
+          f"{decoder.stats.tokens_per_frame:.0f} tokens/frame (last batch)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(decode_main())

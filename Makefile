@@ -18,7 +18,7 @@ GRAPH_ARGS = --tokens '$(TOKENS)' --lm '$(LM)' --topo '$(TOPO)' --out '$(GRAPH_D
 	$(if $(SPM),--spm '$(SPM)') $(if $(BOUNDARY),--word-boundary '$(BOUNDARY)') \
 	$(if $(BLANK),--blank '$(BLANK)') $(if $(EPSILON_FREE),--epsilon-free)
 
-.PHONY: demo test graph bench-graph install install-test clean
+.PHONY: demo test graph bench-graph bench-decode install install-test clean
 
 $(VENV)/.installed: setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,17 @@ test: install-test
 
 bench-graph: install
 	$(PY) recipes/bench_graph.py
+
+# Decoders side by side on synthetic emissions of the demo's held-out sentences (needs the
+# demo graphs: make demo).  Kaldi's FasterDecoder comes with the test extras.
+BENCH_SEEDS ?= 4
+bench-decode: install-test
+	$(PY) recipes/demo.py --graphs-only > /dev/null
+	mkdir -p build/bench
+	$(VENV)/bin/wfst-bench --graph build/demo/char_compact --texts $(DEMO)/test.txt --word-boundary '|' \
+		--seeds $(BENCH_SEEDS) --json build/bench/char_compact.json
+	$(VENV)/bin/wfst-bench --graph build/demo/bpe_compact --texts $(DEMO)/test.txt --spm $(DEMO)/bpe.model \
+		--seeds $(BENCH_SEEDS) --json build/bench/bpe_compact.json
 
 clean:
 	rm -rf build .wfst-cache

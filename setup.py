@@ -31,6 +31,7 @@ setup(
         "console_scripts": [
             "wfst-make-graph=wfst.graphs.cli:main",
             "wfst-decode=wfst.cli:decode_main",
+            "wfst-bench=wfst.bench:main",
         ],
     },
 )

@@ -31,6 +31,7 @@ def main() -> int:
     ap.add_argument("--out", default="build/demo", help="where the graph directories go")
     ap.add_argument("--sentences", type=int, default=1000, help="held-out sentences to decode (at most)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the synthetic emissions")
+    ap.add_argument("--graphs-only", action="store_true", help="build the graphs, do not decode")
     ap.add_argument("--beam", type=float, default=16.0)
     ap.add_argument("--max-active", type=int, default=7000)
     ap.add_argument("--force", action="store_true", help="rebuild even if up to date")
@@ -52,6 +53,8 @@ def main() -> int:
               f"{s['LG']['arcs']:>10,}{s['TLG']['states']:>12,}{s['TLG']['arcs']:>11,}"
               f"{s['TLG']['epsilon_arcs']:>10,}{i['files']['TLG.fst'] / 2**20:>7.1f}{i['build_seconds']:>9.1f}")
 
+    if args.graphs_only:
+        return 0
     texts = [ln for ln in (DATA / "test.txt").read_text(encoding="utf-8").splitlines() if ln.strip()]
     texts = texts[: args.sentences]
     threads = os.cpu_count() or 1

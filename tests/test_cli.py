@@ -1,0 +1,77 @@
+"""wfst-decode and wfst-bench end to end on the tiny graph."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from wfst.graphs import compile_graph
+
+import wfst
+from wfst import synthetic
+from wfst.bench import main as bench_main
+from wfst.cli import decode_main
+
+
+@pytest.fixture
+def tiny_setup(tiny, tmp_path):
+    r = compile_graph(tmp_path / "g", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=tiny / "lexicon.txt",
+                      word_boundary="|", topology="compact")
+    g = wfst.load_graph(r.directory)
+    texts = ["ab ba", "abc", "a cab", "ba abc"]
+    x, lengths = synthetic.from_texts(texts, g.tokens, word_boundary="|", seed=0, confusion=0.0)
+    synthetic.save_npz(tmp_path / "em.npz", x, lengths, texts)
+    return r.directory, tmp_path / "em.npz", texts
+
+
+def test_decode_cli_prints_hypotheses_wer_rtfx(tiny_setup, tmp_path, capsys):
+    graph, em, texts = tiny_setup
+    out = tmp_path / "hyp.txt"
+    assert decode_main(["--graph", str(graph), "--emissions", str(em), "--output", str(out), "--batch-size", "3"]) == 0
+    text = capsys.readouterr().out
+    assert "0\tab ba" in text and "WER 0.00% (0/7" in text and "RTFx" in text and "SYNTHETIC" in text
+    assert out.read_text().splitlines() == texts
+
+
+def test_decode_cli_refs_file_and_errors(tiny_setup, tmp_path, capsys):
+    graph, em, texts = tiny_setup
+    refs = tmp_path / "refs.txt"
+    refs.write_text("ab ba\nabc\na\nba abc\n")
+    assert decode_main(["--graph", str(graph), "--emissions", str(em), "--refs", str(refs), "--quiet"]) == 0
+    assert "WER 16.67% (1/6: 0 sub, 1 ins, 0 del)" in capsys.readouterr().out
+    refs.write_text("one line\n")
+    assert decode_main(["--graph", str(graph), "--emissions", str(em), "--refs", str(refs)]) == 2
+    assert "1 lines but" in capsys.readouterr().err
+    assert decode_main(["--graph", str(tmp_path / "none"), "--emissions", str(em)]) == 2
+    assert "cannot read graph" in capsys.readouterr().err
+
+
+def test_bench_compares_decoders(tiny_setup, tmp_path, capsys):
+    graph, em, _ = tiny_setup
+    decoders = "greedy,cpu1,cpu,kaldi,cuda" if _has_kaldi() else "greedy,cpu1,cpu"
+    assert bench_main(["--graph", str(graph), "--emissions", str(em), "--decoders", decoders,
+                       "--json", str(tmp_path / "b.json")]) == 0
+    out = capsys.readouterr().out
+    assert "| ours, CPU, 1 thread | 0.00 |" in out and "SYNTHETIC" in out
+    rows = {r["decoder"]: r for r in json.loads((tmp_path / "b.json").read_text())["rows"]}
+    assert rows["cpu1"]["wer"] == 0.0 and rows["cpu1"]["rtfx"] > 0
+    if "kaldi" in rows:
+        assert rows["kaldi"]["wer"] == rows["cpu1"]["wer"]
+
+
+def _has_kaldi() -> bool:
+    try:
+        import kaldi_decoder  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+def test_detokenize_inverts_tokenize(demo):
+    tokens = wfst.TokenTable.read(demo / "bpe_tokens.txt")
+    text = "it is a truth universally acknowledged"
+    assert synthetic.detokenize(synthetic.tokenize(text, tokens, spm=demo / "bpe.model"), tokens) == text
+    chars = wfst.TokenTable.read(demo / "chars_tokens.txt")
+    ids = synthetic.tokenize(text, chars, word_boundary="|")
+    assert synthetic.detokenize(ids, chars, word_boundary="|") == text
+    assert np.all(np.array(ids) < chars.num_columns)

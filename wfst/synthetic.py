@@ -131,7 +131,7 @@ def detokenize(columns: Sequence[int], tokens: TokenTable, *, word_boundary: str
     the pieces are sentencepiece pieces whose "▁" starts a word."""
     joined = "".join(tokens.symbols[c] for c in columns)
     if word_boundary is not None:
-        return " ".join(joined.split(word_boundary)).strip()
+        return " ".join(w for w in joined.split(word_boundary) if w)
     return " ".join(joined.replace("\u2581", " ").split())
 
 

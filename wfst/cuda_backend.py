@@ -23,6 +23,12 @@ def array_module():
     return cupy
 
 
+def on_device(a):
+    """A Numba device-array view of a CuPy array (no copy): kernel launches take these with
+    far less per-argument work than objects exporting __cuda_array_interface__."""
+    return a if SIMULATOR else cuda.as_cuda_array(a)
+
+
 def device_input(x):
     """log_probs as a C-contiguous device array: torch CUDA tensors and CuPy arrays without a copy."""
     xp = array_module()
@@ -50,12 +56,12 @@ class CudaBackend:
         xp = array_module()
         self.xp = xp
         self.graph = graph
-        self.e_indptr = xp.asarray(graph.e_indptr)
-        self.ne_indptr = xp.asarray(graph.ne_indptr)
-        self.ilabel = xp.asarray(graph.ilabel)
-        self.weight = xp.asarray(graph.weight)
-        self.nextstate = xp.asarray(graph.nextstate)
-        self.final = xp.asarray(graph.final)
+        self.e_indptr = on_device(xp.asarray(graph.e_indptr))
+        self.ne_indptr = on_device(xp.asarray(graph.ne_indptr))
+        self.ilabel = on_device(xp.asarray(graph.ilabel))
+        self.weight = on_device(xp.asarray(graph.weight))
+        self.nextstate = on_device(xp.asarray(graph.nextstate))
+        self.final = on_device(xp.asarray(graph.final))
         self.bp_per_frame = None  # backpointer slots per frame; grows on overflow
         # launch shapes: small under the simulator, which runs every thread in Python
         self.block = 4 if SIMULATOR else 256
@@ -120,32 +126,39 @@ class CudaBackend:
         S = g.num_states
         i32, i64 = np.int32, np.int64
 
+        def zeros(shape, dtype):
+            return on_device(xp.zeros(shape, dtype))
+
+        def full(shape, value, dtype):
+            return on_device(xp.full(shape, value, dtype))
+
         def buffer():
-            return dict(key=xp.full(B * H, K.EMPTY_KEY, i32), val=xp.full(B * H, K.MAX_PACKED, np.uint64),
-                        tok=xp.full(B * H, -1, i32), stamp=xp.zeros(B * H, i32), count=xp.zeros(B, i32),
-                        state=xp.zeros((B, C), i32), cost=xp.zeros((B, C), np.float32),
-                        prev=xp.zeros((B, C), i32), arc=xp.zeros((B, C), i32), slot=xp.zeros((B, C), i32),
-                        n=xp.zeros(B, i32))
+            return dict(key=full(B * H, K.EMPTY_KEY, i32), val=full(B * H, K.MAX_PACKED, np.uint64),
+                        tok=full(B * H, -1, i32), stamp=zeros(B * H, i32), count=zeros(B, i32),
+                        state=zeros((B, C), i32), cost=zeros((B, C), np.float32),
+                        prev=zeros((B, C), i32), arc=zeros((B, C), i32), slot=zeros((B, C), i32),
+                        n=zeros(B, i32))
 
         bufs = (buffer(), buffer())
-        lengths_d = xp.asarray(lengths.astype(i64))
-        status = xp.zeros(B, i32)
-        gid = xp.zeros((B, C), i32)
-        mark = xp.zeros((B, C), np.uint8)
-        sv_state, sv_cost, sv_gid = xp.zeros((B, C), i32), xp.zeros((B, C), np.float32), xp.zeros((B, C), i32)
-        sv_scan, sv_n = xp.zeros((B, C + 1), i64), xp.zeros(B, i32)
-        bp_prev, bp_arc, bp_n = xp.zeros((B, P), i32), xp.zeros((B, P), i32), xp.zeros(B, i64)
-        step_start = xp.zeros((B, T + 2), i64)
-        keep, reached_final = xp.full(B, -1, i64), xp.zeros(B, np.uint8)
-        adaptive_beam, min_key = xp.zeros(B, np.float32), xp.full(B, K.INF_KEY, np.uint32)
-        survivors = xp.zeros(B, i64)
-        work, work2 = xp.zeros((B, C), i32), xp.zeros((B, C), i32)
+        lengths_d = on_device(xp.asarray(lengths.astype(i64)))
+        status = zeros(B, i32)
+        gid = zeros((B, C), i32)
+        mark = zeros((B, C), np.uint8)
+        sv_state, sv_cost, sv_gid = zeros((B, C), i32), zeros((B, C), np.float32), zeros((B, C), i32)
+        sv_scan, sv_n = zeros((B, C + 1), i64), zeros(B, i32)
+        bp_prev, bp_arc, bp_n = zeros((B, P), i32), zeros((B, P), i32), zeros(B, i64)
+        step_start = zeros((B, T + 2), i64)
+        keep, reached_final = full(B, -1, i64), zeros(B, np.uint8)
+        adaptive_beam, min_key = zeros(B, np.float32), full(B, K.INF_KEY, np.uint32)
+        survivors = zeros(B, i64)
+        work, work2 = zeros((B, C), i32), zeros((B, C), i32)
         L = 2 * (T + 1) + 64
-        path_arcs, path_gids, path_len = xp.zeros((B, L), i32), xp.zeros((B, L), i32), xp.zeros(B, i32)
+        path_arcs, path_gids, path_len = zeros((B, L), i32), zeros((B, L), i32), zeros(B, i32)
         blank = decoder._blank_ilabel
         scale, penalty = np.float32(c.acoustic_scale), np.float32(c.blank_penalty)
         per_utt, per_arc = (B, self.block), ((self.arc_blocks, B), K.ARC_BLOCK if not SIMULATOR else self.block)
 
+        xd = on_device(x)
         b0 = bufs[0]
         K.init_kernel[(B + 31) // 32, 32](g.start, b0["key"], b0["val"], b0["tok"], b0["count"], H,
                                           b0["state"], b0["cost"], b0["prev"], b0["arc"], b0["slot"], b0["n"])
@@ -161,9 +174,9 @@ class CudaBackend:
                 min_key, survivors, c.beam, c.max_active, c.min_active, c.beam_delta)
             if t == T:
                 break
-            K.expand_min_kernel[per_arc](t, lengths_d, status, x, self.e_indptr, self.ilabel, self.weight,
+            K.expand_min_kernel[per_arc](t, lengths_d, status, xd, self.e_indptr, self.ilabel, self.weight,
                                          sv_state, sv_cost, sv_scan, sv_n, min_key, scale, blank, penalty)
-            K.expand_kernel[per_arc](t, lengths_d, status, x, self.e_indptr, self.ilabel, self.weight,
+            K.expand_kernel[per_arc](t, lengths_d, status, xd, self.e_indptr, self.ilabel, self.weight,
                                      self.nextstate, sv_state, sv_cost, sv_scan, sv_n, min_key, adaptive_beam,
                                      nxt["key"], nxt["val"], nxt["count"], H, C, scale, blank, penalty)
             K.resolve_kernel[per_arc](t, lengths_d, status, self.e_indptr, S, cur["key"], cur["tok"], gid,
@@ -202,4 +215,6 @@ class CudaBackend:
 
 
 def _to_host(a) -> np.ndarray:
+    if hasattr(a, "copy_to_host"):  # a Numba device array
+        return a.copy_to_host()
     return a.get() if hasattr(a, "get") else np.asarray(a)

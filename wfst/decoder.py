@@ -263,10 +263,12 @@ class Decoder:
                 f"lower max_active or token_capacity, or decode smaller batches")
 
     def workspace_bytes(self, num_frames: int) -> int:
-        """Per-utterance estimate: hash table + frame tokens + backpointers for the survivors."""
+        """Per-utterance estimate (the CUDA layout, the larger): two hash tables and token
+        lists (double-buffered on the GPU), survivor lists, and backpointers for the survivors."""
         C = self._capacity
         H = 1 << max(C * 2 - 1, 1).bit_length()
-        return H * 8 + C * 60 + 8 * num_frames * min(C, self.config.max_active + self.config.min_active)
+        kept = min(C, self.config.max_active + self.config.min_active + 64)
+        return 2 * (H * 20 + C * 24) + C * 40 + 8 * (num_frames + 1) * kept
 
     # ------------------------------------------------------------------ results
 

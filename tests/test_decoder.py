@@ -298,3 +298,28 @@ def test_missing_or_corrupt_graph(tmp_path, tiny):
     (tmp_path / "g" / "tokens.txt").write_text("<blk> 0\na 1\n")
     with pytest.raises(wfst.GraphFormatError):
         Decoder(tmp_path / "g")
+
+
+def test_gpu_array_without_known_library_is_explained(tiny_decoder):
+    class ForeignGpuArray:  # exports DLPack from a CUDA device, but is neither torch nor CuPy
+        def __dlpack__(self, stream=None):
+            raise AssertionError("must not be read")
+
+        def __dlpack_device__(self):
+            return (2, 0)  # kDLCUDA
+
+    with pytest.raises(DecodeInputError, match="lives on a GPU.*device='cuda'"):
+        tiny_decoder.decode(ForeignGpuArray())
+
+
+def test_dlpack_host_input(tiny_decoder):
+    x = random_log_probs(4, batch=2, frames=5, columns=5)
+
+    class HostDLPack:
+        def __dlpack__(self, stream=None):
+            return x.__dlpack__()
+
+        def __dlpack_device__(self):
+            return x.__dlpack_device__()
+
+    assert tiny_decoder.decode(HostDLPack()) == tiny_decoder.decode(x)

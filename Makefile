@@ -26,8 +26,11 @@ $(VENV)/.installed: setup.py pyproject.toml
 	$(PY) -m pip install --quiet -e .
 	touch $@
 
+# On a machine with an NVIDIA GPU the tests run the CUDA kernels for real: add CuPy.
+, := ,
+TEST_EXTRAS := $(if $(wildcard /dev/nvidia0),test$(,)cuda,test)
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[$(TEST_EXTRAS)]'
 	touch $@
 
 install: $(VENV)/.installed

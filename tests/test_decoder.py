@@ -58,6 +58,33 @@ def test_radix_select_is_nth_element(costs, data):
     assert select_cost(costs, len(costs), k, np.zeros(RADIX_BINS, np.int64)) == np.partition(costs, k)[k]
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.sampled_from([0.0, 0.5, 1.0, -1.0]) | st.floats(-5, 5, width=32),
+                          st.integers(0, 1000)), max_size=60),
+       st.integers(1, 45))
+def test_hash_recombination_keeps_min_cost_then_arc(candidates, capacity):
+    """The CPU twin's open-addressing table against a dict: per state the smallest
+    (cost, arc id) wins; a full token list is reported (-1), never overwritten."""
+    from wfst.kernels import cpu
+    from wfst.kernels.common import EMPTY_KEY
+
+    H = 1 << max(2 * capacity - 1, 1).bit_length()
+    ht = np.full((H, 2), EMPTY_KEY, np.int32)
+    toks = [np.empty(capacity, np.int32), np.empty(capacity, np.float32), np.empty(capacity, np.int32),
+            np.empty(capacity, np.int32), np.empty(capacity, np.uint64), np.empty(capacity, np.int64)]
+    n, best, full = 0, {}, False
+    for state, cost, arc in candidates:
+        cost = np.float32(cost)
+        idx, n, _ = cpu._recombine(state, cost, 0, arc, ht, *toks, n)
+        if idx < 0:
+            assert len(best) == capacity and state not in best
+            full = True
+            continue
+        best[state] = min(best.get(state, (np.inf, 0)), (float(cost), arc))
+    got = {int(s): (float(c), int(a)) for s, c, a in zip(toks[0][:n], toks[1][:n], toks[3][:n])}
+    assert got == best and n == len(best) and (full or n <= capacity)
+
+
 # --------------------------------------------------------------------------- exactness vs OpenFST
 
 @pytest.mark.parametrize("seed", range(25))

@@ -18,7 +18,7 @@ GRAPH_ARGS = --tokens '$(TOKENS)' --lm '$(LM)' --topo '$(TOPO)' --out '$(GRAPH_D
 	$(if $(SPM),--spm '$(SPM)') $(if $(BOUNDARY),--word-boundary '$(BOUNDARY)') \
 	$(if $(BLANK),--blank '$(BLANK)') $(if $(EPSILON_FREE),--epsilon-free)
 
-.PHONY: demo test graph bench-graph bench-decode install install-test clean
+.PHONY: demo test graph bench-graph bench-decode bench-fltop install install-test clean
 
 $(VENV)/.installed: setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,11 @@ bench-decode: install-test
 		--seeds $(BENCH_SEEDS) --json build/bench/char_compact.json
 	$(VENV)/bin/wfst-bench --graph build/demo/bpe_compact --texts $(DEMO)/test.txt --spm $(DEMO)/bpe.model \
 		--seeds $(BENCH_SEEDS) --json build/bench/bpe_compact.json
+
+# Frame-level token pruning (FLToP): top-N x relative threshold on the demo (needs make demo's graphs).
+bench-fltop: install
+	$(PY) recipes/demo.py --graphs-only > /dev/null
+	$(PY) recipes/bench_fltop.py
 
 clean:
 	rm -rf build .wfst-cache

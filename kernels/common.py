@@ -102,6 +102,46 @@ def arc_acoustic_cost(log_probs, t, ilabel, acoustic_scale, blank_ilabel, blank_
     return np.float32(c)
 
 
+@njit(cache=True)
+def frame_acoustic_costs(log_probs, t, acoustic_scale, blank_ilabel, blank_penalty, top_n, log_rel, ac):
+    """ac[il] = cost of consuming frame t with input label il, for il = 1..V (ac[0] unused).
+
+    Frame-level token pruning (FLToP): only columns among the frame's `top_n` best (ties at
+    the boundary all kept) whose log-probability is within `log_rel` = log(R) of the best
+    get a finite cost; the blank is exempt from top_n but not from R.  Arcs of the other
+    columns get +inf and are never expanded.  top_n >= V and log_rel = -inf: no pruning.
+    """
+    V = log_probs.shape[1]
+    best = -np.inf
+    for c in range(V):
+        if log_probs[t, c] > best:
+            best = log_probs[t, c]
+    floor = best + log_rel
+    kth = -np.inf
+    if top_n < V:  # the top_n-th largest value, counting ties
+        kth = np.inf
+        remaining = top_n
+        while remaining > 0:
+            m = -np.inf
+            for c in range(V):
+                v = log_probs[t, c]
+                if v < kth and v > m:
+                    m = v
+            if m == -np.inf:
+                break
+            for c in range(V):
+                if log_probs[t, c] == m:
+                    remaining -= 1
+            kth = m
+    for c in range(V):
+        v = log_probs[t, c]
+        il = c + 1
+        if v >= floor and (v >= kth or il == blank_ilabel):
+            ac[il] = arc_acoustic_cost(log_probs, t, il, acoustic_scale, blank_ilabel, blank_penalty)
+        else:
+            ac[il] = np.float32(np.inf)
+
+
 @njit(inline="always", cache=True)
 def better(cost, arc, best_cost, best_arc):
     """True when candidate (cost, arc) beats the kept (best_cost, best_arc): smaller cost, then smaller arc."""

@@ -25,10 +25,10 @@ from numba import njit
 from .common import (
     EMPTY_KEY,
     NO_TOKEN,
-    arc_acoustic_cost,
     bits_f32,
     cutoff_and_adaptive_beam,
     f32_bits,
+    frame_acoustic_costs,
     hash_slot,
     pack,
 )
@@ -168,7 +168,7 @@ def _best_token(tl_state, tl_cost, final, n, with_final):
 @njit(nogil=True, cache=True)
 def decode_one(states, arcs, final, start,
                log_probs, num_frames, num_columns, beam, max_active, min_active, beam_delta,
-               acoustic_scale, blank_ilabel, blank_penalty, capacity):
+               acoustic_scale, blank_ilabel, blank_penalty, top_n, log_rel, capacity):
     """Viterbi beam search of one utterance.
 
     Returns (status, path_arcs, path_steps, reached_final, tokens_per_frame): status is
@@ -282,8 +282,7 @@ def decode_one(states, arcs, final, start,
         tokens_per_frame[t] = ns
 
         # ---- ExpandArcs: the frame's acoustic costs, the bound, then every survivor's arcs
-        for il in range(1, ac.shape[0]):
-            ac[il] = arc_acoustic_cost(log_probs, t, il, acoustic_scale, blank_ilabel, blank_penalty)
+        frame_acoustic_costs(log_probs, t, acoustic_scale, blank_ilabel, blank_penalty, top_n, log_rel, ac)
         min_new = INF
         for i in range(ns):
             s = sv_state[i]

@@ -7,6 +7,8 @@ every array.  Per frame the launchers run, in order:
                   max_active/min_active-th costs, Kaldi's cutoff, survivors and their
                   in-frame epsilon ancestors stored as backpointers, and the prefix sum
                   of the survivors' emitting-arc counts (load balancing)
+    frame_costs   one thread per utterance: the frame's acoustic cost of each input
+                  label, with frame-level token pruning (FLToP) when asked
     expand_min    one thread per arc: the best new cost (atomicMin on its key)
     expand        one thread per arc: new tokens below best + adaptive beam recombined
                   in an open-addressing hash table (atomicCAS insert, atomicMin on the
@@ -33,11 +35,11 @@ from numba import cuda, float32, int32, int64, uint32, uint64
 
 from .common import (
     EMPTY_KEY,
-    arc_acoustic_cost,
     arc_source,
     cost_key,
     cutoff_and_adaptive_beam,
     find_segment,
+    frame_acoustic_costs,
     hash_slot,
     key_cost,
     pack,
@@ -58,7 +60,7 @@ if numba_config.ENABLE_CUDASIM:
             return helper(*(_unwrap(a) for a in args))
         return call
 
-    arc_acoustic_cost = _host_callable(arc_acoustic_cost)
+    frame_acoustic_costs = _host_callable(frame_acoustic_costs)
     arc_source = _host_callable(arc_source)
     find_segment = _host_callable(find_segment)
     pick_bin = _host_callable(pick_bin)
@@ -315,22 +317,29 @@ def prune_store_kernel(t, lengths, status, final, e_indptr,
 
 
 @cuda.jit
-def expand_min_kernel(t, lengths, status, log_probs, e_indptr, ilabel, weight,
-                      sv_state, sv_cost, sv_scan, sv_n, min_key,
-                      acoustic_scale, blank_ilabel, blank_penalty):
+def frame_costs_kernel(t, lengths, status, log_probs, ac, acoustic_scale, blank_ilabel, blank_penalty,
+                       top_n, log_rel):
+    """One thread per utterance: the frame's acoustic cost by input label (FLToP applied)."""
+    b = cuda.grid(1)
+    if b >= lengths.shape[0] or t >= lengths[b] or status[b] != OK:
+        return
+    frame_acoustic_costs(log_probs[b], t, acoustic_scale, blank_ilabel, blank_penalty, top_n, log_rel, ac[b])
+
+
+@cuda.jit
+def expand_min_kernel(t, lengths, status, ac, e_indptr, ilabel, weight,
+                      sv_state, sv_cost, sv_scan, sv_n, min_key):
     b = cuda.blockIdx.y
     if t >= lengths[b] or status[b] != OK:
         return
     ns = sv_n[b]
     total = sv_scan[b, ns]
-    logp = log_probs[b]
     scan = sv_scan[b]
     best = MAX_KEY
     for k in range(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, total, cuda.gridDim.x * cuda.blockDim.x):
         i = find_segment(scan, ns, k)
         a = e_indptr[sv_state[b, i]] + (k - scan[i])
-        ac = arc_acoustic_cost(logp, t, ilabel[a], acoustic_scale, blank_ilabel, blank_penalty)
-        key = cost_key(float32(sv_cost[b, i] + float32(weight[a] + ac)))
+        key = cost_key(float32(sv_cost[b, i] + float32(weight[a] + ac[b, ilabel[a]])))
         if key < best:
             best = key
     if best != MAX_KEY:
@@ -338,25 +347,22 @@ def expand_min_kernel(t, lengths, status, log_probs, e_indptr, ilabel, weight,
 
 
 @cuda.jit
-def expand_kernel(t, lengths, status, log_probs, e_indptr, ilabel, weight, nextstate,
+def expand_kernel(t, lengths, status, ac, e_indptr, ilabel, weight, nextstate,
                   sv_state, sv_cost, sv_scan, sv_n, min_key, adaptive_beam,
-                  nx_key, nx_val, nx_count, H, capacity,
-                  acoustic_scale, blank_ilabel, blank_penalty):
+                  nx_key, nx_val, nx_count, H, capacity):
     b = cuda.blockIdx.y
     if t >= lengths[b] or status[b] != OK:
         return
     ns = sv_n[b]
     total = sv_scan[b, ns]
     bound = float32(key_cost(min_key[b]) + adaptive_beam[b])
-    logp = log_probs[b]
     scan = sv_scan[b]
     base = b * H
     mask = H - 1
     for k in range(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, total, cuda.gridDim.x * cuda.blockDim.x):
         i = find_segment(scan, ns, k)
         a = e_indptr[sv_state[b, i]] + (k - scan[i])
-        ac = arc_acoustic_cost(logp, t, ilabel[a], acoustic_scale, blank_ilabel, blank_penalty)
-        nc = float32(sv_cost[b, i] + float32(weight[a] + ac))
+        nc = float32(sv_cost[b, i] + float32(weight[a] + ac[b, ilabel[a]]))
         if nc < bound:
             slot = _insert(nx_key, nx_count, b, base, mask, capacity, nextstate[a])
             if slot < 0:

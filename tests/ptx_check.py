@@ -20,8 +20,8 @@ import wfst  # noqa: E402
 import wfst.cuda_backend as backend  # noqa: E402
 from wfst.decoder import Decoder  # noqa: E402
 
-KERNELS = ["init_kernel", "prune_store_kernel", "expand_min_kernel", "expand_kernel", "resolve_kernel",
-           "closure_kernel", "traceback_kernel"]
+KERNELS = ["init_kernel", "prune_store_kernel", "frame_costs_kernel", "expand_min_kernel", "expand_kernel",
+           "resolve_kernel", "closure_kernel", "traceback_kernel"]
 compiled = {}
 
 

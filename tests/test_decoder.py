@@ -233,6 +233,36 @@ def test_max_active_is_exact(demo, demo_graphs):
     assert 30 < d.stats.tokens_per_frame <= 37
 
 
+# --------------------------------------------------------------------------- frame-level token pruning
+
+def fltop_reference(log_probs: np.ndarray, top_n: int | None, rel: float, blank: int) -> np.ndarray:
+    """FLToP by NumPy: columns outside the frame's top_n (ties kept) or below R x the best
+    probability become -inf; the blank is exempt from top_n only."""
+    V = log_probs.shape[-1]
+    best = log_probs.max(axis=-1, keepdims=True)
+    floor = best + (np.log(rel) if rel > 0 else -np.inf)
+    kth = np.sort(log_probs, axis=-1)[..., V - min(top_n or V, V)][..., None]
+    keep = (log_probs >= floor) & (log_probs >= kth)
+    keep[..., blank] |= log_probs[..., blank] >= floor[..., 0]
+    return np.where(keep, log_probs, -np.inf).astype(np.float32)
+
+
+@pytest.mark.parametrize("top_n,rel", [(1, 0.0), (2, 0.0), (4, 7e-3), (None, 5e-2), (8, 1e-3), (3, 1.0)])
+def test_fltop_equals_decoding_the_pruned_emissions(demo, demo_graphs, top_n, rel):
+    path, kw = demo_graphs["bpe_compact"]
+    g = wfst.load_graph(path)
+    _, x, lengths = demo_emissions(demo, g, kw, count=20)
+    x[:, :, 5] = x[:, :, 9]  # exact ties at some ranks
+    pruned = Decoder(g, token_top_n=top_n, token_rel_threshold=rel)
+    results = pruned.decode(x, lengths)
+    reference = Decoder(g)
+    assert results == reference.decode(fltop_reference(x, top_n, rel, g.tokens.blank), lengths)
+    if top_n == 1:
+        full = Decoder(g)
+        full.decode(x, lengths)
+        assert pruned.stats.tokens_per_frame < full.stats.tokens_per_frame
+
+
 # --------------------------------------------------------------------------- config and bad input
 
 def test_config_is_frozen_and_validated():
@@ -243,7 +273,8 @@ def test_config_is_frozen_and_validated():
     for bad, word in [(dict(beam=0), "beam"), (dict(beam=float("nan")), "beam"), (dict(max_active=0), "max_active"),
                       (dict(max_active=10, min_active=11), "min_active"), (dict(acoustic_scale=-1), "acoustic_scale"),
                       (dict(token_capacity=0), "token_capacity"), (dict(max_active=2.5), "max_active"),
-                      (dict(blank_penalty=float("inf")), "blank_penalty")]:
+                      (dict(blank_penalty=float("inf")), "blank_penalty"), (dict(token_top_n=0), "token_top_n"),
+                      (dict(token_rel_threshold=1.5), "token_rel_threshold")]:
         with pytest.raises(ValueError, match=word):
             DecoderConfig(**bad)
 

@@ -154,6 +154,8 @@ class CudaBackend:
         work, work2 = zeros((B, C), i32), zeros((B, C), i32)
         L = 2 * (T + 1) + 64
         path_arcs, path_gids, path_len = zeros((B, L), i32), zeros((B, L), i32), zeros(B, i32)
+        ac = zeros((B, V + 1), np.float32)  # the frame's acoustic cost by input label
+        top_n, log_rel = c.fltop(V)
         blank = decoder._blank_ilabel
         scale, penalty = np.float32(c.acoustic_scale), np.float32(c.blank_penalty)
         per_utt, per_arc = (B, self.block), ((self.arc_blocks, B), K.ARC_BLOCK if not SIMULATOR else self.block)
@@ -174,11 +176,13 @@ class CudaBackend:
                 min_key, survivors, c.beam, c.max_active, c.min_active, c.beam_delta)
             if t == T:
                 break
-            K.expand_min_kernel[per_arc](t, lengths_d, status, xd, self.e_indptr, self.ilabel, self.weight,
-                                         sv_state, sv_cost, sv_scan, sv_n, min_key, scale, blank, penalty)
-            K.expand_kernel[per_arc](t, lengths_d, status, xd, self.e_indptr, self.ilabel, self.weight,
+            K.frame_costs_kernel[(B + 31) // 32, 32](t, lengths_d, status, xd, ac, scale, blank, penalty,
+                                                      top_n, log_rel)
+            K.expand_min_kernel[per_arc](t, lengths_d, status, ac, self.e_indptr, self.ilabel, self.weight,
+                                         sv_state, sv_cost, sv_scan, sv_n, min_key)
+            K.expand_kernel[per_arc](t, lengths_d, status, ac, self.e_indptr, self.ilabel, self.weight,
                                      self.nextstate, sv_state, sv_cost, sv_scan, sv_n, min_key, adaptive_beam,
-                                     nxt["key"], nxt["val"], nxt["count"], H, C, scale, blank, penalty)
+                                     nxt["key"], nxt["val"], nxt["count"], H, C)
             K.resolve_kernel[per_arc](t, lengths_d, status, self.e_indptr, S, cur["key"], cur["tok"], gid,
                                       nxt["key"], nxt["val"], nxt["tok"], H, nxt["state"], nxt["cost"],
                                       nxt["prev"], nxt["arc"], nxt["slot"], nxt["n"])

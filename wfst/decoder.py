@@ -44,6 +44,8 @@ class DecoderConfig:
     beam_delta: float = 0.5  # slack added to the adaptive beam when max/min_active bind (Kaldi)
     acoustic_scale: float = 1.0  # multiplies -logp
     blank_penalty: float = 0.0  # cost added on every frame that emits blank (> 0: fewer blanks)
+    token_top_n: int | None = None  # FLToP: expand only the frame's top-N columns (None: all)
+    token_rel_threshold: float = 0.0  # FLToP: and only those with p >= R * the frame's best p
     token_capacity: int | None = None  # tokens per frame per utterance; grows on overflow
     num_threads: int | None = None  # CPU threads, one utterance each; default: all cores
 
@@ -59,10 +61,20 @@ class DecoderConfig:
         check(_finite(self.beam_delta) and self.beam_delta >= 0, "beam_delta", "a finite number >= 0")
         check(_finite(self.acoustic_scale) and self.acoustic_scale > 0, "acoustic_scale", "a finite number > 0")
         check(_finite(self.blank_penalty), "blank_penalty", "a finite number")
+        check(self.token_top_n is None or (_int(self.token_top_n) and self.token_top_n >= 1),
+              "token_top_n", "None (all columns) or an integer >= 1")
+        check(_finite(self.token_rel_threshold) and 0 <= self.token_rel_threshold <= 1, "token_rel_threshold",
+              "a number in [0, 1]")
         check(self.token_capacity is None or (_int(self.token_capacity) and self.token_capacity >= 1),
               "token_capacity", "None or an integer >= 1")
         check(self.num_threads is None or (_int(self.num_threads) and self.num_threads >= 1),
               "num_threads", "None or an integer >= 1")
+
+    def fltop(self, num_columns: int) -> tuple[int, float]:
+        """(top_n, log R) as the kernels take them; (V, -inf) when pruning is off."""
+        top_n = num_columns if self.token_top_n is None else min(self.token_top_n, num_columns)
+        log_rel = math.log(self.token_rel_threshold) if self.token_rel_threshold > 0 else -math.inf
+        return top_n, log_rel
 
     @property
     def capacity(self) -> int:
@@ -180,7 +192,7 @@ class Decoder:
                 status, arcs, steps, final, per_frame = cpu.decode_one(
                     *self._cpu_graph(), g.final, g.start,
                     x[b], T, x.shape[2], c.beam, c.max_active, c.min_active, c.beam_delta,
-                    c.acoustic_scale, self._blank_ilabel, c.blank_penalty, self._capacity)
+                    c.acoustic_scale, self._blank_ilabel, c.blank_penalty, *c.fltop(x.shape[2]), self._capacity)
                 if status != cpu.OVERFLOW:
                     break
                 self._grow(T)

@@ -184,3 +184,20 @@ def find_segment(offsets, n, k):
 def arc_source(indptr, num_states, a):
     """The state whose arc range [indptr[s], indptr[s + 1]) holds arc `a`."""
     return find_segment(indptr, num_states, a)
+
+
+@njit(cache=True)
+def boost_cost(keys, costs, word):
+    """Cost of output word `word` in one utterance's boost map (open addressing; keys -1 =
+    empty; capacity a power of two): -reward for a boosted word, else 0.  The map is the
+    single-state boost acceptor B of the riva decoder paper, looked up instead of composed."""
+    mask = keys.shape[0] - 1
+    slot = hash_slot(word, mask)
+    for _ in range(keys.shape[0]):
+        k = keys[slot]
+        if k == word:
+            return costs[slot]
+        if k == EMPTY_KEY:
+            return np.float32(0.0)
+        slot = (slot + 1) & mask
+    return np.float32(0.0)

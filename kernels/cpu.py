@@ -26,6 +26,7 @@ from .common import (
     EMPTY_KEY,
     NO_TOKEN,
     bits_f32,
+    boost_cost,
     cutoff_and_adaptive_beam,
     f32_bits,
     frame_acoustic_costs,
@@ -117,8 +118,15 @@ def _recombine(state, cost, prev, arc, ht, tl_state, tl_cost, tl_prev, tl_arc, t
         slot = (slot + 1) & mask
 
 
+@njit(inline="always")
+def _boosted(cost, word, boost_keys, boost_costs):
+    if word == 0:
+        return cost
+    return np.float32(cost + boost_cost(boost_keys, boost_costs, word))
+
+
 @njit(nogil=True, cache=True, _nrt=False)
-def _closure(cutoff, n, states, arcs, ht,
+def _closure(cutoff, n, states, arcs, olabel, boost_keys, boost_costs, boosted, ht,
              tl_state, tl_cost, tl_prev, tl_arc, tl_best, tl_slot, stack):
     """Non-emitting closure of the frame's tokens; returns (n, overflow)."""
     top = 0
@@ -134,6 +142,8 @@ def _closure(cutoff, n, states, arcs, ht,
         s = tl_state[j]
         for p in range(states[s, 1], states[s + 1, 0]):
             nc = np.float32(c + arc_weight(arcs, p))
+            if boosted:
+                nc = _boosted(nc, olabel[arcs[p, 3]], boost_keys, boost_costs)
             if nc > cutoff:
                 continue
             idx, n, improved = _recombine(arcs[p, 1], nc, -(j + 2), arcs[p, 3], ht,
@@ -166,7 +176,7 @@ def _best_token(tl_state, tl_cost, final, n, with_final):
 
 
 @njit(nogil=True, cache=True)
-def decode_one(states, arcs, final, start,
+def decode_one(states, arcs, olabel, boost_keys, boost_costs, final, start,
                log_probs, num_frames, num_columns, beam, max_active, min_active, beam_delta,
                acoustic_scale, blank_ilabel, blank_penalty, top_n, log_rel, capacity):
     """Viterbi beam search of one utterance.
@@ -209,8 +219,9 @@ def decode_one(states, arcs, final, start,
     n = 0
     idx, n, _ = _recombine(start, np.float32(0.0), NO_TOKEN, -1, ht,
                            tl_state, tl_cost, tl_prev, tl_arc, tl_best, tl_slot, n)
-    n, overflow = _closure(np.float32(np.finfo(np.float32).max), n, states, arcs,
-                           ht, tl_state, tl_cost, tl_prev, tl_arc, tl_best, tl_slot, stack)
+    boosted = boost_keys[0] != EMPTY_KEY or boost_keys.shape[0] > 1
+    n, overflow = _closure(np.float32(np.finfo(np.float32).max), n, states, arcs, olabel, boost_keys, boost_costs,
+                           boosted, ht, tl_state, tl_cost, tl_prev, tl_arc, tl_best, tl_slot, stack)
     if overflow:
         return OVERFLOW, empty, empty, False, tokens_per_frame
 
@@ -289,6 +300,8 @@ def decode_one(states, arcs, final, start,
             c = sv_cost[i]
             for p in range(states[s, 0], states[s, 1]):
                 nc = np.float32(c + np.float32(arc_weight(arcs, p) + ac[arcs[p, 0]]))
+                if boosted:
+                    nc = _boosted(nc, olabel[arcs[p, 3]], boost_keys, boost_costs)
                 if nc < min_new:
                     min_new = nc
         bound = np.float32(min_new + adaptive_beam)
@@ -298,13 +311,15 @@ def decode_one(states, arcs, final, start,
             c = sv_cost[i]
             for p in range(states[s, 0], states[s, 1]):
                 nc = np.float32(c + np.float32(arc_weight(arcs, p) + ac[arcs[p, 0]]))
+                if boosted:
+                    nc = _boosted(nc, olabel[arcs[p, 3]], boost_keys, boost_costs)
                 if nc < bound:
                     idx, n, _ = _recombine(arcs[p, 1], nc, sv_gid[i], arcs[p, 3], ht,
                                            tl_state, tl_cost, tl_prev, tl_arc, tl_best, tl_slot, n)
                     if idx < 0:
                         return OVERFLOW, empty, empty, False, tokens_per_frame
         # ---- non-emitting closure
-        n, overflow = _closure(bound, n, states, arcs,
+        n, overflow = _closure(bound, n, states, arcs, olabel, boost_keys, boost_costs, boosted,
                                ht, tl_state, tl_cost, tl_prev, tl_arc, tl_best, tl_slot, stack)
         if overflow:
             return OVERFLOW, empty, empty, False, tokens_per_frame

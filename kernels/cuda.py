@@ -36,6 +36,7 @@ from numba import cuda, float32, int32, int64, uint32, uint64
 from .common import (
     EMPTY_KEY,
     arc_source,
+    boost_cost,
     cost_key,
     cutoff_and_adaptive_beam,
     find_segment,
@@ -61,6 +62,7 @@ if numba_config.ENABLE_CUDASIM:
         return call
 
     frame_acoustic_costs = _host_callable(frame_acoustic_costs)
+    boost_cost = _host_callable(boost_cost)
     arc_source = _host_callable(arc_source)
     find_segment = _host_callable(find_segment)
     pick_bin = _host_callable(pick_bin)
@@ -326,9 +328,16 @@ def frame_costs_kernel(t, lengths, status, log_probs, ac, acoustic_scale, blank_
     frame_acoustic_costs(log_probs[b], t, acoustic_scale, blank_ilabel, blank_penalty, top_n, log_rel, ac[b])
 
 
+@cuda.jit(device=True)
+def _boosted(cost, word, boost_keys, boost_costs, b):
+    if word == 0:
+        return cost
+    return float32(cost + boost_cost(boost_keys[b], boost_costs[b], word))
+
+
 @cuda.jit
-def expand_min_kernel(t, lengths, status, ac, e_indptr, ilabel, weight,
-                      sv_state, sv_cost, sv_scan, sv_n, min_key):
+def expand_min_kernel(t, lengths, status, ac, e_indptr, ilabel, olabel, weight,
+                      sv_state, sv_cost, sv_scan, sv_n, min_key, boost_keys, boost_costs, boosted):
     b = cuda.blockIdx.y
     if t >= lengths[b] or status[b] != OK:
         return
@@ -339,7 +348,10 @@ def expand_min_kernel(t, lengths, status, ac, e_indptr, ilabel, weight,
     for k in range(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, total, cuda.gridDim.x * cuda.blockDim.x):
         i = find_segment(scan, ns, k)
         a = e_indptr[sv_state[b, i]] + (k - scan[i])
-        key = cost_key(float32(sv_cost[b, i] + float32(weight[a] + ac[b, ilabel[a]])))
+        nc = float32(sv_cost[b, i] + float32(weight[a] + ac[b, ilabel[a]]))
+        if boosted:
+            nc = _boosted(nc, olabel[a], boost_keys, boost_costs, b)
+        key = cost_key(nc)
         if key < best:
             best = key
     if best != MAX_KEY:
@@ -347,9 +359,9 @@ def expand_min_kernel(t, lengths, status, ac, e_indptr, ilabel, weight,
 
 
 @cuda.jit
-def expand_kernel(t, lengths, status, ac, e_indptr, ilabel, weight, nextstate,
+def expand_kernel(t, lengths, status, ac, e_indptr, ilabel, olabel, weight, nextstate,
                   sv_state, sv_cost, sv_scan, sv_n, min_key, adaptive_beam,
-                  nx_key, nx_val, nx_count, H, capacity):
+                  nx_key, nx_val, nx_count, H, capacity, boost_keys, boost_costs, boosted):
     b = cuda.blockIdx.y
     if t >= lengths[b] or status[b] != OK:
         return
@@ -363,6 +375,8 @@ def expand_kernel(t, lengths, status, ac, e_indptr, ilabel, weight, nextstate,
         i = find_segment(scan, ns, k)
         a = e_indptr[sv_state[b, i]] + (k - scan[i])
         nc = float32(sv_cost[b, i] + float32(weight[a] + ac[b, ilabel[a]]))
+        if boosted:
+            nc = _boosted(nc, olabel[a], boost_keys, boost_costs, b)
         if nc < bound:
             slot = _insert(nx_key, nx_count, b, base, mask, capacity, nextstate[a])
             if slot < 0:
@@ -397,8 +411,8 @@ def resolve_kernel(t, lengths, status, e_indptr, num_states,
 
 
 @cuda.jit
-def closure_kernel(t, lengths, status, ne_indptr, num_states, weight, nextstate,
-                   min_key, adaptive_beam, initial,
+def closure_kernel(t, lengths, status, ne_indptr, num_states, olabel, weight, nextstate,
+                   min_key, adaptive_beam, initial, boost_keys, boost_costs, boosted,
                    ht_key, ht_val, ht_tok, ht_count, ht_stamp, H, capacity,
                    tl_state, tl_cost, tl_prev, tl_arc, tl_slot, tl_n, work, work2):
     """Input-epsilon closure of one utterance's frame tokens (Bellman-Ford rounds in a block)."""
@@ -434,6 +448,8 @@ def closure_kernel(t, lengths, status, ne_indptr, num_states, weight, nextstate,
             s = tl_state[b, j]
             for a in range(ne_indptr[s], ne_indptr[s + 1]):
                 nc = float32(c + weight[a])
+                if boosted:
+                    nc = _boosted(nc, olabel[a], boost_keys, boost_costs, b)
                 if nc > cutoff:
                     continue
                 slot = _insert(ht_key, ht_count, b, base, mask, capacity, nextstate[a])

@@ -48,10 +48,13 @@ def main(graph_dir: str) -> int:
     backend.on_device = lambda a: a  # host arrays stand in for device arrays: only their types matter
     cb = object.__new__(backend.CudaBackend)
     cb.xp, cb.graph, cb.bp_per_frame, cb.block, cb.arc_blocks = np, g, None, 256, 64
-    for name in ("e_indptr", "ne_indptr", "ilabel", "weight", "nextstate", "final"):
+    for name in ("e_indptr", "ne_indptr", "ilabel", "olabel", "weight", "nextstate", "final"):
         setattr(cb, name, getattr(g, name))
     x = np.full((2, 4, g.tokens.num_columns), -np.log(g.tokens.num_columns), np.float32)
-    cb._run(dec, x, np.array([4, 3]))
+    from wfst.boost import boost_tables
+
+    dec._boost = boost_tables({g.words[1]: 1.0}, 2, g.words, 10.0)
+    cb._run(dec, x, np.array([4, 3]), [0, 1])
     for name in KERNELS:
         print(f"{name}: {compiled[name]} bytes of PTX for sm_90")
     return 0 if set(compiled) == set(KERNELS) else 1

@@ -40,10 +40,10 @@ CONFIGS = {
 }
 
 
-def assert_same(graph, x, lengths, **config):
+def assert_same(graph, x, lengths, boost=None, **config):
     cpu = Decoder(graph, device="cpu", **config)
     gpu = Decoder(graph, device="cuda", **config)
-    expected, got = cpu.decode(x, lengths), gpu.decode(x, lengths)
+    expected, got = cpu.decode(x, lengths, boost=boost), gpu.decode(x, lengths, boost=boost)
     assert got == expected
     assert gpu.stats.tokens_per_frame == pytest.approx(cpu.stats.tokens_per_frame)
     return gpu
@@ -66,6 +66,15 @@ def test_tiny_tlg_with_backoff_epsilons_cuda_equals_cpu(tiny):
     assert g.num_arcs > g.num_emitting_arcs  # backoff arcs: the closure kernel has work
     x = random_log_probs(5, batch=2, frames=7, columns=5, sharpness=3.0)
     assert_same(g, x, np.array([7, 5]), beam=20.0, max_active=30, min_active=1)
+
+
+def test_word_boosting_cuda_equals_cpu(tiny):
+    r = compile_graph(tiny / "g", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=tiny / "lexicon.txt",
+                      word_boundary="|", topology="compact")
+    g = wfst.load_graph(r.directory)
+    x = random_log_probs(6, batch=3, frames=6, columns=5, sharpness=3.0)
+    boost = [{"ab": 3.0, "ba": 1.0}, None, {"cab": 4.0, "a": -2.0}]
+    assert_same(g, x, np.array([6, 5, 6]), boost=boost, beam=20.0, max_active=30, min_active=1)
 
 
 def test_demo_graph_cuda_equals_cpu(demo, tmp_path):

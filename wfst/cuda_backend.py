@@ -59,6 +59,7 @@ class CudaBackend:
         self.e_indptr = on_device(xp.asarray(graph.e_indptr))
         self.ne_indptr = on_device(xp.asarray(graph.ne_indptr))
         self.ilabel = on_device(xp.asarray(graph.ilabel))
+        self.olabel = on_device(xp.asarray(graph.olabel))
         self.weight = on_device(xp.asarray(graph.weight))
         self.nextstate = on_device(xp.asarray(graph.nextstate))
         self.final = on_device(xp.asarray(graph.final))
@@ -73,12 +74,13 @@ class CudaBackend:
         free, _ = self.xp.cuda.runtime.memGetInfo()
         return int(free)
 
-    def decode(self, decoder, log_probs, lengths):
+    def decode(self, decoder, log_probs, lengths, boost=None):
         from wfst.kernels import cuda as K
 
         xp = self.xp
         x = device_input(log_probs)
         lengths = decoder.check_input(x, lengths)
+        decoder.prepare_boost(boost, len(lengths))
         B, T, _ = x.shape
         valid = xp.asarray(np.arange(T)[None, :] < lengths[:, None])
         bad = ((xp.isnan(x) | xp.isposinf(x)).any(axis=2) & valid).any(axis=1)
@@ -92,7 +94,7 @@ class CudaBackend:
         while todo:
             decoder.check_memory(len(todo), T, self.free_bytes(), "GPU")
             sub = xp.ascontiguousarray(x[xp.asarray(todo)]) if len(todo) < B else x
-            status, paths, survivors = self._run(decoder, sub, lengths[todo])
+            status, paths, survivors = self._run(decoder, sub, lengths[todo], todo)
             again = []
             for i, b in enumerate(todo):
                 if status[i] == K.EPS_CYCLE:
@@ -112,7 +114,7 @@ class CudaBackend:
             todo = again
         return results, tokens, regrowths
 
-    def _run(self, decoder, x, lengths: np.ndarray):
+    def _run(self, decoder, x, lengths: np.ndarray, utterances: list[int]):
         """One pass over a batch at the decoder's current capacity; returns (status, results, survivors)."""
         from wfst.kernels import cuda as K
 
@@ -155,6 +157,10 @@ class CudaBackend:
         L = 2 * (T + 1) + 64
         path_arcs, path_gids, path_len = zeros((B, L), i32), zeros((B, L), i32), zeros(B, i32)
         ac = zeros((B, V + 1), np.float32)  # the frame's acoustic cost by input label
+        boost = decoder._boost
+        boosted = bool(boost.active)
+        boost_keys = on_device(xp.asarray(np.ascontiguousarray(boost.keys[utterances])))
+        boost_costs = on_device(xp.asarray(np.ascontiguousarray(boost.costs[utterances])))
         top_n, log_rel = c.fltop(V)
         blank = decoder._blank_ilabel
         scale, penalty = np.float32(c.acoustic_scale), np.float32(c.blank_penalty)
@@ -164,7 +170,8 @@ class CudaBackend:
         b0 = bufs[0]
         K.init_kernel[(B + 31) // 32, 32](g.start, b0["key"], b0["val"], b0["tok"], b0["count"], H,
                                           b0["state"], b0["cost"], b0["prev"], b0["arc"], b0["slot"], b0["n"])
-        self._closure(K, per_utt, 0, lengths_d, status, min_key, adaptive_beam, True, b0, H, C, work, work2)
+        bw = (boost_keys, boost_costs, boosted)
+        self._closure(K, per_utt, 0, lengths_d, status, min_key, adaptive_beam, True, b0, H, C, work, work2, bw)
         for t in range(T + 1):
             cur, nxt = bufs[t % 2], bufs[(t + 1) % 2]
             K.prune_store_kernel[per_utt](
@@ -178,15 +185,16 @@ class CudaBackend:
                 break
             K.frame_costs_kernel[(B + 31) // 32, 32](t, lengths_d, status, xd, ac, scale, blank, penalty,
                                                       top_n, log_rel)
-            K.expand_min_kernel[per_arc](t, lengths_d, status, ac, self.e_indptr, self.ilabel, self.weight,
-                                         sv_state, sv_cost, sv_scan, sv_n, min_key)
-            K.expand_kernel[per_arc](t, lengths_d, status, ac, self.e_indptr, self.ilabel, self.weight,
+            K.expand_min_kernel[per_arc](t, lengths_d, status, ac, self.e_indptr, self.ilabel, self.olabel,
+                                         self.weight, sv_state, sv_cost, sv_scan, sv_n, min_key, *bw)
+            K.expand_kernel[per_arc](t, lengths_d, status, ac, self.e_indptr, self.ilabel, self.olabel, self.weight,
                                      self.nextstate, sv_state, sv_cost, sv_scan, sv_n, min_key, adaptive_beam,
-                                     nxt["key"], nxt["val"], nxt["count"], H, C)
+                                     nxt["key"], nxt["val"], nxt["count"], H, C, *bw)
             K.resolve_kernel[per_arc](t, lengths_d, status, self.e_indptr, S, cur["key"], cur["tok"], gid,
                                       nxt["key"], nxt["val"], nxt["tok"], H, nxt["state"], nxt["cost"],
                                       nxt["prev"], nxt["arc"], nxt["slot"], nxt["n"])
-            self._closure(K, per_utt, t, lengths_d, status, min_key, adaptive_beam, False, nxt, H, C, work, work2)
+            self._closure(K, per_utt, t, lengths_d, status, min_key, adaptive_beam, False, nxt, H, C, work, work2,
+                          bw)
         K.traceback_kernel[(B + 31) // 32, 32](status, keep, bp_prev, bp_arc, bp_n, path_arcs, path_gids, path_len)
 
         host = _to_host
@@ -205,14 +213,15 @@ class CudaBackend:
         results, at = [], 0
         for b, (arcs, steps) in enumerate(paths):
             k = len(wanted[b][1])
-            results.append(decoder.make_result(int(lengths[b]), arcs, steps, gathered[at:at + k], bool(final_h[b]))
-                           if status_h[b] == K.OK else None)
+            results.append(decoder.make_result(int(lengths[b]), arcs, steps, gathered[at:at + k], bool(final_h[b]),
+                                               utterances[b]) if status_h[b] == K.OK else None)
             at += k
         return status_h, results, host(survivors)
 
-    def _closure(self, K, per_utt, t, lengths_d, status, min_key, adaptive_beam, initial, buf, H, C, work, work2):
-        K.closure_kernel[per_utt](t, lengths_d, status, self.ne_indptr, self.graph.num_states, self.weight,
-                                  self.nextstate, min_key, adaptive_beam, initial,
+    def _closure(self, K, per_utt, t, lengths_d, status, min_key, adaptive_beam, initial, buf, H, C, work, work2,
+                 boost):
+        K.closure_kernel[per_utt](t, lengths_d, status, self.ne_indptr, self.graph.num_states, self.olabel,
+                                  self.weight, self.nextstate, min_key, adaptive_beam, initial, *boost,
                                   buf["key"], buf["val"], buf["tok"], buf["count"], buf["stamp"], H, C,
                                   buf["state"], buf["cost"], buf["prev"], buf["arc"], buf["slot"], buf["n"],
                                   work, work2)

@@ -94,7 +94,7 @@ def _int(x) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class DecodeResult:
-    """The best path of one utterance.  cost = acoustic_cost + graph_cost."""
+    """The best path of one utterance.  cost = acoustic_cost + graph_cost + boost_cost."""
 
     words: tuple[str, ...]
     word_ids: tuple[int, ...]
@@ -104,6 +104,7 @@ class DecodeResult:
     graph_cost: float  # arc costs + the final cost (when a final state was reached)
     reached_final: bool
     num_frames: int
+    boost_cost: float = 0.0  # -sum of the boosts of the path's words (cost includes it)
 
     @property
     def text(self) -> str:
@@ -119,6 +120,7 @@ class DecodeStats:
     seconds: float = 0.0
     tokens_per_frame: float = 0.0  # survivors of pruning, averaged over frames
     regrowths: int = 0  # times the token capacity overflowed and an utterance was decoded again
+    boost_unknown: tuple = ()  # (utterance, word) boosted but not in the graph's vocabulary
 
 
 class Decoder:
@@ -154,29 +156,36 @@ class Decoder:
         else:
             self._backend = None
         self._cpu_layout = None
+        self._boost = None  # the current batch's boost maps (wfst.boost.BoostTables)
 
     def __repr__(self) -> str:
         return f"Decoder({self.graph!r}, {self.config}, device={self.device!r})"
 
     # ------------------------------------------------------------------ decoding
 
-    def decode(self, log_probs, lengths=None) -> list[DecodeResult]:
-        """Decode a batch: log_probs (B, T, V) float32 natural-log posteriors, lengths (B,)."""
+    def decode(self, log_probs, lengths=None, *, boost=None) -> list[DecodeResult]:
+        """Decode a batch: log_probs (B, T, V) float32 natural-log posteriors, lengths (B,).
+
+        boost: word -> reward (natural log; > 0 makes the word more likely) for the whole
+        batch, or a list with one such mapping (or None) per utterance.  Boosted words that
+        are not in the graph's vocabulary are warned about and listed in stats.boost_unknown.
+        """
         start = time.perf_counter()
         if self.device == "cuda":
-            results, tokens, regrowths = self._backend.decode(self, log_probs, lengths)
+            results, tokens, regrowths = self._backend.decode(self, log_probs, lengths, boost)
         else:
-            results, tokens, regrowths = self._decode_cpu(log_probs, lengths)
+            results, tokens, regrowths = self._decode_cpu(log_probs, lengths, boost)
         frames = sum(r.num_frames for r in results)
         self.stats = DecodeStats(len(results), frames, time.perf_counter() - start,
-                                 tokens / frames if frames else 0.0, regrowths)
+                                 tokens / frames if frames else 0.0, regrowths, self._boost.unknown)
         return results
 
-    def _decode_cpu(self, log_probs, lengths):
+    def _decode_cpu(self, log_probs, lengths, boost):
         from wfst.kernels import cpu
 
         x = host_array(log_probs)
         lengths = self.check_input(x, lengths)
+        self.prepare_boost(boost, len(lengths))
         valid = np.arange(x.shape[1])[None, :] < lengths[:, None]
         self.check_finite(((np.isnan(x) | np.isposinf(x)).any(axis=2) & valid).any(axis=1))
         self.check_memory(min(len(lengths), os.cpu_count() or 1), x.shape[1], available_host_bytes(), "host")
@@ -189,8 +198,9 @@ class Decoder:
                 return self.empty_result(), 0, 0
             regrowths = 0
             while True:
+                states, arcs_ = self._cpu_graph()
                 status, arcs, steps, final, per_frame = cpu.decode_one(
-                    *self._cpu_graph(), g.final, g.start,
+                    states, arcs_, g.olabel, self._boost.keys[b], self._boost.costs[b], g.final, g.start,
                     x[b], T, x.shape[2], c.beam, c.max_active, c.min_active, c.beam_delta,
                     c.acoustic_scale, self._blank_ilabel, c.blank_penalty, *c.fltop(x.shape[2]), self._capacity)
                 if status != cpu.OVERFLOW:
@@ -201,7 +211,8 @@ class Decoder:
                 raise WfstError(f"utterance {b}: the graph has a zero-cost epsilon cycle; "
                                 f"the best path cannot be traced back")
             frames, columns = self.path_frames_columns(arcs, steps)
-            return self.make_result(T, arcs, steps, x[b][frames, columns], final), int(per_frame.sum()), regrowths
+            result = self.make_result(T, arcs, steps, x[b][frames, columns], final, b)
+            return result, int(per_frame.sum()), regrowths
 
         if threads == 1:
             outs = [one(b) for b in range(len(lengths))]
@@ -255,6 +266,12 @@ class Decoder:
             raise DecodeInputError(f"utterance {b}: length {int(lengths[b])} outside [0, T={T}]")
         return lengths
 
+    def prepare_boost(self, boost, batch: int) -> None:
+        """The batch's boost maps (validated; unknown words reported) for the backends."""
+        from .boost import boost_tables
+
+        self._boost = boost_tables(boost, batch, self.graph.words, self.config.beam)
+
     def check_finite(self, bad_rows: np.ndarray) -> None:
         """Raise for the first utterance with NaN or +inf in its frames (bad_rows: bool (B,))."""
         bad = np.flatnonzero(bad_rows)
@@ -288,7 +305,7 @@ class Decoder:
         return DecodeResult((), (), (), 0.0, 0.0, 0.0, False, 0)
 
     def make_result(self, T: int, arcs: np.ndarray, steps: np.ndarray, acoustic_logp: np.ndarray,
-                    reached_final: bool) -> DecodeResult:
+                    reached_final: bool, utterance: int) -> DecodeResult:
         """Words, frames and cost parts (in float64) of a traced-back path.
 
         arcs: arc ids in order; steps: the step each arc's token was stored at (an emitting
@@ -308,8 +325,14 @@ class Decoder:
         frames = np.maximum(np.asarray(steps, np.int64) - 1, 0)
         word_ids = tuple(int(w) for w in olab[has_word])
         words = tuple(g.words[w] if g.words is not None else str(w) for w in word_ids)
+        boost_cost = 0.0
+        keys = self._boost.keys[utterance]
+        if word_ids and (keys >= 0).any():
+            boost = dict(zip(keys.tolist(), self._boost.costs[utterance].astype(np.float64).tolist()))
+            boost_cost = sum(boost.get(w, 0.0) for w in word_ids)
         return DecodeResult(words, word_ids, tuple(int(f) for f in frames[has_word]),
-                            acoustic_cost + graph_cost, acoustic_cost, graph_cost, bool(reached_final), T)
+                            acoustic_cost + graph_cost + boost_cost, acoustic_cost, graph_cost,
+                            bool(reached_final), T, boost_cost)
 
     def path_frames_columns(self, arcs: np.ndarray, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(frame, logit column) read by each emitting arc of a path: where to gather logp."""

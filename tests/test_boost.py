@@ -1,0 +1,131 @@
+"""Word boosting: a per-utterance word -> reward map looked up at word arcs, exactly like
+decoding TLG ∘ B with B the one-state boost acceptor (the riva decoder paper, sec. 3.2)."""
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import pywrapfst as fst
+from decoding import random_log_probs
+from wfst.graphs import compile_graph
+from wfst.graphs.paths import shortest_decode
+
+import wfst
+from wfst import synthetic
+from wfst.boost import BoostError
+from wfst.decoder import Decoder
+from wfst.graph import graph_from_fst, read_fst
+
+WIDE = dict(beam=1e4, max_active=10**6, min_active=0, token_capacity=256)
+
+
+def boost_acceptor(words: wfst.WordTable, boost: dict[str, float]) -> fst.VectorFst:
+    """B: one state, final, a loop per word with cost -reward (0 for words not boosted)."""
+    b = fst.VectorFst()
+    s = b.add_state()
+    b.set_start(s)
+    b.set_final(s)
+    for i, w in enumerate(words.symbols):
+        if i:
+            b.add_arc(s, fst.Arc(i, i, fst.Weight(b.weight_type(), -boost.get(w, 0.0)), s))
+    return b
+
+
+@pytest.fixture
+def tiny_graph(tiny):
+    r = compile_graph(tiny / "g", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=tiny / "lexicon.txt",
+                      word_boundary="|", topology="compact")
+    return wfst.load_graph(r.directory), read_fst(r.directory / "TLG.fst")
+
+
+@pytest.mark.parametrize("boost", [{"ab": 1.5}, {"ba": 3.0, "abc": 0.7}, {"cab": 2.0, "a": -1.0}])
+def test_boost_equals_static_composition(tiny_graph, boost):
+    g, tlg = tiny_graph
+    composed = fst.compose(tlg.copy().arcsort("olabel"), boost_acceptor(g.words, boost))
+    composed.arcsort("ilabel")
+    static = graph_from_fst(composed, g.tokens, g.words)
+    x = random_log_probs(11, batch=6, frames=10, columns=5, sharpness=3.0)
+    boosted = Decoder(g, **WIDE).decode(x, boost=boost)
+    reference = Decoder(static, **WIDE).decode(x)
+    for b, (got, ref) in enumerate(zip(boosted, reference)):
+        words, cost = shortest_decode(composed, x[b])
+        assert got.word_ids == ref.word_ids == tuple(words)
+        assert got.cost == pytest.approx(ref.cost, abs=1e-4) and got.cost == pytest.approx(cost, abs=1e-4)
+        expected = -sum(boost.get(g.words[w], 0.0) for w in got.word_ids)
+        assert got.boost_cost == pytest.approx(expected)
+        assert got.acoustic_cost + got.graph_cost + got.boost_cost == pytest.approx(got.cost)
+
+
+def test_per_utterance_boosts(tiny_graph):
+    g, _ = tiny_graph
+    x = random_log_probs(3, batch=3, frames=8, columns=5, sharpness=3.0)
+    dec = Decoder(g, **WIDE)
+    each = dec.decode(x, boost=[{"ab": 4.0}, None, {"ba": 4.0}])
+    assert each[0] == dec.decode(x[:1], boost={"ab": 4.0})[0]
+    assert each[1] == dec.decode(x[1:2])[0]
+    assert each[2] == dec.decode(x[2:], boost={"ba": 4.0})[0]
+
+
+@pytest.fixture(scope="module")
+def char_graph(demo, tmp_path_factory):
+    out = tmp_path_factory.mktemp("boost")
+    r = compile_graph(out / "char", tokens=demo / "chars_tokens.txt", word_boundary="|", lm=demo / "lm.arpa",
+                      topology="compact", cache_dir=out / "cache")
+    g = wfst.load_graph(r.directory)
+    lines = [t for t in (demo / "test.txt").read_text().splitlines() if t.strip()]
+    texts = [t for t in lines if all(w in g.words.ids() for w in t.split())][:60]
+    x, lengths = synthetic.from_texts(texts, g.tokens, word_boundary="|", seed=5, confusion=0.25)
+    return g, texts, x, lengths
+
+
+def test_boost_recovers_a_weakly_supported_word(char_graph):
+    g, texts, x, lengths = char_graph
+    dec = Decoder(g)
+    plain = dec.decode(x, lengths)
+    fixed = 0
+    for b, (text, r) in enumerate(zip(texts, plain)):
+        missed = [w for w in text.split() if w not in r.words and len(w) > 3]
+        if not missed:
+            continue
+        boosted = dec.decode(x[b:b + 1], lengths[b:b + 1], boost={missed[0]: 4.0})[0]
+        fixed += missed[0] in boosted.words
+    assert fixed >= 3, "boosting a missed word should bring it back"
+
+
+def test_boosting_absent_words_changes_little(char_graph):
+    """The paper's 'inaccurate' scenario: boosted words that are not spoken."""
+    g, texts, x, lengths = char_graph
+    spoken = {w for t in texts for w in t.split()}
+    absent = [w for w in g.words.symbols[1:] if w.isalpha() and len(w) > 5 and w not in spoken][:200]
+    dec = Decoder(g)
+    plain = dec.decode(x, lengths)
+    boosted = dec.decode(x, lengths, boost=dict.fromkeys(absent, 2.0))
+    from wfst.scoring import word_errors
+
+    before = word_errors(texts, [r.words for r in plain]).rate
+    after = word_errors(texts, [r.words for r in boosted]).rate
+    assert after <= before + 0.01
+    assert sum(a.words == b.words for a, b in zip(plain, boosted)) >= 0.9 * len(texts)
+
+
+def test_boost_input_is_checked_and_reported(tiny_graph):
+    g, _ = tiny_graph
+    x = random_log_probs(3, batch=2, frames=6, columns=5)
+    dec = Decoder(g, beam=8.0)
+    assert dec.decode(x, boost={}) == dec.decode(x)  # empty: no-op
+    with pytest.warns(UserWarning, match=r"2 boosted word\(s\) are not in the graph's vocabulary.*'zzz'"):
+        dec.decode(x, boost={"zzz": 1.0, "a b": 2.0, "ab": 1.0})
+    assert dec.stats.boost_unknown == ((0, "zzz"), (0, "a b"), (1, "zzz"), (1, "a b"))
+    with pytest.warns(UserWarning, match="more than half the beam"):
+        dec.decode(x, boost={"ab": 5.0})
+    for bad in [{"ab": math.nan}, {"ab": math.inf}, {"ab": "2"}]:
+        with pytest.raises(BoostError, match="finite number"):
+            dec.decode(x, boost=bad)
+    with pytest.raises(BoostError, match="2 utterances"):
+        dec.decode(x, boost=[{"ab": 1.0}])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dec.decode(x, boost=[None, {"ab": 1.0}])
+    assert np.isfinite([r.cost for r in dec.decode(x, boost={"ab": -3.0})]).all()  # a penalty works too

@@ -1,0 +1,93 @@
+"""Per-utterance word boosting: a reward (natural log, > 0 makes a word more likely) for
+words of the graph's vocabulary, applied at every arc that outputs the word.
+
+Decoding with a boost map equals decoding TLG ∘ B, where B is a one-state acceptor with a
+loop for every word, of cost -reward for the boosted ones and 0 for the rest (the riva
+decoder paper, sec. 3.2): the decoder looks the word up in a small hash map per
+utterance instead of composing.  Words not in the vocabulary are reported, never
+silently dropped.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from .errors import WfstError
+from .symbols import WordTable
+
+
+class BoostError(WfstError, ValueError):
+    """A boost map that cannot be used (not a mapping, NaN or infinite rewards)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BoostTables:
+    """One open-addressing map word id -> cost per utterance: keys (B, H) int32, costs (B, H) float32."""
+
+    keys: np.ndarray
+    costs: np.ndarray
+    unknown: tuple[tuple[int, str], ...]  # (utterance, word) not in the graph's vocabulary
+
+    @property
+    def active(self) -> bool:
+        return bool((self.keys >= 0).any())
+
+
+def boost_tables(boost, batch: int, words: WordTable | None, beam: float) -> BoostTables:
+    """Validate `boost` (None, one mapping for the batch, or one mapping or None per
+    utterance) and build the per-utterance maps."""
+    from wfst.kernels.common import EMPTY_KEY, hash_slot
+
+    if boost is None:
+        per_utt: Sequence = [None] * batch
+    elif isinstance(boost, Mapping):
+        per_utt = [boost] * batch
+    elif isinstance(boost, Sequence) and not isinstance(boost, str):
+        if len(boost) != batch:
+            raise BoostError(f"boost has {len(boost)} entries but the batch has {batch} utterances")
+        per_utt = boost
+    else:
+        raise BoostError(f"boost must be a mapping word -> reward, or one per utterance; got {type(boost).__name__}")
+    ids = words.ids() if words is not None else {}
+    unknown, maps = [], []
+    for b, m in enumerate(per_utt):
+        if m is None:
+            maps.append({})
+            continue
+        if not isinstance(m, Mapping):
+            raise BoostError(f"utterance {b}: boost must be a mapping word -> reward; got {type(m).__name__}")
+        known = {}
+        for word, reward in m.items():
+            if not isinstance(reward, (int, float)) or isinstance(reward, bool) or not math.isfinite(reward):
+                raise BoostError(f"utterance {b}: boost of {word!r} is {reward!r}; it must be a finite number")
+            if word not in ids or word in ("<eps>", "#0", "<s>", "</s>"):
+                unknown.append((b, word))
+                continue
+            if reward > beam / 2:
+                warnings.warn(f"utterance {b}: boost {reward} for {word!r} is more than half the beam "
+                              f"({beam}); it can push better paths out of the beam", stacklevel=3)
+            known[ids[word]] = reward
+        maps.append(known)
+    H = 1
+    while H < 2 * max((len(m) for m in maps), default=0):
+        H *= 2
+    keys = np.full((batch, H), EMPTY_KEY, np.int32)
+    costs = np.zeros((batch, H), np.float32)
+    for b, m in enumerate(maps):
+        for w, reward in m.items():
+            slot = int(hash_slot(w, H - 1))
+            while keys[b, slot] != EMPTY_KEY:
+                slot = (slot + 1) & (H - 1)
+            keys[b, slot] = w
+            costs[b, slot] = -reward
+    if unknown:
+        distinct = list(dict.fromkeys(w for _, w in unknown))
+        shown = ", ".join(repr(w) for w in distinct[:10])
+        warnings.warn(f"{len(distinct)} boosted word(s) are not in the graph's vocabulary and are ignored "
+                      f"(listed in Decoder.stats.boost_unknown): {shown}{' ...' if len(distinct) > 10 else ''}",
+                      stacklevel=3)
+    return BoostTables(keys, costs, tuple(unknown))

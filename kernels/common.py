@@ -186,11 +186,15 @@ def arc_source(indptr, num_states, a):
     return find_segment(indptr, num_states, a)
 
 
-@njit(cache=True)
-def boost_cost(keys, costs, word):
+@njit(cache=True, _nrt=False)  # no reference counting of the arrays on each call
+def boost_cost(keys, costs, bits, word):
     """Cost of output word `word` in one utterance's boost map (open addressing; keys -1 =
     empty; capacity a power of two): -reward for a boosted word, else 0.  The map is the
-    single-state boost acceptor B of the riva decoder paper, looked up instead of composed."""
+    single-state boost acceptor B of the riva decoder paper, looked up instead of composed.
+    `bits` has bit w set for each boosted word w: most words are not, and one bit test
+    answers them without probing the map."""
+    if (bits[word >> 5] >> np.uint32(word & 31)) & np.uint32(1) == 0:
+        return np.float32(0.0)
     mask = keys.shape[0] - 1
     slot = hash_slot(word, mask)
     for _ in range(keys.shape[0]):

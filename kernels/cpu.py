@@ -45,17 +45,17 @@ def _in_frame(prev):
 
 
 @njit(nogil=True, cache=True)
-def interleave_graph(e_indptr, ne_indptr, ilabel, weight, nextstate):
+def interleave_graph(e_indptr, ne_indptr, ilabel, olabel, weight, nextstate):
     """The CPU layout of a CSR graph: each state's emitting then epsilon arcs side by side,
-    one 16-byte record per arc (ilabel, nextstate, weight bits, graph arc id), so that a
-    token touches one or two cache lines of arcs instead of one per array.
+    one 20-byte record per arc (ilabel, nextstate, weight bits, graph arc id, olabel), so
+    that a token touches one or two cache lines of arcs instead of one per array.
 
     states[s] = (first arc, first epsilon arc); the state's arcs end at states[s + 1, 0].
     """
     S = e_indptr.shape[0] - 1
     E = ilabel.shape[0]
     states = np.empty((S + 1, 2), np.int64)
-    arcs = np.empty((E, 4), np.int32)
+    arcs = np.empty((E, 5), np.int32)
     p = 0
     for s in range(S):
         states[s, 0] = p
@@ -64,6 +64,7 @@ def interleave_graph(e_indptr, ne_indptr, ilabel, weight, nextstate):
             arcs[p, 1] = nextstate[a]
             arcs[p, 2] = f32_bits(weight[a])
             arcs[p, 3] = a
+            arcs[p, 4] = olabel[a]
             p += 1
         states[s, 1] = p
         for a in range(ne_indptr[s], ne_indptr[s + 1]):
@@ -71,6 +72,7 @@ def interleave_graph(e_indptr, ne_indptr, ilabel, weight, nextstate):
             arcs[p, 1] = nextstate[a]
             arcs[p, 2] = f32_bits(weight[a])
             arcs[p, 3] = a
+            arcs[p, 4] = olabel[a]
             p += 1
     states[S, 0] = p
     states[S, 1] = p
@@ -118,15 +120,19 @@ def _recombine(state, cost, prev, arc, ht, tl_state, tl_cost, tl_prev, tl_arc, t
         slot = (slot + 1) & mask
 
 
+@njit(nogil=True, cache=True, _nrt=False)
+def _boosted(cost, word, boost_keys, boost_costs, boost_bits):
+    """cost plus the word's boost cost (a call only for boosted words: the bit test is inline at the call sites)."""
+    return np.float32(cost + boost_cost(boost_keys, boost_costs, boost_bits, word))
+
+
 @njit(inline="always")
-def _boosted(cost, word, boost_keys, boost_costs):
-    if word == 0:
-        return cost
-    return np.float32(cost + boost_cost(boost_keys, boost_costs, word))
+def _is_boosted(word, boost_bits):
+    return word != 0 and (boost_bits[word >> 5] >> np.uint32(word & 31)) & np.uint32(1) != 0
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def _closure(cutoff, n, states, arcs, olabel, boost_keys, boost_costs, boosted, ht,
+def _closure(cutoff, n, states, arcs, boost_keys, boost_costs, boost_bits, boosted, ht,
              tl_state, tl_cost, tl_prev, tl_arc, tl_best, tl_slot, stack):
     """Non-emitting closure of the frame's tokens; returns (n, overflow)."""
     top = 0
@@ -142,8 +148,8 @@ def _closure(cutoff, n, states, arcs, olabel, boost_keys, boost_costs, boosted, 
         s = tl_state[j]
         for p in range(states[s, 1], states[s + 1, 0]):
             nc = np.float32(c + arc_weight(arcs, p))
-            if boosted:
-                nc = _boosted(nc, olabel[arcs[p, 3]], boost_keys, boost_costs)
+            if boosted and _is_boosted(arcs[p, 4], boost_bits):
+                nc = _boosted(nc, arcs[p, 4], boost_keys, boost_costs, boost_bits)
             if nc > cutoff:
                 continue
             idx, n, improved = _recombine(arcs[p, 1], nc, -(j + 2), arcs[p, 3], ht,
@@ -176,7 +182,7 @@ def _best_token(tl_state, tl_cost, final, n, with_final):
 
 
 @njit(nogil=True, cache=True)
-def decode_one(states, arcs, olabel, boost_keys, boost_costs, final, start,
+def decode_one(states, arcs, boost_keys, boost_costs, boost_bits, final, start,
                log_probs, num_frames, num_columns, beam, max_active, min_active, beam_delta,
                acoustic_scale, blank_ilabel, blank_penalty, top_n, log_rel, capacity):
     """Viterbi beam search of one utterance.
@@ -220,8 +226,8 @@ def decode_one(states, arcs, olabel, boost_keys, boost_costs, final, start,
     idx, n, _ = _recombine(start, np.float32(0.0), NO_TOKEN, -1, ht,
                            tl_state, tl_cost, tl_prev, tl_arc, tl_best, tl_slot, n)
     boosted = boost_keys[0] != EMPTY_KEY or boost_keys.shape[0] > 1
-    n, overflow = _closure(np.float32(np.finfo(np.float32).max), n, states, arcs, olabel, boost_keys, boost_costs,
-                           boosted, ht, tl_state, tl_cost, tl_prev, tl_arc, tl_best, tl_slot, stack)
+    n, overflow = _closure(np.float32(np.finfo(np.float32).max), n, states, arcs, boost_keys, boost_costs,
+                           boost_bits, boosted, ht, tl_state, tl_cost, tl_prev, tl_arc, tl_best, tl_slot, stack)
     if overflow:
         return OVERFLOW, empty, empty, False, tokens_per_frame
 
@@ -300,8 +306,8 @@ def decode_one(states, arcs, olabel, boost_keys, boost_costs, final, start,
             c = sv_cost[i]
             for p in range(states[s, 0], states[s, 1]):
                 nc = np.float32(c + np.float32(arc_weight(arcs, p) + ac[arcs[p, 0]]))
-                if boosted:
-                    nc = _boosted(nc, olabel[arcs[p, 3]], boost_keys, boost_costs)
+                if boosted and _is_boosted(arcs[p, 4], boost_bits):
+                    nc = _boosted(nc, arcs[p, 4], boost_keys, boost_costs, boost_bits)
                 if nc < min_new:
                     min_new = nc
         bound = np.float32(min_new + adaptive_beam)
@@ -311,15 +317,15 @@ def decode_one(states, arcs, olabel, boost_keys, boost_costs, final, start,
             c = sv_cost[i]
             for p in range(states[s, 0], states[s, 1]):
                 nc = np.float32(c + np.float32(arc_weight(arcs, p) + ac[arcs[p, 0]]))
-                if boosted:
-                    nc = _boosted(nc, olabel[arcs[p, 3]], boost_keys, boost_costs)
+                if boosted and _is_boosted(arcs[p, 4], boost_bits):
+                    nc = _boosted(nc, arcs[p, 4], boost_keys, boost_costs, boost_bits)
                 if nc < bound:
                     idx, n, _ = _recombine(arcs[p, 1], nc, sv_gid[i], arcs[p, 3], ht,
                                            tl_state, tl_cost, tl_prev, tl_arc, tl_best, tl_slot, n)
                     if idx < 0:
                         return OVERFLOW, empty, empty, False, tokens_per_frame
         # ---- non-emitting closure
-        n, overflow = _closure(bound, n, states, arcs, olabel, boost_keys, boost_costs, boosted,
+        n, overflow = _closure(bound, n, states, arcs, boost_keys, boost_costs, boost_bits, boosted,
                                ht, tl_state, tl_cost, tl_prev, tl_arc, tl_best, tl_slot, stack)
         if overflow:
             return OVERFLOW, empty, empty, False, tokens_per_frame

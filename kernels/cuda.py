@@ -329,15 +329,15 @@ def frame_costs_kernel(t, lengths, status, log_probs, ac, acoustic_scale, blank_
 
 
 @cuda.jit(device=True)
-def _boosted(cost, word, boost_keys, boost_costs, b):
+def _boosted(cost, word, boost_keys, boost_costs, boost_bits, b):
     if word == 0:
         return cost
-    return float32(cost + boost_cost(boost_keys[b], boost_costs[b], word))
+    return float32(cost + boost_cost(boost_keys[b], boost_costs[b], boost_bits[b], word))
 
 
 @cuda.jit
 def expand_min_kernel(t, lengths, status, ac, e_indptr, ilabel, olabel, weight,
-                      sv_state, sv_cost, sv_scan, sv_n, min_key, boost_keys, boost_costs, boosted):
+                      sv_state, sv_cost, sv_scan, sv_n, min_key, boost_keys, boost_costs, boost_bits, boosted):
     b = cuda.blockIdx.y
     if t >= lengths[b] or status[b] != OK:
         return
@@ -350,7 +350,7 @@ def expand_min_kernel(t, lengths, status, ac, e_indptr, ilabel, olabel, weight,
         a = e_indptr[sv_state[b, i]] + (k - scan[i])
         nc = float32(sv_cost[b, i] + float32(weight[a] + ac[b, ilabel[a]]))
         if boosted:
-            nc = _boosted(nc, olabel[a], boost_keys, boost_costs, b)
+            nc = _boosted(nc, olabel[a], boost_keys, boost_costs, boost_bits, b)
         key = cost_key(nc)
         if key < best:
             best = key
@@ -361,7 +361,7 @@ def expand_min_kernel(t, lengths, status, ac, e_indptr, ilabel, olabel, weight,
 @cuda.jit
 def expand_kernel(t, lengths, status, ac, e_indptr, ilabel, olabel, weight, nextstate,
                   sv_state, sv_cost, sv_scan, sv_n, min_key, adaptive_beam,
-                  nx_key, nx_val, nx_count, H, capacity, boost_keys, boost_costs, boosted):
+                  nx_key, nx_val, nx_count, H, capacity, boost_keys, boost_costs, boost_bits, boosted):
     b = cuda.blockIdx.y
     if t >= lengths[b] or status[b] != OK:
         return
@@ -376,7 +376,7 @@ def expand_kernel(t, lengths, status, ac, e_indptr, ilabel, olabel, weight, next
         a = e_indptr[sv_state[b, i]] + (k - scan[i])
         nc = float32(sv_cost[b, i] + float32(weight[a] + ac[b, ilabel[a]]))
         if boosted:
-            nc = _boosted(nc, olabel[a], boost_keys, boost_costs, b)
+            nc = _boosted(nc, olabel[a], boost_keys, boost_costs, boost_bits, b)
         if nc < bound:
             slot = _insert(nx_key, nx_count, b, base, mask, capacity, nextstate[a])
             if slot < 0:
@@ -412,7 +412,7 @@ def resolve_kernel(t, lengths, status, e_indptr, num_states,
 
 @cuda.jit
 def closure_kernel(t, lengths, status, ne_indptr, num_states, olabel, weight, nextstate,
-                   min_key, adaptive_beam, initial, boost_keys, boost_costs, boosted,
+                   min_key, adaptive_beam, initial, boost_keys, boost_costs, boost_bits, boosted,
                    ht_key, ht_val, ht_tok, ht_count, ht_stamp, H, capacity,
                    tl_state, tl_cost, tl_prev, tl_arc, tl_slot, tl_n, work, work2):
     """Input-epsilon closure of one utterance's frame tokens (Bellman-Ford rounds in a block)."""
@@ -449,7 +449,7 @@ def closure_kernel(t, lengths, status, ne_indptr, num_states, olabel, weight, ne
             for a in range(ne_indptr[s], ne_indptr[s + 1]):
                 nc = float32(c + weight[a])
                 if boosted:
-                    nc = _boosted(nc, olabel[a], boost_keys, boost_costs, b)
+                    nc = _boosted(nc, olabel[a], boost_keys, boost_costs, boost_bits, b)
                 if nc > cutoff:
                     continue
                 slot = _insert(ht_key, ht_count, b, base, mask, capacity, nextstate[a])

@@ -161,6 +161,7 @@ class CudaBackend:
         boosted = bool(boost.active)
         boost_keys = on_device(xp.asarray(np.ascontiguousarray(boost.keys[utterances])))
         boost_costs = on_device(xp.asarray(np.ascontiguousarray(boost.costs[utterances])))
+        boost_bits = on_device(xp.asarray(np.ascontiguousarray(boost.bits[utterances])))
         top_n, log_rel = c.fltop(V)
         blank = decoder._blank_ilabel
         scale, penalty = np.float32(c.acoustic_scale), np.float32(c.blank_penalty)
@@ -170,7 +171,7 @@ class CudaBackend:
         b0 = bufs[0]
         K.init_kernel[(B + 31) // 32, 32](g.start, b0["key"], b0["val"], b0["tok"], b0["count"], H,
                                           b0["state"], b0["cost"], b0["prev"], b0["arc"], b0["slot"], b0["n"])
-        bw = (boost_keys, boost_costs, boosted)
+        bw = (boost_keys, boost_costs, boost_bits, boosted)
         self._closure(K, per_utt, 0, lengths_d, status, min_key, adaptive_beam, True, b0, H, C, work, work2, bw)
         for t in range(T + 1):
             cur, nxt = bufs[t % 2], bufs[(t + 1) % 2]

@@ -200,7 +200,7 @@ class Decoder:
             while True:
                 states, arcs_ = self._cpu_graph()
                 status, arcs, steps, final, per_frame = cpu.decode_one(
-                    states, arcs_, g.olabel, self._boost.keys[b], self._boost.costs[b], g.final, g.start,
+                    states, arcs_, self._boost.keys[b], self._boost.costs[b], self._boost.bits[b], g.final, g.start,
                     x[b], T, x.shape[2], c.beam, c.max_active, c.min_active, c.beam_delta,
                     c.acoustic_scale, self._blank_ilabel, c.blank_penalty, *c.fltop(x.shape[2]), self._capacity)
                 if status != cpu.OVERFLOW:
@@ -227,7 +227,7 @@ class Decoder:
             from wfst.kernels import cpu
 
             g = self.graph
-            self._cpu_layout = cpu.interleave_graph(g.e_indptr, g.ne_indptr, g.ilabel, g.weight, g.nextstate)
+            self._cpu_layout = cpu.interleave_graph(g.e_indptr, g.ne_indptr, g.ilabel, g.olabel, g.weight, g.nextstate)
         return self._cpu_layout
 
     def _grow(self, num_frames: int) -> None:
@@ -325,11 +325,8 @@ class Decoder:
         frames = np.maximum(np.asarray(steps, np.int64) - 1, 0)
         word_ids = tuple(int(w) for w in olab[has_word])
         words = tuple(g.words[w] if g.words is not None else str(w) for w in word_ids)
-        boost_cost = 0.0
-        keys = self._boost.keys[utterance]
-        if word_ids and (keys >= 0).any():
-            boost = dict(zip(keys.tolist(), self._boost.costs[utterance].astype(np.float64).tolist()))
-            boost_cost = sum(boost.get(w, 0.0) for w in word_ids)
+        boost = self._boost.maps[utterance]
+        boost_cost = float(sum(np.float32(boost.get(w, 0.0)) for w in word_ids)) if boost else 0.0
         return DecodeResult(words, word_ids, tuple(int(f) for f in frames[has_word]),
                             acoustic_cost + graph_cost + boost_cost, acoustic_cost, graph_cost,
                             bool(reached_final), T, boost_cost)

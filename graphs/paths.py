@@ -34,8 +34,12 @@ def ctc_alignment(token_columns, blank: int, topology: str, frames_per_token: in
 
 def best_path(tlg, frames) -> tuple[list[int] | None, float | None]:
     """Word ids and graph cost of the best path of TLG that reads `frames`, or (None, None)."""
-    A = linear_fsa([ilabel_of_column(c) for c in frames])
-    best = fst.shortestpath(fst.compose(A, tlg))
+    return _shortest_path(linear_fsa([ilabel_of_column(c) for c in frames]), tlg)
+
+
+def _shortest_path(acceptor, tlg) -> tuple[list[int] | None, float | None]:
+    """Word ids and cost of OpenFST's shortest path of acceptor ∘ TLG, or (None, None)."""
+    best = fst.shortestpath(fst.compose(acceptor, tlg))
     if best.start() < 0:
         return None, None
     zero = fst.Weight.zero(best.weight_type())
@@ -68,15 +72,4 @@ def emission_fsa(log_probs, acoustic_scale: float = 1.0) -> fst.VectorFst:
 
 def shortest_decode(tlg, log_probs, acoustic_scale: float = 1.0) -> tuple[list[int] | None, float | None]:
     """Word ids and total cost of OpenFST's shortest path of (emissions ∘ TLG): exact decoding."""
-    best = fst.shortestpath(fst.compose(emission_fsa(log_probs, acoustic_scale), tlg))
-    if best.start() < 0:
-        return None, None
-    zero = fst.Weight.zero(best.weight_type())
-    words, cost, s = [], 0.0, best.start()
-    while best.final(s) == zero:
-        (arc,) = list(best.arcs(s))
-        cost += float(arc.weight)
-        if arc.olabel:
-            words.append(arc.olabel)
-        s = arc.nextstate
-    return words, cost + float(best.final(s))
+    return _shortest_path(emission_fsa(log_probs, acoustic_scale), tlg)

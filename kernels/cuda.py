@@ -335,6 +335,19 @@ def _boosted(cost, word, boost_keys, boost_costs, boost_bits, b):
     return float32(cost + boost_cost(boost_keys[b], boost_costs[b], boost_bits[b], word))
 
 
+@cuda.jit(device=True)
+def _expanded_arc(b, k, scan, ns, e_indptr, sv_state, sv_cost, ac, ilabel, olabel, weight,
+                  boost_keys, boost_costs, boost_bits, boosted):
+    """The k-th arc of utterance b's survivors (load balancing: which survivor, which of its
+    arcs) and the cost of the token it makes."""
+    i = find_segment(scan, ns, k)
+    a = e_indptr[sv_state[b, i]] + (k - scan[i])
+    nc = float32(sv_cost[b, i] + float32(weight[a] + ac[b, ilabel[a]]))
+    if boosted:
+        nc = _boosted(nc, olabel[a], boost_keys, boost_costs, boost_bits, b)
+    return a, nc
+
+
 @cuda.jit
 def expand_min_kernel(t, lengths, status, ac, e_indptr, ilabel, olabel, weight,
                       sv_state, sv_cost, sv_scan, sv_n, min_key, boost_keys, boost_costs, boost_bits, boosted):
@@ -346,11 +359,8 @@ def expand_min_kernel(t, lengths, status, ac, e_indptr, ilabel, olabel, weight,
     scan = sv_scan[b]
     best = MAX_KEY
     for k in range(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, total, cuda.gridDim.x * cuda.blockDim.x):
-        i = find_segment(scan, ns, k)
-        a = e_indptr[sv_state[b, i]] + (k - scan[i])
-        nc = float32(sv_cost[b, i] + float32(weight[a] + ac[b, ilabel[a]]))
-        if boosted:
-            nc = _boosted(nc, olabel[a], boost_keys, boost_costs, boost_bits, b)
+        a, nc = _expanded_arc(b, k, scan, ns, e_indptr, sv_state, sv_cost, ac, ilabel, olabel, weight,
+                              boost_keys, boost_costs, boost_bits, boosted)
         key = cost_key(nc)
         if key < best:
             best = key
@@ -372,11 +382,8 @@ def expand_kernel(t, lengths, status, ac, e_indptr, ilabel, olabel, weight, next
     base = b * H
     mask = H - 1
     for k in range(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, total, cuda.gridDim.x * cuda.blockDim.x):
-        i = find_segment(scan, ns, k)
-        a = e_indptr[sv_state[b, i]] + (k - scan[i])
-        nc = float32(sv_cost[b, i] + float32(weight[a] + ac[b, ilabel[a]]))
-        if boosted:
-            nc = _boosted(nc, olabel[a], boost_keys, boost_costs, boost_bits, b)
+        a, nc = _expanded_arc(b, k, scan, ns, e_indptr, sv_state, sv_cost, ac, ilabel, olabel, weight,
+                              boost_keys, boost_costs, boost_bits, boosted)
         if nc < bound:
             slot = _insert(nx_key, nx_count, b, base, mask, capacity, nextstate[a])
             if slot < 0:

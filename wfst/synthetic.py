@@ -255,13 +255,8 @@ def greedy_ctc(log_probs: np.ndarray, lengths: np.ndarray, blank: int) -> list[l
     """Best-path CTC decoding: per frame argmax, merge repeats, drop blanks (NumPy reference)."""
     log_probs = np.asarray(log_probs)
     lengths = np.asarray(lengths).reshape(-1)
-    if log_probs.ndim != 3:
-        raise ValueError(f"log_probs must be (B, T, V), got shape {log_probs.shape}")
-    B, T, _ = log_probs.shape
-    if lengths.shape != (B,):
-        raise ValueError(f"lengths must have shape ({B},), got {lengths.shape}")
-    if B and (lengths.min() < 0 or lengths.max() > T):
-        raise ValueError(f"lengths must be in [0, {T}]")
+    _check_batch(log_probs, lengths, "")
+    B = log_probs.shape[0]
     best = log_probs.argmax(axis=-1)
     out = []
     for b in range(B):

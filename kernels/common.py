@@ -87,10 +87,29 @@ def packed_cost(packed):
 
 
 @njit(inline="always", cache=True)
-def hash_slot(state, mask):
-    """First probe slot of a graph state (Fibonacci hashing; mask = capacity - 1)."""
-    h = np.uint32(np.uint32(state) * np.uint32(2654435769))
+def hash_slot(key, mask):
+    """First probe slot of a key (Fibonacci hashing of both 32-bit halves; mask = capacity - 1)."""
+    k = np.uint64(np.int64(key))
+    h = np.uint32(np.uint32(k & _LOW32) * np.uint32(2654435769)) ^ np.uint32(
+        np.uint32(k >> np.uint64(32)) * np.uint32(2246822507))
     return np.int64((h ^ (h >> np.uint32(15))) & np.uint32(mask))
+
+
+@njit(inline="always", cache=True)
+def token_key(state, ctx):
+    """The recombination key of a token: its graph state and its context state (the LM
+    and phrase-automaton state; 0 when neither is used) in one int64, never EMPTY_KEY."""
+    return (np.int64(ctx) << np.int64(32)) | np.int64(state)
+
+
+@njit(inline="always", cache=True)
+def key_state(key):
+    return np.int32(key & np.int64(0xFFFFFFFF))
+
+
+@njit(inline="always", cache=True)
+def key_ctx(key):
+    return np.int32(key >> np.int64(32))
 
 
 @njit(inline="always", cache=True)
@@ -205,3 +224,69 @@ def boost_cost(keys, costs, bits, word):
             return np.float32(0.0)
         slot = (slot + 1) & mask
     return np.float32(0.0)
+
+
+@njit(cache=True, _nrt=False)
+def backoff_lookup(offsets, labels, weights, nexts, backoff, bo_weight, state, label):
+    """(cost, next state) of reading `label` in state `state` of a deterministic automaton
+    with backoff (failure) arcs, in CSR form: each state's labels sorted in
+    labels[offsets[s]:offsets[s + 1]]; a label missing there is looked up again in
+    backoff[s] after paying bo_weight[s].  A label missing all the way to a state with no
+    backoff (-1) costs 0 and stays there.  This is an n-gram LM's exact backoff semantics
+    and an Aho-Corasick automaton's failure transitions alike."""
+    cost = np.float32(0.0)
+    s = state
+    while True:
+        lo = offsets[s]
+        hi = offsets[s + 1]
+        while lo < hi:  # binary search of the sorted labels
+            mid = (lo + hi) // 2
+            if labels[mid] < label:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < offsets[s + 1] and labels[lo] == label:
+            return np.float32(cost + weights[lo]), np.int32(nexts[lo])
+        b = backoff[s]
+        if b < 0:
+            return cost, np.int32(s)
+        cost = np.float32(cost + bo_weight[s])
+        s = b
+
+
+@njit(cache=True, _nrt=False)
+def context_step(ctx, word, num_phrase_states, lm, lm0, small_of, lm_map, lm0_map, phrases, rescoring, phrasing):
+    """The context of a token after output word `word` (> 0): (cost, new ctx).
+
+    ctx = lm_state * num_phrase_states + phrase_state.  Rescoring replaces the graph's LM
+    score by the big LM's (Kaldi's biglm: + big cost - small cost, the small LM's state
+    being a function of the big LM's); phrase boosting walks the utterance's Aho-Corasick
+    automaton.  lm, lm0 and phrases are (offsets, labels, weights, nexts, backoff,
+    bo_weight, final) tuples; lm_map / lm0_map map graph word ids to LM word ids."""
+    lm_s = ctx // num_phrase_states
+    ph_s = ctx - lm_s * num_phrase_states
+    cost = np.float32(0.0)
+    if rescoring:
+        big, lm_next = backoff_lookup(lm[0], lm[1], lm[2], lm[3], lm[4], lm[5], lm_s, lm_map[word])
+        small, _ = backoff_lookup(lm0[0], lm0[1], lm0[2], lm0[3], lm0[4], lm0[5], small_of[lm_s], lm0_map[word])
+        cost = np.float32(big - small)
+        lm_s = lm_next
+    if phrasing:
+        boost, ph_s = backoff_lookup(phrases[0], phrases[1], phrases[2], phrases[3], phrases[4], phrases[5],
+                                     ph_s, word)
+        cost = np.float32(cost + boost)
+    return cost, np.int32(lm_s * num_phrase_states + ph_s)
+
+
+@njit(cache=True, _nrt=False)
+def context_final(ctx, num_phrase_states, lm, lm0, small_of, phrases, rescoring, phrasing):
+    """The context's final cost: big LM </s> - small LM </s>, plus the refund of a phrase
+    matched only in part."""
+    lm_s = ctx // num_phrase_states
+    ph_s = ctx - lm_s * num_phrase_states
+    cost = np.float32(0.0)
+    if rescoring:
+        cost = np.float32(lm[6][lm_s] - lm0[6][small_of[lm_s]])
+    if phrasing:
+        cost = np.float32(cost + phrases[6][ph_s])
+    return cost

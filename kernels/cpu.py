@@ -27,11 +27,14 @@ from .common import (
     NO_TOKEN,
     bits_f32,
     boost_cost,
+    context_final,
+    context_step,
     cutoff_and_adaptive_beam,
     f32_bits,
     frame_acoustic_costs,
     hash_slot,
     pack,
+    token_key,
 )
 from .select import RADIX_BINS, select_cost
 
@@ -85,55 +88,73 @@ def arc_weight(arcs, p):
 
 
 @njit(nogil=True, cache=True, _nrt=False)  # no refcounting of the array arguments: it was half the time
-def _recombine(state, cost, prev, arc, ht, tl_state, tl_cost, tl_prev, tl_arc, tl_best, tl_slot, n):
-    """Insert or improve the token of `state`; ht[slot] = (state, token index).
+def _recombine(state, ctx, cost, prev, arc, pctx, ht_key, ht_tok, tl_state, tl_ctx, tl_cost, tl_prev, tl_arc,
+               tl_best, tl_pctx, tl_slot, n):
+    """Insert or improve the token of (state, ctx); ht_key[slot] = its key, ht_tok[slot] its index.
 
-    tl_best holds each token's packed (cost, arc id), the order recombination keeps.
-    Returns (index, n, improved); index -1 means the frame-token capacity is exhausted.
+    Recombination keeps the smallest (cost, arc id, predecessor's ctx): tl_best holds the
+    packed (cost, arc id), tl_pctx the predecessor's context (two predecessors with
+    different contexts can reach one key by the same arc at the same cost only through
+    a word arc).  Returns (index, n, improved); index -1: the capacity is exhausted.
     """
-    mask = ht.shape[0] - 1
-    slot = hash_slot(state, mask)
+    mask = ht_key.shape[0] - 1
+    key = token_key(state, ctx)
+    slot = hash_slot(key, mask)
     candidate = pack(cost, arc)
     while True:
-        k = ht[slot, 0]
-        if k == state:
-            j = ht[slot, 1]
-            if candidate < tl_best[j]:
+        k = ht_key[slot]
+        if k == key:
+            j = ht_tok[slot]
+            if candidate < tl_best[j] or (candidate == tl_best[j] and pctx < tl_pctx[j]):
                 tl_best[j] = candidate
                 tl_cost[j] = cost
                 tl_prev[j] = prev
                 tl_arc[j] = arc
+                tl_pctx[j] = pctx
                 return j, n, True
             return j, n, False
         if k == EMPTY_KEY:
             if n == tl_state.shape[0]:
                 return -1, n, False
-            ht[slot, 0] = state
-            ht[slot, 1] = n
+            ht_key[slot] = key
+            ht_tok[slot] = n
             tl_state[n] = state
+            tl_ctx[n] = ctx
             tl_cost[n] = cost
             tl_prev[n] = prev
             tl_arc[n] = arc
             tl_best[n] = candidate
+            tl_pctx[n] = pctx
             tl_slot[n] = slot
             return n, n + 1, True
         slot = (slot + 1) & mask
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def _boosted(cost, word, boost_keys, boost_costs, boost_bits):
-    """cost plus the word's boost cost (a call only for boosted words: the bit test is inline at the call sites)."""
-    return np.float32(cost + boost_cost(boost_keys, boost_costs, boost_bits, word))
-
-
-@njit(inline="always")
-def _is_boosted(word, boost_bits):
-    return word != 0 and (boost_bits[word >> 5] >> np.uint32(word & 31)) & np.uint32(1) != 0
+def _word_step(cost, ctx, word, boost_keys, boost_costs, boost_bits, boosted, context, contextual):
+    """Cost and context after an arc that outputs `word` (> 0): the word's boost, then the
+    context automata (rescoring LM, phrase boosting).  Called only at word arcs."""
+    if boosted and (boost_bits[word >> 5] >> np.uint32(word & 31)) & np.uint32(1) != 0:
+        cost = np.float32(cost + boost_cost(boost_keys, boost_costs, boost_bits, word))
+    if contextual:
+        P, lm, lm0, small_of, lm_map, lm0_map, phrases, rescoring, phrasing = context
+        delta, ctx = context_step(ctx, word, P, lm, lm0, small_of, lm_map, lm0_map, phrases, rescoring, phrasing)
+        cost = np.float32(cost + delta)
+    return cost, ctx
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def _closure(cutoff, n, states, arcs, boost_keys, boost_costs, boost_bits, boosted, ht,
-             tl_state, tl_cost, tl_prev, tl_arc, tl_best, tl_slot, stack):
+def _final_cost(state, ctx, final, context, contextual):
+    f = final[state]
+    if contextual:
+        P, lm, lm0, small_of, lm_map, lm0_map, phrases, rescoring, phrasing = context
+        f = np.float32(f + context_final(ctx, P, lm, lm0, small_of, phrases, rescoring, phrasing))
+    return f
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def _closure(cutoff, n, states, arcs, boost_keys, boost_costs, boost_bits, boosted, context, contextual,
+             ht_key, ht_tok, tl_state, tl_ctx, tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, stack):
     """Non-emitting closure of the frame's tokens; returns (n, overflow)."""
     top = 0
     for j in range(n):
@@ -146,14 +167,17 @@ def _closure(cutoff, n, states, arcs, boost_keys, boost_costs, boost_bits, boost
         if c > cutoff:
             continue
         s = tl_state[j]
+        ctx = tl_ctx[j]
         for p in range(states[s, 1], states[s + 1, 0]):
             nc = np.float32(c + arc_weight(arcs, p))
-            if boosted and _is_boosted(arcs[p, 4], boost_bits):
-                nc = _boosted(nc, arcs[p, 4], boost_keys, boost_costs, boost_bits)
+            nctx = ctx
+            if arcs[p, 4] != 0 and (boosted or contextual):
+                nc, nctx = _word_step(nc, ctx, arcs[p, 4], boost_keys, boost_costs, boost_bits, boosted,
+                                      context, contextual)
             if nc > cutoff:
                 continue
-            idx, n, improved = _recombine(arcs[p, 1], nc, -(j + 2), arcs[p, 3], ht,
-                                          tl_state, tl_cost, tl_prev, tl_arc, tl_best, tl_slot, n)
+            idx, n, improved = _recombine(arcs[p, 1], nctx, nc, -(j + 2), arcs[p, 3], ctx, ht_key, ht_tok,
+                                          tl_state, tl_ctx, tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, n)
             if idx < 0:
                 return n, True
             if improved:
@@ -165,28 +189,32 @@ def _closure(cutoff, n, states, arcs, boost_keys, boost_costs, boost_bits, boost
 
 
 @njit(nogil=True, cache=True)
-def _best_token(tl_state, tl_cost, final, n, with_final):
-    """Index of the token with the smallest (cost [+ final cost], state), or -1 if none is finite."""
+def _best_token(tl_state, tl_ctx, tl_cost, final, n, with_final, context, contextual):
+    """Index of the token with the smallest (cost [+ final costs], state, ctx), or -1 if none is finite."""
     keep = -1
     best = np.uint64(0)
+    best_ctx = 0
     for j in range(n):
         c = tl_cost[j]
         if with_final:
-            c = np.float32(c + final[tl_state[j]])
+            c = np.float32(c + _final_cost(tl_state[j], tl_ctx[j], final, context, contextual))
         if c < INF:
             key = pack(c, tl_state[j])
-            if keep < 0 or key < best:
+            if keep < 0 or key < best or (key == best and tl_ctx[j] < best_ctx):
                 best = key
+                best_ctx = tl_ctx[j]
                 keep = j
     return keep
 
 
 @njit(nogil=True, cache=True)
-def decode_one(states, arcs, boost_keys, boost_costs, boost_bits, final, start,
+def decode_one(states, arcs, boost_keys, boost_costs, boost_bits, context, start_ctx, final, start,
                log_probs, num_frames, num_columns, beam, max_active, min_active, beam_delta,
                acoustic_scale, blank_ilabel, blank_penalty, top_n, log_rel, capacity):
     """Viterbi beam search of one utterance.
 
+    context: (P, lm, lm0, small_of, lm_map, lm0_map, phrases, rescoring, phrasing), the
+    automata of `common.context_step`; tokens start in context start_ctx.
     Returns (status, path_arcs, path_steps, reached_final, tokens_per_frame): status is
     OK, OVERFLOW (capacity too small: grow and decode again) or EPS_CYCLE (a zero-cost
     epsilon cycle in the graph made the backpointers loop); the arc ids of the best path
@@ -198,14 +226,18 @@ def decode_one(states, arcs, boost_keys, boost_costs, boost_bits, final, start,
     H = 1
     while H < 2 * C:
         H *= 2
-    ht = np.full((H, 2), EMPTY_KEY, np.int32)
+    ht_key = np.full(H, EMPTY_KEY, np.int64)
+    ht_tok = np.empty(H, np.int32)
     tl_best = np.empty(C, np.uint64)
     tl_state = np.empty(C, np.int32)
+    tl_ctx = np.empty(C, np.int32)
+    tl_pctx = np.empty(C, np.int32)
     tl_cost = np.empty(C, np.float32)
     tl_prev = np.empty(C, np.int32)
     tl_arc = np.empty(C, np.int32)
     tl_slot = np.empty(C, np.int64)
     sv_state = np.empty(C, np.int32)
+    sv_ctx = np.empty(C, np.int32)
     sv_cost = np.empty(C, np.float32)
     sv_gid = np.empty(C, np.int32)
     gid = np.empty(C, np.int32)
@@ -221,13 +253,15 @@ def decode_one(states, arcs, boost_keys, boost_costs, boost_bits, final, start,
     empty = np.empty(0, np.int32)
     reached_final = False
     keep = -1
+    boosted = boost_keys[0] != EMPTY_KEY or boost_keys.shape[0] > 1
+    contextual = context[7] or context[8]
 
     n = 0
-    idx, n, _ = _recombine(start, np.float32(0.0), NO_TOKEN, -1, ht,
-                           tl_state, tl_cost, tl_prev, tl_arc, tl_best, tl_slot, n)
-    boosted = boost_keys[0] != EMPTY_KEY or boost_keys.shape[0] > 1
+    idx, n, _ = _recombine(start, start_ctx, np.float32(0.0), NO_TOKEN, -1, start_ctx, ht_key, ht_tok,
+                           tl_state, tl_ctx, tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, n)
     n, overflow = _closure(np.float32(np.finfo(np.float32).max), n, states, arcs, boost_keys, boost_costs,
-                           boost_bits, boosted, ht, tl_state, tl_cost, tl_prev, tl_arc, tl_best, tl_slot, stack)
+                           boost_bits, boosted, context, contextual, ht_key, ht_tok, tl_state, tl_ctx, tl_cost,
+                           tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, stack)
     if overflow:
         return OVERFLOW, empty, empty, False, tokens_per_frame
 
@@ -238,10 +272,10 @@ def decode_one(states, arcs, boost_keys, boost_costs, boost_bits, final, start,
         adaptive_beam = np.float32(beam)
         keep = -1
         if last:
-            keep = _best_token(tl_state, tl_cost, final, n, True)
+            keep = _best_token(tl_state, tl_ctx, tl_cost, final, n, True, context, contextual)
             reached_final = keep >= 0
             if not reached_final:
-                keep = _best_token(tl_state, tl_cost, final, n, False)
+                keep = _best_token(tl_state, tl_ctx, tl_cost, final, n, False, context, contextual)
         elif n > 0:
             best = INF
             for j in range(n):
@@ -290,10 +324,11 @@ def decode_one(states, arcs, boost_keys, boost_costs, boost_bits, final, start,
                 bp_arc[gid[j]] = tl_arc[j]
                 if not last and tl_cost[j] < cutoff:
                     sv_state[ns] = tl_state[j]
+                    sv_ctx[ns] = tl_ctx[j]
                     sv_cost[ns] = tl_cost[j]
                     sv_gid[ns] = gid[j]
                     ns += 1
-            ht[tl_slot[j], 0] = EMPTY_KEY
+            ht_key[tl_slot[j]] = EMPTY_KEY
         if last:
             break
         tokens_per_frame[t] = ns
@@ -306,8 +341,9 @@ def decode_one(states, arcs, boost_keys, boost_costs, boost_bits, final, start,
             c = sv_cost[i]
             for p in range(states[s, 0], states[s, 1]):
                 nc = np.float32(c + np.float32(arc_weight(arcs, p) + ac[arcs[p, 0]]))
-                if boosted and _is_boosted(arcs[p, 4], boost_bits):
-                    nc = _boosted(nc, arcs[p, 4], boost_keys, boost_costs, boost_bits)
+                if arcs[p, 4] != 0 and (boosted or contextual) and nc < INF:
+                    nc, _ = _word_step(nc, sv_ctx[i], arcs[p, 4], boost_keys, boost_costs, boost_bits, boosted,
+                                       context, contextual)
                 if nc < min_new:
                     min_new = nc
         bound = np.float32(min_new + adaptive_beam)
@@ -315,18 +351,22 @@ def decode_one(states, arcs, boost_keys, boost_costs, boost_bits, final, start,
         for i in range(ns):
             s = sv_state[i]
             c = sv_cost[i]
+            ctx = sv_ctx[i]
             for p in range(states[s, 0], states[s, 1]):
                 nc = np.float32(c + np.float32(arc_weight(arcs, p) + ac[arcs[p, 0]]))
-                if boosted and _is_boosted(arcs[p, 4], boost_bits):
-                    nc = _boosted(nc, arcs[p, 4], boost_keys, boost_costs, boost_bits)
+                nctx = ctx
+                if arcs[p, 4] != 0 and (boosted or contextual) and nc < INF:
+                    nc, nctx = _word_step(nc, ctx, arcs[p, 4], boost_keys, boost_costs, boost_bits, boosted,
+                                          context, contextual)
                 if nc < bound:
-                    idx, n, _ = _recombine(arcs[p, 1], nc, sv_gid[i], arcs[p, 3], ht,
-                                           tl_state, tl_cost, tl_prev, tl_arc, tl_best, tl_slot, n)
+                    idx, n, _ = _recombine(arcs[p, 1], nctx, nc, sv_gid[i], arcs[p, 3], ctx, ht_key, ht_tok,
+                                           tl_state, tl_ctx, tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, n)
                     if idx < 0:
                         return OVERFLOW, empty, empty, False, tokens_per_frame
         # ---- non-emitting closure
-        n, overflow = _closure(bound, n, states, arcs, boost_keys, boost_costs, boost_bits, boosted,
-                               ht, tl_state, tl_cost, tl_prev, tl_arc, tl_best, tl_slot, stack)
+        n, overflow = _closure(bound, n, states, arcs, boost_keys, boost_costs, boost_bits, boosted, context,
+                               contextual, ht_key, ht_tok, tl_state, tl_ctx, tl_cost, tl_prev, tl_arc, tl_best,
+                               tl_pctx, tl_slot, stack)
         if overflow:
             return OVERFLOW, empty, empty, False, tokens_per_frame
 

@@ -59,3 +59,9 @@ def demo():
     if not (DEMO / "lm.arpa").is_file():
         raise FileNotFoundError(f"the bundled demo data is missing from {DEMO}")
     return DEMO
+
+# CI machines are small and shared: time limits per example only make tests flaky.
+from hypothesis import settings as _settings  # noqa: E402
+
+_settings.register_profile("ci", deadline=None)
+_settings.load_profile("ci")

@@ -1,5 +1,7 @@
-"""Word boosting: a per-utterance word -> reward map looked up at word arcs, exactly like
-decoding TLG ∘ B with B the one-state boost acceptor (the riva decoder paper, sec. 3.2)."""
+"""Word and phrase boosting: a per-utterance word -> reward map looked up at word arcs,
+exactly like decoding TLG ∘ B with B the one-state boost acceptor (the riva decoder paper,
+sec. 3.2); phrases through an Aho-Corasick automaton walked on the fly, exactly like
+decoding TLG ∘ B with B that automaton expanded over the vocabulary."""
 from __future__ import annotations
 
 import math
@@ -9,12 +11,15 @@ import numpy as np
 import pytest
 import pywrapfst as fst
 from decoding import random_log_probs
+from hypothesis import given
+from hypothesis import strategies as st
 from wfst.graphs import compile_graph
 from wfst.graphs.paths import shortest_decode
 
 import wfst
 from wfst import synthetic
-from wfst.boost import BoostError
+from wfst.boost import BoostError, phrase_automaton
+from wfst.kernels.common import backoff_lookup
 from wfst.decoder import Decoder
 from wfst.graph import graph_from_fst, read_fst
 
@@ -115,7 +120,7 @@ def test_boost_input_is_checked_and_reported(tiny_graph):
     x = random_log_probs(3, batch=2, frames=6, columns=5)
     dec = Decoder(g, beam=8.0)
     assert dec.decode(x, boost={}) == dec.decode(x)  # empty: no-op
-    with pytest.warns(UserWarning, match=r"2 boosted word\(s\) are not in the graph's vocabulary.*'zzz'"):
+    with pytest.warns(UserWarning, match=r"2 boosted word\(s\) or phrase\(s\) are not in the graph's vocabulary.*'zzz'"):
         dec.decode(x, boost={"zzz": 1.0, "a b": 2.0, "ab": 1.0})
     assert dec.stats.boost_unknown == ((0, "zzz"), (0, "a b"), (1, "zzz"), (1, "a b"))
     with pytest.warns(UserWarning, match="more than half the beam"):
@@ -129,3 +134,74 @@ def test_boost_input_is_checked_and_reported(tiny_graph):
         warnings.simplefilter("error")
         dec.decode(x, boost=[None, {"ab": 1.0}])
     assert np.isfinite([r.cost for r in dec.decode(x, boost={"ab": -3.0})]).all()  # a penalty works too
+
+
+# --------------------------------------------------------------------------- phrases
+
+def occurrences(words, phrase) -> int:
+    n = len(phrase)
+    return sum(tuple(words[i:i + n]) == tuple(phrase) for i in range(len(words) - n + 1))
+
+
+@given(st.dictionaries(st.lists(st.integers(1, 4), min_size=1, max_size=4).map(tuple),
+                       st.floats(-2, 4, width=32), min_size=1, max_size=6),
+       st.lists(st.lists(st.integers(1, 5), max_size=12), min_size=1, max_size=10))
+def test_phrase_automaton_rewards_each_complete_occurrence_once(phrases, sentences):
+    """Overlapping and nested occurrences all count; a partial match earns nothing."""
+    a = phrase_automaton(phrases)
+    for words in sentences:
+        expected = -sum(r * occurrences(words, p) for p, r in phrases.items())
+        assert a.path_cost(words) == pytest.approx(expected, abs=1e-4)
+
+
+def phrase_acceptor(automaton, num_words: int) -> fst.VectorFst:
+    """The phrase automaton with its failure arcs expanded: an arc per state and word."""
+    b = fst.VectorFst()
+    for _ in range(automaton.num_states):
+        b.add_state()
+    b.set_start(0)
+    for s in range(automaton.num_states):
+        b.set_final(s, fst.Weight(b.weight_type(), float(automaton.final[s])))
+        for w in range(1, num_words):
+            cost, nxt = backoff_lookup(*automaton.automaton()[:6], s, w)
+            b.add_arc(s, fst.Arc(w, w, fst.Weight(b.weight_type(), float(cost)), int(nxt)))
+    return b
+
+
+@pytest.mark.parametrize("boost", [{"ab ba": 3.0}, {"ab ba ab": 2.5, "ba ab": 1.0, "abc": 0.5},
+                                   {"a ab": 2.0, "ab a": -1.0, "cab cab": 1.5}])
+def test_phrase_boost_equals_static_composition(tiny_graph, boost):
+    g, tlg = tiny_graph
+    ids = g.words.ids()
+    phrases = {tuple(ids[w] for w in k.split()): v for k, v in boost.items() if " " in k}
+    words_only = {k: v for k, v in boost.items() if " " not in k}
+    B = fst.compose(phrase_acceptor(phrase_automaton(phrases), len(g.words)).arcsort("ilabel"),
+                    boost_acceptor(g.words, words_only))
+    composed = fst.compose(tlg.copy().arcsort("olabel"), B.arcsort("ilabel"))
+    composed.arcsort("ilabel")
+    x = random_log_probs(7, batch=8, frames=12, columns=5, sharpness=1.5)
+    boosted = Decoder(g, **WIDE).decode(x, boost=boost)
+    for b, got in enumerate(boosted):
+        words, cost = shortest_decode(composed, x[b])
+        assert got.word_ids == tuple(words)
+        assert got.cost == pytest.approx(cost, abs=1e-4)
+        expected = -sum(r * occurrences(got.words, k.split()) for k, r in boost.items())
+        assert got.boost_cost == pytest.approx(expected, abs=1e-5)  # partial matches earn nothing
+        assert got.acoustic_cost + got.graph_cost + got.boost_cost == pytest.approx(got.cost)
+
+
+def test_boost_recovers_a_weakly_supported_phrase(char_graph):
+    g, texts, x, lengths = char_graph
+    dec = Decoder(g)
+    plain = dec.decode(x, lengths)
+    fixed = tried = 0
+    for b, (text, r) in enumerate(zip(texts, plain)):
+        ref = text.split()
+        missed = [i for i, w in enumerate(ref[:-1]) if w not in r.words and len(w) > 3]
+        if not missed:
+            continue
+        phrase = " ".join(ref[missed[0]:missed[0] + 2])
+        tried += 1
+        boosted = dec.decode(x[b:b + 1], lengths[b:b + 1], boost={phrase: 6.0})[0]
+        fixed += phrase in boosted.text
+    assert fixed >= 3, f"boosting a missed phrase should bring it back ({fixed} of {tried})"

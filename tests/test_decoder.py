@@ -59,29 +59,33 @@ def test_radix_select_is_nth_element(costs, data):
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 40), st.sampled_from([0.0, 0.5, 1.0, -1.0]) | st.floats(-5, 5, width=32),
-                          st.integers(0, 1000)), max_size=60),
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 3), st.sampled_from([0.0, 0.5, 1.0, -1.0])
+                          | st.floats(-5, 5, width=32), st.integers(0, 1000), st.integers(0, 3)), max_size=60),
        st.integers(1, 45))
-def test_hash_recombination_keeps_min_cost_then_arc(candidates, capacity):
-    """The CPU twin's open-addressing table against a dict: per state the smallest
-    (cost, arc id) wins; a full token list is reported (-1), never overwritten."""
+def test_hash_recombination_keeps_min_cost_arc_then_predecessor_context(candidates, capacity):
+    """The CPU twin's open-addressing table against a dict: per (state, context) key the
+    smallest (cost, arc id, predecessor's context) wins; a full token list is reported
+    (-1), never overwritten."""
     from wfst.kernels import cpu
     from wfst.kernels.common import EMPTY_KEY
 
     H = 1 << max(2 * capacity - 1, 1).bit_length()
-    ht = np.full((H, 2), EMPTY_KEY, np.int32)
-    toks = [np.empty(capacity, np.int32), np.empty(capacity, np.float32), np.empty(capacity, np.int32),
-            np.empty(capacity, np.int32), np.empty(capacity, np.uint64), np.empty(capacity, np.int64)]
+    ht_key, ht_tok = np.full(H, EMPTY_KEY, np.int64), np.empty(H, np.int32)
+    state_, ctx_, cost_, prev_, arc_, best_, pctx_, slot_ = (
+        np.empty(capacity, t) for t in (np.int32, np.int32, np.float32, np.int32, np.int32, np.uint64, np.int32,
+                                        np.int64))
     n, best, full = 0, {}, False
-    for state, cost, arc in candidates:
+    for state, ctx, cost, arc, pctx in candidates:
         cost = np.float32(cost)
-        idx, n, _ = cpu._recombine(state, cost, 0, arc, ht, *toks, n)
+        idx, n, _ = cpu._recombine(state, ctx, cost, 0, arc, pctx, ht_key, ht_tok, state_, ctx_, cost_, prev_, arc_,
+                                   best_, pctx_, slot_, n)
         if idx < 0:
-            assert len(best) == capacity and state not in best
+            assert len(best) == capacity and (state, ctx) not in best
             full = True
             continue
-        best[state] = min(best.get(state, (np.inf, 0)), (float(cost), arc))
-    got = {int(s): (float(c), int(a)) for s, c, a in zip(toks[0][:n], toks[1][:n], toks[3][:n])}
+        best[state, ctx] = min(best.get((state, ctx), (np.inf, 0, 0)), (float(cost), arc, pctx))
+    got = {(int(s), int(x)): (float(c), int(a), int(p))
+           for s, x, c, a, p in zip(state_[:n], ctx_[:n], cost_[:n], arc_[:n], pctx_[:n])}
     assert got == best and n == len(best) and (full or n <= capacity)
 
 

@@ -1,11 +1,20 @@
-"""Per-utterance word boosting: a reward (natural log, > 0 makes a word more likely) for
-words of the graph's vocabulary, applied at every arc that outputs the word.
+"""Per-utterance word and phrase boosting: a reward (natural log, > 0 makes it more
+likely) for words or multi-word phrases of the graph's vocabulary.
 
-Decoding with a boost map equals decoding TLG ∘ B, where B is a one-state acceptor with a
-loop for every word, of cost -reward for the boosted ones and 0 for the rest (the riva
-decoder paper, sec. 3.2): the decoder looks the word up in a small hash map per
-utterance instead of composing.  Words not in the vocabulary are reported, never
-silently dropped.
+Single words: decoding with a boost map equals decoding TLG ∘ B, where B is a one-state
+acceptor with a loop for every word, of cost -reward for the boosted ones and 0 for the
+rest (the riva decoder paper, sec. 3.2): the decoder looks the word up in a small hash map
+per utterance instead of composing.
+
+Phrases ("new york": 3.0, keys with several words): B is a word-level Aho-Corasick
+automaton with failure arcs, walked on the fly as an extra state per token (like
+icefall's ContextGraph and NeMo's GPU phrase boosting).  Each complete occurrence of a
+phrase earns its reward once.  To keep a partly matched phrase inside the beam, each
+matched word also earns an advance of the reward (potential φ), refunded on the failure
+arc when the match breaks off and at the end of the utterance when it is still open, so
+a partial match earns nothing in the end and complete paths score exactly as TLG ∘ B.
+
+Words or phrases not in the vocabulary are reported, never silently dropped.
 """
 from __future__ import annotations
 
@@ -31,8 +40,9 @@ class BoostTables:
     keys: np.ndarray
     costs: np.ndarray
     bits: np.ndarray  # (B, ceil(words / 32)) uint32: bit w set when word w is boosted
-    unknown: tuple[tuple[int, str], ...]  # (utterance, word) not in the graph's vocabulary
+    unknown: tuple[tuple[int, str], ...]  # (utterance, word or phrase) not in the graph's vocabulary
     maps: tuple[dict, ...]  # per utterance: word id -> cost (-reward)
+    phrases: tuple  # per utterance: its phrase automaton (PhraseAutomaton), shared by equal mappings
 
     @property
     def active(self) -> bool:
@@ -55,29 +65,38 @@ def boost_tables(boost, batch: int, words: WordTable | None, beam: float) -> Boo
     else:
         raise BoostError(f"boost must be a mapping word -> reward, or one per utterance; got {type(boost).__name__}")
     ids = words.ids() if words is not None else {}
-    unknown, maps, built = [], [], {}
+    unknown, maps, built, automata = [], [], {}, []
     for b, m in enumerate(per_utt):
         if m is None:
             maps.append({})
+            automata.append(NO_PHRASES)
             continue
         if not isinstance(m, Mapping):
             raise BoostError(f"utterance {b}: boost must be a mapping word -> reward; got {type(m).__name__}")
         if id(m) not in built:  # one mapping shared by many utterances is checked once
-            known, missing = {}, []
+            known, missing, phrases = {}, [], {}
             for word, reward in m.items():
+                if not isinstance(word, str):
+                    raise BoostError(f"utterance {b}: boost keys must be words or phrases (str); got {word!r}")
                 if not isinstance(reward, (int, float)) or isinstance(reward, bool) or not math.isfinite(reward):
                     raise BoostError(f"utterance {b}: boost of {word!r} is {reward!r}; it must be a finite number")
-                if word not in ids or word in ("<eps>", "#0", "<s>", "</s>"):
+                parts = word.split()
+                if not parts or any(w not in ids or w in _NOT_WORDS for w in parts):
                     missing.append(word)
                     continue
                 if reward > beam / 2:
                     warnings.warn(f"boost {reward} for {word!r} is more than half the beam ({beam}); it can push "
                                   f"better paths out of the beam", stacklevel=3)
-                known[ids[word]] = -float(reward)
-            built[id(m)] = (known, missing)
-        known, missing = built[id(m)]
+                if len(parts) == 1:
+                    known[ids[word]] = known.get(ids[word], 0.0) - float(reward)
+                else:
+                    key = tuple(ids[w] for w in parts)
+                    phrases[key] = phrases.get(key, 0.0) + float(reward)
+            built[id(m)] = (known, missing, phrase_automaton(phrases))
+        known, missing, automaton = built[id(m)]
         unknown += [(b, w) for w in missing]
         maps.append(known)
+        automata.append(automaton)
     H = 1
     while H < 2 * max((len(m) for m in maps), default=0):
         H *= 2
@@ -101,7 +120,120 @@ def boost_tables(boost, batch: int, words: WordTable | None, beam: float) -> Boo
     if unknown:
         distinct = list(dict.fromkeys(w for _, w in unknown))
         shown = ", ".join(repr(w) for w in distinct[:10])
-        warnings.warn(f"{len(distinct)} boosted word(s) are not in the graph's vocabulary and are ignored "
+        warnings.warn(f"{len(distinct)} boosted word(s) or phrase(s) are not in the graph's vocabulary and are ignored "
                       f"(listed in Decoder.stats.boost_unknown): {shown}{' ...' if len(distinct) > 10 else ''}",
                       stacklevel=3)
-    return BoostTables(keys, costs, bits, tuple(unknown), tuple(maps))
+    return BoostTables(keys, costs, bits, tuple(unknown), tuple(maps), tuple(automata))
+
+
+_NOT_WORDS = ("<eps>", "#0", "<s>", "</s>")
+
+
+@dataclasses.dataclass(frozen=True)
+class PhraseAutomaton:
+    """A phrase-boosting automaton in the kernels' backoff-CSR form (see the module doc)."""
+
+    offsets: np.ndarray  # (N + 1,) int64
+    labels: np.ndarray  # (A,) int32 word ids, sorted within each state
+    weights: np.ndarray  # (A,) float32
+    nexts: np.ndarray  # (A,) int32
+    backoff: np.ndarray  # (N,) int32 failure state; -1 at the root
+    bo_weight: np.ndarray  # (N,) float32 refund on the failure arc
+    final: np.ndarray  # (N,) float32 refund of an open partial match
+    phrases: dict  # word-id tuple -> reward
+
+    @property
+    def num_states(self) -> int:
+        return len(self.backoff)
+
+    def automaton(self):
+        return (self.offsets, self.labels, self.weights, self.nexts, self.backoff, self.bo_weight, self.final)
+
+    def path_cost(self, word_ids, final: bool = True) -> float:
+        """The boost cost of a word sequence (with the end refund when `final`)."""
+        from wfst.kernels.common import backoff_lookup
+
+        s, total = 0, 0.0
+        for w in word_ids:
+            cost, s = backoff_lookup(*self.automaton()[:6], s, w)
+            total += float(cost)
+        return total + (float(self.final[s]) if final else 0.0)
+
+
+def phrase_automaton(phrases: dict[tuple[int, ...], float]) -> PhraseAutomaton:
+    """The Aho-Corasick automaton of word-id phrases -> reward.
+
+    Trie nodes with children are states (a node without children behaves as its failure
+    node, so arcs into it go there).  Reading word w from node u to child v costs
+    φ(v') - φ(u) - out(v), where v' is v or its stand-in, out(v) the rewards of all
+    phrases ending at v (through failure links: overlapping occurrences all count), and
+    φ(u) = -max(0, max over phrases p extending u's words of reward(p) × |u| / |p|).
+    The failure arc from u costs φ(fail(u)) - φ(u), the final cost is -φ(u): the
+    advances telescope away on every complete path.
+    """
+    children: list[dict] = [{}]
+    depth = [0]
+    own = [0.0]
+    for p, reward in phrases.items():
+        u = 0
+        for w in p:
+            if w not in children[u]:
+                children[u][w] = len(children)
+                children.append({})
+                depth.append(depth[u] + 1)
+                own.append(0.0)
+            u = children[u][w]
+        own[u] += reward
+    n = len(children)
+    advance = [0.0] * n  # ρ(u) = -φ(u)
+    for p, reward in phrases.items():
+        u = 0
+        for w in p[:-1]:
+            u = children[u][w]
+            advance[u] = max(advance[u], reward * depth[u] / len(p))
+    fail = [0] * n
+    out = list(own)
+    order = []
+    queue = list(children[0].values())
+    while queue:  # breadth first: a node's failure node is shallower
+        order += queue
+        nxt = []
+        for u in queue:
+            for w, v in children[u].items():
+                f = fail[u]
+                while f and w not in children[f]:
+                    f = fail[f]
+                fail[v] = children[f][w] if u != 0 and w in children[f] else 0
+                out[v] += out[fail[v]]
+                nxt.append(v)
+        queue = nxt
+    stand_in = list(range(n))
+    for u in order:
+        if not children[u]:
+            stand_in[u] = stand_in[fail[u]]
+    states = [u for u in range(n) if u == 0 or children[u]]
+    index = {u: i for i, u in enumerate(states)}
+    N = len(states)
+    offsets = np.zeros(N + 1, np.int64)
+    labels, weights, nexts = [], [], []
+    backoff = np.full(N, -1, np.int32)
+    bo_weight = np.zeros(N, np.float32)
+    final = np.zeros(N, np.float32)
+    phi = [-a for a in advance]
+    for i, u in enumerate(states):
+        for w in sorted(children[u]):
+            v = children[u][w]
+            target = stand_in[v]
+            labels.append(w)
+            weights.append(phi[target] - phi[u] - out[v])
+            nexts.append(index[target])
+        offsets[i + 1] = len(labels)
+        if u:
+            backoff[i] = index[stand_in[fail[u]]]
+            bo_weight[i] = phi[stand_in[fail[u]]] - phi[u]
+            final[i] = -phi[u]
+    return PhraseAutomaton(offsets, np.array(labels, np.int32), np.array(weights, np.float32),
+                           np.array(nexts, np.int32), backoff, bo_weight, final, dict(phrases))
+
+
+NO_PHRASES = phrase_automaton({})

@@ -81,6 +81,8 @@ class CudaBackend:
         x = device_input(log_probs)
         lengths = decoder.check_input(x, lengths)
         decoder.prepare_boost(boost, len(lengths))
+        if decoder.rescorer is not None or any(a.num_states > 1 for a in decoder._boost.phrases):
+            raise WfstError("phrase boosting and LM rescoring run on device='cpu' only so far")
         B, T, _ = x.shape
         valid = xp.asarray(np.arange(T)[None, :] < lengths[:, None])
         bad = ((xp.isnan(x) | xp.isposinf(x)).any(axis=2) & valid).any(axis=1)

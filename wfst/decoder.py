@@ -17,6 +17,7 @@ import math
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 
@@ -94,7 +95,7 @@ def _int(x) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class DecodeResult:
-    """The best path of one utterance.  cost = acoustic_cost + graph_cost + boost_cost."""
+    """The best path of one utterance.  cost = acoustic_cost + graph_cost + boost_cost + rescore_cost."""
 
     words: tuple[str, ...]
     word_ids: tuple[int, ...]
@@ -104,7 +105,8 @@ class DecodeResult:
     graph_cost: float  # arc costs + the final cost (when a final state was reached)
     reached_final: bool
     num_frames: int
-    boost_cost: float = 0.0  # -sum of the boosts of the path's words (cost includes it)
+    boost_cost: float = 0.0  # word and phrase boosts of the path (-rewards; cost includes it)
+    rescore_cost: float = 0.0  # big LM - graph LM scores of the path when rescoring (cost includes it)
 
     @property
     def text(self) -> str:
@@ -129,10 +131,15 @@ class Decoder:
     `graph` is a Graph or a graph directory; keywords build a DecoderConfig (or pass one,
     with keywords overriding its fields).  device="cpu" runs Numba code on a thread pool,
     one utterance per thread; device="cuda" runs the Numba-CUDA kernels on CuPy arrays.
+
+    rescore_lm: a big LM (ARPA file, prepared once into a store file beside it, or a store
+    file from wfst.lm.prepare_lm) that replaces the graph's LM score on the fly at word
+    arcs; graph_lm: the LM the graph was built with (default: the ARPA file graph.json
+    names, if it is still there and unchanged).
     """
 
     def __init__(self, graph: Graph | str | os.PathLike, config: DecoderConfig | None = None, *,
-                 device: str = "cpu", **options):
+                 device: str = "cpu", rescore_lm=None, graph_lm=None, **options):
         if not isinstance(graph, Graph):
             graph = load_graph(graph)
         if config is None:
@@ -157,6 +164,7 @@ class Decoder:
             self._backend = None
         self._cpu_layout = None
         self._boost = None  # the current batch's boost maps (wfst.boost.BoostTables)
+        self.rescorer = _rescorer(graph, rescore_lm, graph_lm) if rescore_lm is not None else None
 
     def __repr__(self) -> str:
         return f"Decoder({self.graph!r}, {self.config}, device={self.device!r})"
@@ -197,10 +205,12 @@ class Decoder:
             if T == 0:
                 return self.empty_result(), 0, 0
             regrowths = 0
+            context, start_ctx = self.context(b)
             while True:
                 states, arcs_ = self._cpu_graph()
                 status, arcs, steps, final, per_frame = cpu.decode_one(
-                    states, arcs_, self._boost.keys[b], self._boost.costs[b], self._boost.bits[b], g.final, g.start,
+                    states, arcs_, self._boost.keys[b], self._boost.costs[b], self._boost.bits[b], context, start_ctx,
+                    g.final, g.start,
                     x[b], T, x.shape[2], c.beam, c.max_active, c.min_active, c.beam_delta,
                     c.acoustic_scale, self._blank_ilabel, c.blank_penalty, *c.fltop(x.shape[2]), self._capacity)
                 if status != cpu.OVERFLOW:
@@ -271,6 +281,27 @@ class Decoder:
         from .boost import boost_tables
 
         self._boost = boost_tables(boost, batch, self.graph.words, self.config.beam)
+        for b, automaton in enumerate(self._boost.phrases):
+            if self.rescorer is not None and self.rescorer.big.num_states * automaton.num_states >= 2**31:
+                raise DecodeInputError(f"utterance {b}: {automaton.num_states} phrase-automaton states x "
+                                       f"{self.rescorer.big.num_states} LM states do not fit a token's 31-bit "
+                                       f"context; boost fewer phrases per utterance")
+
+    def context(self, b: int):
+        """Utterance b's context automata as the kernels take them (common.context_step) and
+        the start context: (P, lm, lm0, small_of, lm_map, lm0_map, phrases, rescoring, phrasing)."""
+        from .boost import NO_PHRASES
+
+        phrases = self._boost.phrases[b]
+        P = phrases.num_states
+        phrasing = P > 1
+        if self.rescorer is None:
+            dummy = NO_PHRASES.automaton()
+            zero = np.zeros(1, np.int32)
+            return (P, dummy, dummy, zero, zero, zero, phrases.automaton(), False, phrasing), 0
+        r = self.rescorer
+        big, small, small_of, lm_map, lm0_map = r.kernel_args()
+        return (P, big, small, small_of, lm_map, lm0_map, phrases.automaton(), True, phrasing), r.big.start * P
 
     def check_finite(self, bad_rows: np.ndarray) -> None:
         """Raise for the first utterance with NaN or +inf in its frames (bad_rows: bool (B,))."""
@@ -327,15 +358,39 @@ class Decoder:
         words = tuple(g.words[w] if g.words is not None else str(w) for w in word_ids)
         boost = self._boost.maps[utterance]
         boost_cost = float(sum(np.float32(boost.get(w, 0.0)) for w in word_ids)) if boost else 0.0
+        phrases = self._boost.phrases[utterance]
+        if phrases.num_states > 1:
+            boost_cost += phrases.path_cost(word_ids, reached_final)
+        rescore_cost = self.rescorer.path_cost(word_ids, reached_final) if self.rescorer is not None else 0.0
         return DecodeResult(words, word_ids, tuple(int(f) for f in frames[has_word]),
-                            acoustic_cost + graph_cost + boost_cost, acoustic_cost, graph_cost,
-                            bool(reached_final), T, boost_cost)
+                            acoustic_cost + graph_cost + boost_cost + rescore_cost, acoustic_cost, graph_cost,
+                            bool(reached_final), T, boost_cost, rescore_cost)
 
     def path_frames_columns(self, arcs: np.ndarray, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(frame, logit column) read by each emitting arc of a path: where to gather logp."""
         ilab = self.graph.ilabel[np.asarray(arcs, np.int64)]
         emitting = ilab != 0
         return (np.asarray(steps, np.int64)[emitting] - 1, column_of_ilabel(ilab[emitting].astype(np.int64)))
+
+
+def _rescorer(graph: Graph, rescore_lm, graph_lm):
+    """The Rescorer of a big LM and the graph's own LM (found through graph.json unless given)."""
+    from .errors import MissingFileError
+    from .lm import Rescorer, _sha256, open_lm
+
+    if graph.words is None:
+        raise WfstError(f"{graph!r} has no words.txt: rescoring needs the graph's word symbols")
+    if graph_lm is None:
+        lm = graph.info.get("inputs", {}).get("lm", {})
+        path = lm.get("path")
+        if not path or not os.path.isfile(path):
+            raise MissingFileError(path or "(none recorded)", "the graph's LM (graph.json inputs.lm.path); pass "
+                                   "graph_lm= the ARPA file or LM store the graph was built with")
+        if lm.get("sha256") and _sha256(Path(path)) != lm["sha256"]:
+            raise WfstError(f"{path} changed since the graph was built (sha256 differs from graph.json); "
+                            f"pass graph_lm= the LM the graph was built with")
+        graph_lm = path
+    return Rescorer(open_lm(rescore_lm), open_lm(graph_lm), graph.words)
 
 
 # ---------------------------------------------------------------------- array interop

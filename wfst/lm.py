@@ -1,0 +1,497 @@
+"""N-gram LMs as deterministic backoff automata in CSR form, for on-the-fly rescoring.
+
+An ARPA file becomes an :class:`LmStore`: one state per history (the empty history is
+the root, state 0), each state's outgoing words sorted in ``labels[offsets[s]:offsets[s+1]]``
+with their cost (``weights``, natural-log, negated) and next state (``nexts``: the longest
+suffix of history + word that is a state), and per state its backoff state and backoff
+cost.  A word missing at a state is looked up again at its backoff state after paying the
+backoff cost (``kernels.common.backoff_lookup``): exact ARPA semantics, unlike a G whose
+backoff arcs are epsilons (see NOTES).  ``</s>`` is a label like any word: a history's
+final cost is the cost of reading it.
+
+`prepare_lm` parses an ARPA file once and writes a store file; `load_lm` memory-maps it.
+The file is a header (magic, JSON with the words, the source's checksum and each array's
+dtype, shape and offset) followed by the raw arrays, 64-byte aligned.
+
+`Rescorer` pairs the big LM with the graph's own (small) LM: decoding a TLG built on the
+small LM, each word arc adds big cost - small cost (Kaldi's biglm decoder), so complete
+paths carry the big LM's score.  Tokens carry the big LM's state; the small LM's state is
+the longest suffix of that history which is a small-LM state, a function of the big one
+when every small-LM history is also a big-LM history (checked).
+"""
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import json
+import math
+import os
+import re
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from .errors import InputFileError, MissingFileError, WfstError
+from .files import atomic_path
+
+LN10 = math.log(10.0)
+MAGIC = b"WFSTLM01"
+FORMAT = 1
+_ALIGN = 64
+_ARRAYS = {"offsets": np.int64, "labels": np.int32, "weights": np.float32, "nexts": np.int32,
+           "backoff": np.int32, "bo_weight": np.float32, "depth": np.int32}
+
+
+class LmStoreError(WfstError):
+    """A store file that is missing, not a store, or damaged; says which and why."""
+
+
+class VocabularyError(WfstError, ValueError):
+    """The big LM cannot score the graph's words."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LmStore:
+    """A backoff LM as a CSR automaton (see the module doc).  Arrays may be memory-mapped."""
+
+    words: tuple[str, ...]  # LM word id -> word
+    order: int
+    counts: tuple[int, ...]  # n-grams per order
+    start: int  # the state of the history <s>
+    offsets: np.ndarray  # (N + 1,) int64
+    labels: np.ndarray  # (A,) int32, sorted within each state
+    weights: np.ndarray  # (A,) float32 cost of the word given the state's history
+    nexts: np.ndarray  # (A,) int32
+    backoff: np.ndarray  # (N,) int32; -1 at the root
+    bo_weight: np.ndarray  # (N,) float32 backoff cost
+    depth: np.ndarray  # (N,) int32 length of the state's history (states come by depth)
+    source: dict = dataclasses.field(default_factory=dict)  # path, sha256, bytes of the ARPA file
+
+    @property
+    def num_states(self) -> int:
+        return len(self.backoff)
+
+    @property
+    def num_arcs(self) -> int:
+        return len(self.labels)
+
+    def word_ids(self) -> dict[str, int]:
+        return {w: i for i, w in enumerate(self.words)}
+
+    def automaton(self, final: np.ndarray):
+        """The tuple the kernels take: (offsets, labels, weights, nexts, backoff, bo_weight, final)."""
+        return (self.offsets, self.labels, self.weights, self.nexts, self.backoff, self.bo_weight, final)
+
+    def final_costs(self) -> np.ndarray:
+        """Cost of </s> from every state (backoff included): the states' final costs."""
+        from wfst.kernels.common import backoff_lookup
+
+        eos = self.word_ids().get("</s>")
+        if eos is None:
+            return np.zeros(self.num_states, np.float32)
+        a = (self.offsets, self.labels, self.weights, self.nexts, self.backoff, self.bo_weight)
+        return np.array([backoff_lookup(*a, s, eos)[0] for s in range(self.num_states)], np.float32)
+
+    def score(self, words) -> float:
+        """Natural-log cost of a sentence from <s> to </s> (a reference for tests)."""
+        from wfst.kernels.common import backoff_lookup
+
+        ids = self.word_ids()
+        unk = ids.get("<unk>")
+        a = (self.offsets, self.labels, self.weights, self.nexts, self.backoff, self.bo_weight)
+        s, total = self.start, 0.0
+        for w in [*words, "</s>"]:
+            cost, s = backoff_lookup(*a, s, ids.get(w, unk if unk is not None else -1))
+            total += float(cost)
+        return total
+
+    def sizes(self) -> dict:
+        return {name: int(getattr(self, name).nbytes) for name in _ARRAYS}
+
+
+# ---------------------------------------------------------------------- ARPA -> store
+
+def _open_text(path: Path):
+    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read_arpa(path: str | os.PathLike, *, progress: bool = False) -> LmStore:
+    """Parse an ARPA file (plain or .gz) into an LmStore held in memory."""
+    path = Path(path)
+    if not path.is_file():
+        raise MissingFileError(path, "ARPA language model")
+    counts: dict[int, int] = {}
+    ngrams: list[dict] = [None]  # ngrams[k]: word-id tuple -> (log10 p, log10 backoff)
+    words: list[str] = []
+    ids: dict[str, int] = {}
+    section = None
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=path.stat().st_size, unit="B", unit_scale=True, desc=f"reading {path.name}")
+    try:
+        with _open_text(path) as f:
+            for no, raw in enumerate(f, start=1):
+                if bar is not None and no % 65536 == 0:
+                    bar.n = f.buffer.tell() if hasattr(f, "buffer") and path.suffix != ".gz" else bar.n
+                    bar.refresh()
+                line = raw.strip()
+                if not line:
+                    continue
+                if line.startswith("\\"):
+                    m = re.fullmatch(r"\\(\d+)-grams:", line)
+                    if line == "\\data\\" and section is None:
+                        section = "data"
+                    elif m and counts and int(m.group(1)) == (1 if section == "data" else section + 1):
+                        section = int(m.group(1))
+                        ngrams.append({})
+                    elif line == "\\end\\" and counts and section == max(counts):
+                        section = "end"
+                        break
+                    else:
+                        raise InputFileError(path, no, f"unexpected section line {line!r}")
+                    continue
+                if section == "data":
+                    m = re.fullmatch(r"ngram\s+(\d+)\s*=\s*(\d+)", line)
+                    if not m:
+                        raise InputFileError(path, no, f"bad \\data\\ line {line!r}")
+                    counts[int(m.group(1))] = int(m.group(2))
+                    continue
+                if not isinstance(section, int):
+                    raise InputFileError(path, no, f"text outside an n-gram section: {line!r}")
+                fields = line.split()
+                k = section
+                if len(fields) not in (k + 1, k + 2):
+                    raise InputFileError(path, no, f"a {k}-gram line needs {k + 1} or {k + 2} fields: {line!r}")
+                try:
+                    logp = float(fields[0])
+                    bo = float(fields[k + 1]) if len(fields) == k + 2 else 0.0
+                except ValueError:
+                    raise InputFileError(path, no, f"not a number in {line!r}") from None
+                if not (math.isfinite(bo) and (math.isfinite(logp) or logp == -math.inf)):
+                    raise InputFileError(path, no, f"NaN or infinite value in {line!r}")
+                if k == 1:
+                    if fields[1] in ids:
+                        raise InputFileError(path, no, f"unigram {fields[1]!r} listed twice")
+                    ids[fields[1]] = len(words)
+                    words.append(fields[1])
+                    key = (ids[fields[1]],)
+                else:
+                    try:
+                        key = tuple(ids[w] for w in fields[1:k + 1])
+                    except KeyError as e:
+                        raise InputFileError(path, no, f"word {e.args[0]!r} is not a unigram") from None
+                ngrams[k][key] = (logp, bo)
+    except UnicodeDecodeError as e:
+        raise InputFileError(path, None, f"not UTF-8 text ({e.reason})") from None
+    except (OSError, EOFError) as e:
+        raise InputFileError(path, None, f"cannot read: {e}") from None
+    finally:
+        if bar is not None:
+            bar.close()
+    if not counts:
+        raise InputFileError(path, None, "no \\data\\ header: not an ARPA file")
+    if section != "end":
+        raise InputFileError(path, None, "no \\end\\ line: the file is truncated")
+    for k, n in counts.items():
+        if len(ngrams[k]) != n:
+            raise InputFileError(path, None, f"the header says {n} {k}-grams, the file has {len(ngrams[k])}")
+    if "<s>" not in ids:
+        raise InputFileError(path, None, "no <s> unigram: the LM has no sentence start")
+    return _build(words, ngrams, len(counts), {"path": str(path.resolve()), "sha256": _sha256(path),
+                                               "bytes": path.stat().st_size})
+
+
+def _build(words, ngrams, order, source) -> LmStore:
+    # states: the root, then every history that some n-gram continues, by length
+    histories = [()]
+    for k in range(2, order + 1):
+        histories += sorted({g[:-1] for g in ngrams[k]})
+    state_of = {h: i for i, h in enumerate(dict.fromkeys(histories))}
+    histories = list(state_of)
+
+    def longest_state(h):
+        while h not in state_of:
+            h = h[1:]
+        return state_of[h]
+
+    N = len(histories)
+    out: list[list] = [[] for _ in range(N)]
+    for k in range(1, order + 1):
+        for g, (logp, _) in ngrams[k].items():
+            h = g[:-1]
+            s = state_of.get(h)
+            if s is None:
+                continue  # an n-gram no history leads to (cannot be used)
+            out[s].append((g[-1], -logp * LN10, longest_state(g[-(order - 1):] if order > 1 else ())))
+    offsets = np.zeros(N + 1, np.int64)
+    offsets[1:] = np.cumsum([len(o) for o in out])
+    A = int(offsets[-1])
+    labels = np.empty(A, np.int32)
+    weights = np.empty(A, np.float32)
+    nexts = np.empty(A, np.int32)
+    for s, o in enumerate(out):
+        o.sort()
+        lo = offsets[s]
+        for i, (w, c, nx) in enumerate(o):
+            labels[lo + i] = w
+            weights[lo + i] = c
+            nexts[lo + i] = nx
+    backoff = np.full(N, -1, np.int32)
+    bo_weight = np.zeros(N, np.float32)
+    for s, h in enumerate(histories):
+        if h:
+            backoff[s] = longest_state(h[1:])
+            entry = ngrams[len(h)].get(h)
+            bo_weight[s] = -entry[1] * LN10 if entry else 0.0
+    start = state_of.get((words.index("<s>"),), 0)
+    counts = tuple(len(ngrams[k]) for k in range(1, order + 1))
+    depth = np.array([len(h) for h in histories], np.int32)
+    return LmStore(tuple(words), order, counts, start, offsets, labels, weights, nexts, backoff, bo_weight, depth,
+                   source)
+
+
+# ---------------------------------------------------------------------- store file
+
+def save_lm(store: LmStore, path: str | os.PathLike) -> Path:
+    """Write `store` as a store file (atomically)."""
+    path = Path(path)
+    arrays, offset, layout = [], 0, {}
+    for name, dtype in _ARRAYS.items():
+        a = np.ascontiguousarray(getattr(store, name), dtype)
+        layout[name] = {"dtype": np.dtype(dtype).str, "shape": list(a.shape), "offset": offset}
+        arrays.append(a)
+        offset += -(-a.nbytes // _ALIGN) * _ALIGN
+    header = json.dumps({"format": FORMAT, "order": store.order, "counts": list(store.counts),
+                         "start": store.start, "num_states": store.num_states, "num_arcs": store.num_arcs,
+                         "source": store.source, "words": list(store.words), "arrays": layout,
+                         "data_bytes": offset}).encode()
+    data_start = -(-(len(MAGIC) + 8 + len(header)) // _ALIGN) * _ALIGN
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(MAGIC + np.uint64(len(header)).tobytes() + header)
+            f.write(b"\0" * (data_start - f.tell()))
+            for a in arrays:
+                f.write(a.tobytes())
+                f.write(b"\0" * (-a.nbytes % _ALIGN))
+    return path
+
+
+def load_lm(path: str | os.PathLike) -> LmStore:
+    """Memory-map a store file, checking that it is whole and consistent."""
+    path = Path(path)
+    if not path.is_file():
+        raise MissingFileError(path, "LM store file")
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(len(MAGIC))
+            if magic != MAGIC:
+                raise LmStoreError(f"{path}: not an LM store file (bad magic {magic!r}); "
+                                   f"make one with wfst.lm.prepare_lm")
+            n = int(np.frombuffer(f.read(8), np.uint64)[0])
+            if n > size:
+                raise LmStoreError(f"{path}: damaged header (length {n} > file size {size})")
+            meta = json.loads(f.read(n))
+    except (ValueError, IndexError, UnicodeDecodeError) as e:
+        raise LmStoreError(f"{path}: damaged header ({e})") from None
+    if meta.get("format") != FORMAT:
+        raise LmStoreError(f"{path}: store format {meta.get('format')!r}, this version reads {FORMAT}; "
+                           f"prepare it again")
+    data_start = -(-(len(MAGIC) + 8 + n) // _ALIGN) * _ALIGN
+    if size < data_start + meta["data_bytes"]:
+        raise LmStoreError(f"{path}: truncated ({size} bytes, the header needs {data_start + meta['data_bytes']})")
+    arrays = {}
+    for name, dtype in _ARRAYS.items():
+        spec = meta["arrays"][name]
+        if np.dtype(spec["dtype"]) != np.dtype(dtype):
+            raise LmStoreError(f"{path}: array {name} has dtype {spec['dtype']}")
+        arrays[name] = np.memmap(path, dtype, "r", data_start + spec["offset"], tuple(spec["shape"]))
+    N, A = meta["num_states"], meta["num_arcs"]
+    o = arrays["offsets"]
+    problems = []
+    if o.shape != (N + 1,) or arrays["backoff"].shape != (N,) or arrays["labels"].shape != (A,):
+        problems.append("array sizes disagree with the header")
+    elif o[0] != 0 or o[-1] != A or np.any(np.diff(o) < 0):
+        problems.append("offsets are not a CSR index")
+    elif A and (arrays["labels"].min() < 0 or arrays["labels"].max() >= len(meta["words"])
+                or arrays["nexts"].min() < 0 or arrays["nexts"].max() >= N):
+        problems.append("labels or next states out of range")
+    elif N and (arrays["backoff"].max() >= N or arrays["backoff"].min() < -1 or not 0 <= meta["start"] < N):
+        problems.append("backoff or start states out of range")
+    elif not (np.isfinite(arrays["weights"]) | (arrays["weights"] == np.inf)).all():
+        problems.append("NaN weights")
+    if problems:
+        raise LmStoreError(f"{path}: damaged store: {problems[0]}; prepare it again")
+    return LmStore(tuple(meta["words"]), meta["order"], tuple(meta["counts"]), meta["start"], **arrays,
+                   source=meta["source"])
+
+
+def prepare_lm(arpa: str | os.PathLike, out: str | os.PathLike | None = None, *, progress: bool = True) -> Path:
+    """Parse `arpa` once and write its store file (default: `<arpa>.lmstore` beside it, or in
+    ``.wfst-cache`` when that folder cannot be written); return the store's path.  An
+    existing store made from the same ARPA content is kept."""
+    arpa = Path(arpa)
+    if not arpa.is_file():
+        raise MissingFileError(arpa, "ARPA language model")
+    out = Path(out) if out is not None else arpa.with_name(arpa.name + ".lmstore")
+    if out.is_file():
+        try:
+            if load_lm(out).source.get("sha256") == _sha256(arpa):
+                return out
+        except (LmStoreError, MissingFileError):
+            pass  # damaged or stale: made again
+    store = read_arpa(arpa, progress=progress)
+    try:
+        return save_lm(store, out)
+    except OSError:
+        fallback = Path(".wfst-cache") / f"lm-{store.source['sha256'][:20]}.lmstore"
+        fallback.parent.mkdir(parents=True, exist_ok=True)
+        return save_lm(store, fallback)
+
+
+def open_lm(source: str | os.PathLike | LmStore) -> LmStore:
+    """An LmStore from a store file, an ARPA file (prepared once, then memory-mapped) or a store."""
+    if isinstance(source, LmStore):
+        return source
+    path = Path(source)
+    if not path.is_file():
+        raise MissingFileError(path, "language model (ARPA or LM store file)")
+    with open(path, "rb") as f:
+        is_store = f.read(len(MAGIC)) == MAGIC
+    return load_lm(path if is_store else prepare_lm(path, progress=True))
+
+
+# ---------------------------------------------------------------------- rescoring
+
+def truncate_arpa(src: str | os.PathLike, dst: str | os.PathLike, order: int) -> Path:
+    """Write the ARPA LM of `src` cut to its n-grams up to `order` (a valid, normalised LM:
+    the kept orders' probabilities and backoffs are unchanged; the top kept order's
+    backoff weights are dropped).  Makes the small LM of the rescoring demo."""
+    src, dst = Path(src), Path(dst)
+    with _open_text(src) as f, atomic_path(dst) as tmp, open(tmp, "w", encoding="utf-8") as out:
+        section = None
+        for raw in f:
+            line = raw.strip()
+            m = re.fullmatch(r"ngram\s+(\d+)\s*=\s*(\d+)", line)
+            if m and int(m.group(1)) > order:
+                continue
+            g = re.fullmatch(r"\\(\d+)-grams:", line)
+            if g:
+                section = int(g.group(1))
+                if section > order:
+                    continue
+            elif line == "\\end\\":
+                section = None
+                out.write("\n\\end\\\n")
+                break
+            if isinstance(section, int) and section > order:
+                continue
+            if section == order and line and not g:
+                fields = line.split()
+                line = " ".join(fields[:order + 1])
+            out.write(line + "\n")
+    return dst
+
+
+class Rescorer:
+    """The big LM and the graph's LM, with the maps the kernels need (see the module doc)."""
+
+    def __init__(self, big: LmStore, small: LmStore, graph_words):
+        self.big, self.small = big, small
+        self.lm_map, self.big_report = _word_map(big, graph_words, "the big LM")
+        self.lm0_map, _ = _word_map(small, graph_words, "the graph's LM")
+        self.small_of = _small_states(big, small)
+        self.big_final = big.final_costs()
+        self.small_final = small.final_costs()
+
+    def path_cost(self, word_ids, final: bool = True) -> float:
+        """Big minus small LM cost of a word sequence, word by word as the decoder adds it."""
+        from wfst.kernels.common import context_final, context_step
+
+        big, small, small_of, lm_map, lm0_map = self.kernel_args()
+        none = (np.zeros(2, np.int64), *(np.zeros(0, t) for t in (np.int32, np.float32, np.int32)),
+                np.full(1, -1, np.int32), np.zeros(1, np.float32), np.zeros(1, np.float32))
+        ctx, total = self.big.start, 0.0
+        for w in word_ids:
+            cost, ctx = context_step(ctx, w, 1, big, small, small_of, lm_map, lm0_map, none, True, False)
+            total += float(cost)
+        if final:
+            total += float(context_final(ctx, 1, big, small, small_of, none, True, False))
+        return total
+
+    def kernel_args(self):
+        return (self.big.automaton(self.big_final), self.small.automaton(self.small_final), self.small_of,
+                self.lm_map, self.lm0_map)
+
+
+def _word_map(store: LmStore, graph_words, what: str):
+    """Graph word id -> LM word id; graph words the LM lacks go to <unk> (counted), or fail."""
+    ids = store.word_ids()
+    unk = ids.get("<unk>")
+    n = len(graph_words)
+    m = np.full(max(n, 1), -1, np.int32)
+    missing = []
+    special = {"<eps>", "#0", "<s>", "</s>"}
+    for w in range(1, n):
+        word = graph_words[w]
+        if word in ids:
+            m[w] = ids[word]
+        elif word.startswith("#") or word in special:
+            m[w] = unk if unk is not None else 0  # never output on a path
+        else:
+            missing.append(word)
+            m[w] = -1 if unk is None else unk
+    if missing and unk is None:
+        shown = ", ".join(repr(w) for w in missing[:10])
+        raise VocabularyError(f"{len(missing)} of the graph's {n - 1} words are not in {what}, which has no <unk> "
+                              f"to stand for them: {shown}{' ...' if len(missing) > 10 else ''}")
+    if missing:
+        warnings.warn(f"{len(missing)} of the graph's words are not in {what}; they are scored as <unk>: "
+                      f"{', '.join(repr(w) for w in missing[:10])}{' ...' if len(missing) > 10 else ''}",
+                      stacklevel=4)
+    unused = len(set(store.words) - set(graph_words[w] for w in range(1, n)) - {"<s>", "</s>", "<unk>"})
+    return m, {"graph_words_as_unk": len(missing), "examples": missing[:10], "lm_words_not_in_graph": unused}
+
+
+def _small_states(big: LmStore, small: LmStore) -> np.ndarray:
+    """For each big-LM state, the small-LM state of the same history (its longest suffix
+    that is a small-LM state); every small-LM history must be a big-LM history."""
+    def histories(store):
+        # a state of depth d + 1 is reached from its history's first d words by its last word
+        h = [None] * store.num_states
+        h[0] = ()
+        src = np.repeat(np.arange(store.num_states), np.diff(store.offsets))
+        grows = np.flatnonzero(store.depth[store.nexts] == store.depth[src] + 1)
+        for a in grows[np.argsort(store.depth[src[grows]], kind="stable")]:
+            parent = h[src[a]]
+            if parent is not None:
+                h[store.nexts[a]] = (*parent, store.words[store.labels[a]])
+        return h
+
+    hb, hs = histories(big), histories(small)
+    if any(x is None for x in hb) or any(x is None for x in hs):
+        raise WfstError("an LM state cannot be reached from the root; the LM store is damaged")
+    small_state = {h: i for i, h in enumerate(hs)}
+    big_set = set(hb)
+    missing = [h for h in hs if h not in big_set]
+    if missing:
+        raise VocabularyError(f"{len(missing)} histories of the graph's LM are not histories of the big LM (e.g. "
+                              f"{' '.join(missing[0])!r}); rescoring needs a big LM that contains the graph LM's "
+                              f"contexts, such as the unpruned LM the graph's LM was pruned from")
+    out = np.empty(big.num_states, np.int32)
+    for i, h in enumerate(hb):
+        while h not in small_state:
+            h = h[1:]
+        out[i] = small_state[h]
+    return out

@@ -305,6 +305,9 @@ def load_lm(path: str | os.PathLike) -> LmStore:
             meta = json.loads(f.read(n))
     except (ValueError, IndexError, UnicodeDecodeError) as e:
         raise LmStoreError(f"{path}: damaged header ({e})") from None
+    needed = ("format", "order", "counts", "start", "num_states", "num_arcs", "words", "arrays", "data_bytes")
+    if not isinstance(meta, dict) or any(k not in meta for k in needed):
+        raise LmStoreError(f"{path}: damaged header (fields missing)")
     if meta.get("format") != FORMAT:
         raise LmStoreError(f"{path}: store format {meta.get('format')!r}, this version reads {FORMAT}; "
                            f"prepare it again")
@@ -369,7 +372,7 @@ def open_lm(source: str | os.PathLike | LmStore) -> LmStore:
         raise MissingFileError(path, "language model (ARPA or LM store file)")
     with open(path, "rb") as f:
         is_store = f.read(len(MAGIC)) == MAGIC
-    return load_lm(path if is_store else prepare_lm(path, progress=True))
+    return load_lm(path if is_store else prepare_lm(path, progress=path.stat().st_size > 32 << 20))
 
 
 # ---------------------------------------------------------------------- rescoring
@@ -442,19 +445,21 @@ def _word_map(store: LmStore, graph_words, what: str):
     n = len(graph_words)
     m = np.full(max(n, 1), -1, np.int32)
     missing = []
-    special = {"<eps>", "#0", "<s>", "</s>"}
+    real = 0
     for w in range(1, n):
         word = graph_words[w]
+        if word.startswith("#") or word in ("<eps>", "<s>", "</s>", "<unk>"):
+            m[w] = ids.get(word, unk if unk is not None else 0)  # never a scored word on a path
+            continue
+        real += 1
         if word in ids:
             m[w] = ids[word]
-        elif word.startswith("#") or word in special:
-            m[w] = unk if unk is not None else 0  # never output on a path
         else:
             missing.append(word)
             m[w] = -1 if unk is None else unk
     if missing and unk is None:
         shown = ", ".join(repr(w) for w in missing[:10])
-        raise VocabularyError(f"{len(missing)} of the graph's {n - 1} words are not in {what}, which has no <unk> "
+        raise VocabularyError(f"{len(missing)} of the graph's {real} words are not in {what}, which has no <unk> "
                               f"to stand for them: {shown}{' ...' if len(missing) > 10 else ''}")
     if missing:
         warnings.warn(f"{len(missing)} of the graph's words are not in {what}; they are scored as <unk>: "

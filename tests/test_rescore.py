@@ -1,0 +1,197 @@
+"""On-the-fly rescoring with a big LM: the LM store against kenlm, the store file, and
+decoding a small-LM graph with rescoring against OpenFST's exact shortest path of
+TLG_small ∘ D, D the automaton that replaces the small LM's score by the big LM's."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import pywrapfst as fst
+from conftest import TINY_ARPA
+from decoding import random_log_probs
+from wfst.graphs import compile_graph
+from wfst.graphs.paths import shortest_decode
+
+import wfst
+from wfst.boost import NO_PHRASES
+from wfst.decoder import Decoder
+from wfst.errors import MissingFileError
+from wfst.graph import read_fst
+from wfst.kernels.common import context_final, context_step
+from wfst.lm import (LmStoreError, VocabularyError, load_lm, open_lm, prepare_lm, read_arpa, save_lm,
+                     truncate_arpa)
+
+WIDE = dict(beam=1e4, max_active=10**6, min_active=0, token_capacity=256)
+
+
+def kenlm_cost(model, words) -> float:
+    return -model.score(" ".join(words), bos=True, eos=True) * math.log(10)
+
+
+@pytest.mark.parametrize("order", [3, 2])  # kenlm reads no unigram-only model
+def test_store_scores_sentences_like_kenlm(demo, tmp_path, order):
+    kenlm = pytest.importorskip("kenlm")
+    arpa = demo / "lm.arpa" if order == 3 else truncate_arpa(demo / "lm.arpa", tmp_path / "lm.arpa", order)
+    store, model = read_arpa(arpa), kenlm.Model(str(arpa))
+    assert store.order == model.order == order
+    sentences = [line.split() for line in (demo / "test.txt").read_text().splitlines()[:150]]
+    sentences += [["zzz", "the"], [], ["the", "the", "the"]]  # an unknown word, empty, repeats
+    for words in sentences:
+        assert store.score(words) == pytest.approx(kenlm_cost(model, words), abs=2e-3)
+
+
+def test_store_file_is_memory_mapped_and_equal(tmp_path):
+    (tmp_path / "lm.arpa").write_text(TINY_ARPA.lstrip())
+    store = read_arpa(tmp_path / "lm.arpa")
+    path = prepare_lm(tmp_path / "lm.arpa", progress=False)
+    assert path == tmp_path / "lm.arpa.lmstore"
+    loaded = load_lm(path)
+    assert isinstance(loaded.labels, np.memmap)
+    for name in ("offsets", "labels", "weights", "nexts", "backoff", "bo_weight", "depth"):
+        np.testing.assert_array_equal(getattr(loaded, name), getattr(store, name))
+    assert loaded.words == store.words and loaded.start == store.start
+    before = path.stat().st_mtime_ns
+    assert prepare_lm(tmp_path / "lm.arpa", progress=False) == path and path.stat().st_mtime_ns == before
+    (tmp_path / "lm.arpa").write_text(TINY_ARPA.lstrip().replace("-0.3\t<s> ab", "-0.31\t<s> ab"))
+    prepare_lm(tmp_path / "lm.arpa", progress=False)  # changed ARPA: made again
+    assert load_lm(path).source["sha256"] != store.source["sha256"]
+    assert open_lm(tmp_path / "lm.arpa").num_arcs == store.num_arcs == open_lm(path).num_arcs
+
+
+def test_damaged_store_files_are_refused(tmp_path):
+    (tmp_path / "lm.arpa").write_text(TINY_ARPA.lstrip())
+    good = save_lm(read_arpa(tmp_path / "lm.arpa"), tmp_path / "good.lmstore").read_bytes()
+    with pytest.raises(MissingFileError):
+        load_lm(tmp_path / "absent.lmstore")
+    cases = {"magic": (b"NOTASTORE" + good[9:], "not an LM store"),
+             "truncated": (good[:-64], "truncated"),
+             "header": (good[:17] + b"}}}" + good[20:], "damaged header"),
+             "offsets": None}
+    body = bytearray(good)
+    import json
+    n = int(np.frombuffer(good[8:16], np.uint64)[0])
+    meta = json.loads(good[16:16 + n])
+    start = -(-(16 + n) // 64) * 64 + meta["arrays"]["offsets"]["offset"]
+    body[start + 8:start + 16] = np.int64(10**6).tobytes()  # offsets[1] far out of range
+    cases["offsets"] = (bytes(body), "damaged store")
+    for name, (data, message) in cases.items():
+        (tmp_path / f"{name}.lmstore").write_bytes(data)
+        with pytest.raises(LmStoreError, match=message):
+            load_lm(tmp_path / f"{name}.lmstore")
+
+
+@pytest.fixture
+def small_graph(tiny, tmp_path):
+    """The tiny lexicon's graph built on a bigram cut from the tiny 3-gram (the big LM)."""
+    small = truncate_arpa(tiny / "lm.arpa", tmp_path / "small.arpa", 2)
+    r = compile_graph(tmp_path / "g", tokens=tiny / "tokens.txt", lm=small, lexicon=tiny / "lexicon.txt",
+                      word_boundary="|", topology="compact")
+    return wfst.load_graph(r.directory), read_fst(r.directory / "TLG.fst"), tiny / "lm.arpa", small
+
+
+def rescoring_fst(decoder: Decoder) -> fst.VectorFst:
+    """D: one state per big-LM state, an arc per word adding big - small LM cost (what
+    context_step adds), final cost big </s> - small </s>."""
+    r = decoder.rescorer
+    big, small, small_of, lm_map, lm0_map = r.kernel_args()
+    none = NO_PHRASES.automaton()
+    d = fst.VectorFst()
+    for _ in range(r.big.num_states):
+        d.add_state()
+    d.set_start(r.big.start)
+    W = len(decoder.graph.words)
+    for s in range(r.big.num_states):
+        d.set_final(s, fst.Weight(d.weight_type(), float(context_final(s, 1, big, small, small_of, none, True, False))))
+        for w in range(1, W):
+            if decoder.graph.words[w].startswith("#") or decoder.graph.words[w] in ("<s>", "</s>"):
+                continue
+            cost, nxt = context_step(s, w, 1, big, small, small_of, lm_map, lm0_map, none, True, False)
+            d.add_arc(s, fst.Arc(w, w, fst.Weight(d.weight_type(), float(cost)), int(nxt)))
+    return d.arcsort("ilabel")
+
+
+def test_rescoring_equals_exact_composition(small_graph):
+    g, tlg, big, small = small_graph
+    dec = Decoder(g, rescore_lm=big, graph_lm=small, **WIDE)
+    composed = fst.compose(tlg.copy().arcsort("olabel"), rescoring_fst(dec))
+    x = random_log_probs(5, batch=8, frames=12, columns=5, sharpness=1.5)
+    results = dec.decode(x)
+    plain = Decoder(g, **WIDE).decode(x)
+    changed = 0
+    for b, got in enumerate(results):
+        words, cost = shortest_decode(composed, x[b])
+        assert got.word_ids == tuple(words)
+        assert got.cost == pytest.approx(cost, abs=1e-4)
+        assert got.acoustic_cost + got.graph_cost + got.rescore_cost == pytest.approx(got.cost)
+        expected = dec.rescorer.big.score(got.words) - dec.rescorer.small.score(got.words)
+        assert got.rescore_cost == pytest.approx(expected, abs=1e-4)
+        changed += got.words != plain[b].words or got.cost != pytest.approx(plain[b].cost)
+    assert changed, "the big LM should change some result"
+
+
+def test_graph_lm_is_found_through_graph_json(small_graph):
+    g, _, big, small = small_graph
+    x = random_log_probs(2, batch=2, frames=8, columns=5)
+    found = Decoder(g, rescore_lm=big, **WIDE).decode(x)
+    assert found == Decoder(g, rescore_lm=big, graph_lm=small, **WIDE).decode(x)
+    small.write_text(small.read_text() + "\n")
+    with pytest.raises(wfst.WfstError, match="changed since the graph was built"):
+        Decoder(g, rescore_lm=big)
+    small.unlink()
+    with pytest.raises(MissingFileError, match="graph_lm="):
+        Decoder(g, rescore_lm=big)
+
+
+def test_big_lm_vocabulary_mismatch(small_graph, tmp_path):
+    g, _, big, small = small_graph
+    no_unk = tmp_path / "no_unk.arpa"
+    no_unk.write_text(TINY_ARPA.lstrip().replace("ngram 1=8", "ngram 1=6").replace("-2.0\t<unk>\n", "")
+                      .replace("-1.6\tcab\n", "").replace("-0.45\ta cab\n", "").replace("ngram 2=7", "ngram 2=6"))
+    with pytest.raises(VocabularyError, match="1 of the graph's 5 words are not in the big LM.*'cab'"):
+        Decoder(g, rescore_lm=no_unk, graph_lm=small)
+    with_unk = tmp_path / "with_unk.arpa"
+    with_unk.write_text(TINY_ARPA.lstrip().replace("-1.6\tcab\n", "").replace("a cab", "a ab")
+                        .replace("ngram 1=8", "ngram 1=7"))
+    with pytest.warns(UserWarning, match="scored as <unk>: 'cab'"):
+        dec = Decoder(g, rescore_lm=with_unk, graph_lm=small)
+    assert dec.rescorer.big_report["graph_words_as_unk"] == 1
+    unigram = truncate_arpa(small, tmp_path / "unigram.arpa", 1)
+    with pytest.raises(VocabularyError, match="not histories of the big LM"):
+        Decoder(g, rescore_lm=unigram, graph_lm=small)
+
+
+def test_rescoring_with_phrases_and_words_together(small_graph):
+    """Both context automata at once: the token context is (LM state, phrase state)."""
+    g, tlg, big, small = small_graph
+    dec = Decoder(g, rescore_lm=big, graph_lm=small, **WIDE)
+    x = random_log_probs(9, batch=6, frames=12, columns=5, sharpness=1.5)
+    boost = {"ab ba": 2.0, "abc": 0.5}
+    got = dec.decode(x, boost=boost)
+    for r in got:
+        assert r.acoustic_cost + r.graph_cost + r.boost_cost + r.rescore_cost == pytest.approx(r.cost)
+    plain = Decoder(g, rescore_lm=big, graph_lm=small, **WIDE).decode(x)
+    for a, b in zip(got, plain):  # a boost only ever lowers the best cost
+        assert a.cost <= b.cost + 1e-4
+
+
+def test_demo_rescoring_finds_the_big_lm_graphs_words(demo, tmp_path_factory):
+    """A character graph on a bigram cut from the demo 3-gram, rescored with the 3-gram,
+    against the graph built on the 3-gram itself: the same words nearly everywhere (G's
+    epsilon backoffs let the static graph score some word pairs below the exact LM)."""
+    from wfst import synthetic
+
+    out = tmp_path_factory.mktemp("rescore")
+    small = truncate_arpa(demo / "lm.arpa", out / "lm2.arpa", 2)
+    graphs = {}
+    for name, lm in [("small", small), ("big", demo / "lm.arpa")]:
+        r = compile_graph(out / name, tokens=demo / "chars_tokens.txt", word_boundary="|", lm=lm,
+                          topology="compact", cache_dir=out / "cache")
+        graphs[name] = wfst.load_graph(r.directory)
+    texts = [t for t in (demo / "test.txt").read_text().splitlines() if t.strip()][:40]
+    x, lengths = synthetic.from_texts(texts, graphs["small"].tokens, word_boundary="|", seed=3, confusion=0.15,
+                                      noise=1.5)
+    rescored = Decoder(graphs["small"], rescore_lm=demo / "lm.arpa").decode(x, lengths)
+    static = Decoder(graphs["big"]).decode(x, lengths)
+    same = sum(a.words == b.words for a, b in zip(rescored, static))
+    assert same >= 0.95 * len(texts)

@@ -143,6 +143,14 @@ def _word_step(cost, ctx, word, boost_keys, boost_costs, boost_bits, boosted, co
     return cost, ctx
 
 
+@njit(inline="always")
+def _needs_step(word, boost_bits, boosted, contextual):
+    """Whether an arc's output word changes its cost or context (the bit test inline, so
+    that only boosted words pay for a call)."""
+    return word != 0 and (contextual or (boosted and (boost_bits[word >> 5] >> np.uint32(word & 31))
+                                         & np.uint32(1) != 0))
+
+
 @njit(nogil=True, cache=True, _nrt=False)
 def _final_cost(state, ctx, final, context, contextual):
     f = final[state]
@@ -171,7 +179,7 @@ def _closure(cutoff, n, states, arcs, boost_keys, boost_costs, boost_bits, boost
         for p in range(states[s, 1], states[s + 1, 0]):
             nc = np.float32(c + arc_weight(arcs, p))
             nctx = ctx
-            if arcs[p, 4] != 0 and (boosted or contextual):
+            if _needs_step(arcs[p, 4], boost_bits, boosted, contextual):
                 nc, nctx = _word_step(nc, ctx, arcs[p, 4], boost_keys, boost_costs, boost_bits, boosted,
                                       context, contextual)
             if nc > cutoff:
@@ -341,7 +349,7 @@ def decode_one(states, arcs, boost_keys, boost_costs, boost_bits, context, start
             c = sv_cost[i]
             for p in range(states[s, 0], states[s, 1]):
                 nc = np.float32(c + np.float32(arc_weight(arcs, p) + ac[arcs[p, 0]]))
-                if arcs[p, 4] != 0 and (boosted or contextual) and nc < INF:
+                if nc < INF and _needs_step(arcs[p, 4], boost_bits, boosted, contextual):
                     nc, _ = _word_step(nc, sv_ctx[i], arcs[p, 4], boost_keys, boost_costs, boost_bits, boosted,
                                        context, contextual)
                 if nc < min_new:
@@ -355,7 +363,7 @@ def decode_one(states, arcs, boost_keys, boost_costs, boost_bits, context, start
             for p in range(states[s, 0], states[s, 1]):
                 nc = np.float32(c + np.float32(arc_weight(arcs, p) + ac[arcs[p, 0]]))
                 nctx = ctx
-                if arcs[p, 4] != 0 and (boosted or contextual) and nc < INF:
+                if nc < INF and _needs_step(arcs[p, 4], boost_bits, boosted, contextual):
                     nc, nctx = _word_step(nc, ctx, arcs[p, 4], boost_keys, boost_costs, boost_bits, boosted,
                                           context, contextual)
                 if nc < bound:

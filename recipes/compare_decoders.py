@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""make compare-decoders: greedy, ours (CPU, CUDA), Kaldi, flashlight-text and pyctcdecode side by side.
+
+Uses the demo's compact graphs (built as make demo builds them; skipped when up to
+date), the demo's ARPA and the graphs' lexicons, and SYNTHETIC emissions (wfst.synthetic)
+of the demo's held-out sentences in two profiles.  Every decoder's LM weight and word
+insertion knob are tuned on dev.txt, then test.txt is decoded at several beam settings.
+pyctcdecode runs in its own venv (made on first use under build/peers/).  A decoder that
+cannot be installed or run gets a row saying why.  Writes a results folder (results.md,
+results.csv, tuning.csv, wer_vs_rtfx.png, run.json, cells/); an interrupted run resumes
+where it stopped.  All the work is in wfst.compare and wfst.peers.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from wfst.graphs import compile_graph
+
+from wfst import compare
+
+DATA = Path(__file__).resolve().parent / "demo" / "data"
+TOKEN_SETS = {
+    "char": dict(tokens=DATA / "chars_tokens.txt", word_boundary="|"),
+    "bpe": dict(tokens=DATA / "bpe_tokens.txt", spm=DATA / "bpe.model"),
+}
+
+
+def sentences(path: Path, limit: int | None) -> list[str]:
+    texts = [t for t in path.read_text(encoding="utf-8").splitlines() if t.strip()]
+    return texts[:limit] if limit else texts
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="build/compare-decoders", help="results folder")
+    ap.add_argument("--graphs", default="build/demo", help="where the demo graphs are (built if missing)")
+    ap.add_argument("--topology", default="compact")
+    ap.add_argument("--quick", action="store_true", help="a few sentences, a 2x2 grid, 2 settings: a smoke test")
+    ap.add_argument("--profiles", default=",".join(compare.PROFILES), help="emission profiles (demo,peaky)")
+    ap.add_argument("--decoders", help="comma-separated subset of: greedy, ours-cpu1, ours-cpu1-top4, ours-cpu, "
+                                       "ours-cuda, kaldi, flashlight, pyctcdecode")
+    ap.add_argument("--dev-sentences", type=int, help="first N of dev.txt (default: all; --quick: 20)")
+    ap.add_argument("--test-sentences", type=int, help="first N of test.txt (default: all; --quick: 20)")
+    ap.add_argument("--repeat", type=int, default=2, help="timed passes per test cell (best is kept)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--venv", default="build/peers/pyctcdecode-venv", help="pyctcdecode's own venv")
+    ap.add_argument("--force", action="store_true", help="recompute every cell")
+    ap.add_argument("--no-progress", action="store_true")
+    args = ap.parse_args()
+    graphs = Path(args.graphs)
+    n_dev = args.dev_sentences or (20 if args.quick else None)
+    n_test = args.test_sentences or (20 if args.quick else None)
+
+    targets = []
+    for name, kw in TOKEN_SETS.items():
+        r = compile_graph(graphs / f"{name}_{args.topology}", lm=DATA / "lm.arpa", topology=args.topology,
+                          cache_dir=graphs / ".wfst-cache", **kw)
+        targets.append(compare.Target(f"{name}_{args.topology}", r.directory, name, args.topology, DATA / "lm.arpa",
+                                      spm=kw.get("spm"), word_boundary=kw.get("word_boundary")))
+    res = compare.compare_decoders(args.out, targets, dev_texts=sentences(DATA / "dev.txt", n_dev),
+                                   test_texts=sentences(DATA / "test.txt", n_test),
+                                   profiles=args.profiles.split(","), seed=args.seed, repeat=args.repeat,
+                                   quick=args.quick, progress=not args.no_progress, force=args.force,
+                                   venv=args.venv, include=args.decoders.split(",") if args.decoders else None)
+    print(res["markdown"])
+    print(f"\n{res['ran']} cells run, {res['skipped']} reused; results in {args.out}/results.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""make compare-topologies: normal, compact and minimal TLGs for the character and BPE token sets.
+
+Builds the six graphs of the demo data (each from scratch, with its own cache, so that
+build seconds compare), then, for SYNTHETIC emissions (wfst.synthetic) of the demo's
+held-out sentences in two profiles, tunes our decoder's LM weight and blank penalty on
+dev.txt per graph and decodes test.txt at several beam / max_active settings.  Writes a
+results folder (results.md, results.csv, tuning.csv, graphs.csv, wer_vs_rtfx.png,
+graph_size.png, run.json, cells/); an interrupted run resumes where it stopped.
+All the work is in wfst.compare.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from wfst.graphs import TOPOLOGIES, compile_graph
+
+from wfst import compare
+
+DATA = Path(__file__).resolve().parent / "demo" / "data"
+TOKEN_SETS = {
+    "char": dict(tokens=DATA / "chars_tokens.txt", word_boundary="|"),
+    "bpe": dict(tokens=DATA / "bpe_tokens.txt", spm=DATA / "bpe.model"),
+}
+
+
+def sentences(path: Path, limit: int | None) -> list[str]:
+    texts = [t for t in path.read_text(encoding="utf-8").splitlines() if t.strip()]
+    return texts[:limit] if limit else texts
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="build/compare-topologies", help="results folder")
+    ap.add_argument("--graphs", help="where to build the graphs (default: OUT/graphs)")
+    ap.add_argument("--quick", action="store_true", help="a few sentences, a 2x2 grid, 2 settings: a smoke test")
+    ap.add_argument("--profiles", default=",".join(compare.PROFILES), help="emission profiles (demo,peaky)")
+    ap.add_argument("--dev-sentences", type=int, help="first N of dev.txt (default: all; --quick: 20)")
+    ap.add_argument("--test-sentences", type=int, help="first N of test.txt (default: all; --quick: 20)")
+    ap.add_argument("--repeat", type=int, default=2, help="timed passes per test cell (best is kept)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--force", action="store_true", help="recompute every cell")
+    ap.add_argument("--no-progress", action="store_true")
+    args = ap.parse_args()
+    out = Path(args.out)
+    graphs = Path(args.graphs) if args.graphs else out / "graphs"
+    n_dev = args.dev_sentences or (20 if args.quick else None)
+    n_test = args.test_sentences or (20 if args.quick else None)
+
+    targets = []
+    for name, kw in TOKEN_SETS.items():
+        for topo in TOPOLOGIES:
+            r = compile_graph(graphs / f"{name}_{topo}", lm=DATA / "lm.arpa", topology=topo,
+                              cache_dir=graphs / ".cache" / f"{name}_{topo}", **kw)
+            targets.append(compare.Target(f"{name}_{topo}", r.directory, name, topo, DATA / "lm.arpa",
+                                          spm=kw.get("spm"), word_boundary=kw.get("word_boundary")))
+    res = compare.compare_topologies(out, targets, dev_texts=sentences(DATA / "dev.txt", n_dev),
+                                     test_texts=sentences(DATA / "test.txt", n_test),
+                                     profiles=args.profiles.split(","), seed=args.seed, repeat=args.repeat,
+                                     quick=args.quick, progress=not args.no_progress, force=args.force)
+    print(res["markdown"])
+    print(f"\n{res['ran']} cells run, {res['skipped']} reused; results in {out}/results.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1133 @@
+"""Comparison experiments: topologies and decoders side by side, tuned on dev, measured on test.
+
+`make compare-topologies` and `make compare-decoders` (``recipes/compare_*.py``) call
+:func:`run_experiment` with a list of :class:`Target` graphs and a list of
+:class:`System` decoders, then write a results folder (:func:`write_results`):
+
+    results.md      settings, machine, tuned values, the tables, the goal checks
+    results.csv     one row per measured (graph, emissions, decoder, setting)
+    tuning.csv      every dev cell: the LM weight / insertion values tried and their WER
+    wer_vs_rtfx.png WER against RTFx, one line per topology or decoder, one panel per
+                    token set and emissions profile
+    graph_size.png  (topologies) states, arcs and file size per graph
+    run.json        the settings and the machine
+    cells/*.json    one file per finished cell: what it measured and with which settings
+
+**Resumable.** Every cell (one decoder, one setting, one split) is a JSON file under
+``cells/`` holding its settings; a cell whose file exists with the same settings is not run
+again (:class:`CellStore`), so an interrupted run goes on where it stopped and a finished
+one only redraws its tables.  Settings include the graph's fingerprint, a digest of the
+emissions and the decoder's version, so a changed input reruns the cells it touches.
+
+**Tuning.** Each system's LM weight and word-insertion knob are chosen on the dev split
+(``recipes/demo/data/dev.txt``): every combination of its grid is decoded at the system's
+tuning setting and the lowest dev WER wins (ties: the first in grid order).  Test-split
+cells then use those values at every beam setting; the test split is never used to
+choose anything.
+
+The emissions are SYNTHETIC (:mod:`wfst.synthetic`), made from the sentences' text; two
+profiles: ``demo`` (the generator's defaults, each token peaking for 1-3 frames, as in
+``make demo``) and ``peaky`` (one frame per token, closer to what CTC models emit).
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime
+import hashlib
+import io
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from .files import atomic_path, write_text_atomic
+from .peers import (
+    DecodeRun,
+    FlashlightDecoder,
+    FlashlightSettings,
+    PeakMemory,
+    PeerUnavailable,
+    PyctcdecodeDecoder,
+    PyctcdecodeSettings,
+    ensure_venv,
+    graph_lexicon,
+    lm_weight_for,
+    pyctcdecode_labels,
+    save_frames_npz,
+)
+from .scoring import rtfx, word_errors
+from .synthetic import detokenize, from_texts, greedy_ctc
+
+PROFILES = {
+    "demo": {},  # wfst.synthetic's defaults: 1-3 frames per token, 0-2 blank frames after it
+    "peaky": {"frames_per_token": (1, 1)},
+}
+PROFILE_NOTES = {
+    "demo": "wfst.synthetic defaults: each token peaks for 1-3 frames, 0-2 blank frames after it (make demo's)",
+    "peaky": "one frame per token, 0-2 blank frames after it (closer to a trained CTC model's spikes)",
+}
+
+# The LM weights tried for every decoder, against natural-log acoustic scores (1 / acoustic_scale).
+LM_WEIGHTS = (0.35, 0.5, 0.7, 1.0, 1.4)
+
+
+# --------------------------------------------------------------------------- cells and resume
+
+def _canonical(value):
+    """JSON round trip: tuples become lists, so stored and fresh settings compare equal."""
+    return json.loads(json.dumps(value, sort_keys=True))
+
+
+class CellStore:
+    """One JSON file per finished cell under ``folder``; see the module docstring."""
+
+    def __init__(self, folder: str | os.PathLike):
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def path(self, key: str) -> Path:
+        return self.folder / (re.sub(r"[^A-Za-z0-9_.=+-]+", "__", key).strip("_") + ".json")
+
+    def load(self, key: str, settings: dict) -> dict | None:
+        """The stored result of `key` if it was made with exactly `settings`, else None."""
+        p = self.path(key)
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(data, dict) or data.get("settings") != _canonical(settings):
+            return None
+        return data.get("result")
+
+    def save(self, key: str, settings: dict, result: dict) -> None:
+        data = {"key": key, "settings": _canonical(settings), "result": _canonical(result),
+                "finished": datetime.datetime.now().isoformat(timespec="seconds")}
+        write_text_atomic(self.path(key), json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+class CellRunner:
+    """Runs cells through a store, with one progress bar; counts what it ran and skipped."""
+
+    def __init__(self, store: CellStore, total: int, *, progress: bool = True, force: bool = False, desc: str = ""):
+        from tqdm import tqdm
+
+        self.store, self.force = store, force
+        self.ran = self.skipped = 0
+        self.bar = tqdm(total=total, desc=desc, unit="cell", disable=not progress, file=sys.stderr,
+                        dynamic_ncols=True)
+
+    def __call__(self, key: str, settings: dict, compute: Callable[[], dict]) -> dict:
+        result = None if self.force else self.store.load(key, settings)
+        if result is not None:
+            self.skipped += 1
+        else:
+            self.bar.set_postfix_str(key[-60:], refresh=True)
+            result = compute()
+            self.store.save(key, settings, result)
+            result = _canonical(result)
+            self.ran += 1
+        self.bar.update(1)
+        return result
+
+    def skip(self, n: int) -> None:
+        """Advance the bar over cells that will not run (an unavailable system's)."""
+        self.bar.update(n)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+# --------------------------------------------------------------------------- inputs
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """A graph to decode with, and how its token set spells text."""
+
+    name: str  # e.g. "char_compact"
+    graph_dir: Path
+    token_set: str  # "char" or "bpe"
+    topology: str
+    arpa: Path  # the LM the graph was built from (peers read it directly)
+    spm: Path | None = None
+    word_boundary: str | None = None
+
+
+@dataclasses.dataclass(eq=False)
+class EmissionSet:
+    """SYNTHETIC emissions of one split's sentences for one token set and profile."""
+
+    split: str
+    profile: str
+    texts: list[str]
+    log_probs: np.ndarray
+    lengths: np.ndarray
+    digest: str
+    in_vocabulary: np.ndarray | None = None  # per utterance: every word is in the graph's vocabulary
+    npz: Path | None = None
+
+    @property
+    def frames(self) -> int:
+        return int(np.sum(self.lengths))
+
+
+def make_emissions(target: Target, tokens, texts: Sequence[str], split: str, profile: str, seed: int,
+                   vocabulary: set[str] | None = None) -> EmissionSet:
+    log_probs, lengths = from_texts(list(texts), tokens, spm=target.spm, word_boundary=target.word_boundary,
+                                    seed=seed, **PROFILES[profile])
+    h = hashlib.sha256()
+    h.update(np.ascontiguousarray(log_probs).tobytes())
+    h.update(np.ascontiguousarray(lengths).tobytes())
+    iv = None if vocabulary is None else np.array([all(w in vocabulary for w in t.split()) for t in texts])
+    return EmissionSet(split, profile, list(texts), log_probs, lengths, h.hexdigest()[:20], iv)
+
+
+def write_emissions_npz(em: EmissionSet, folder: Path) -> Path:
+    """The emissions as an .npz for a decoder in another process (:func:`wfst.peers.save_frames_npz`), written once."""
+    path = Path(folder) / f"{em.split}_{em.profile}_{em.digest}.npz"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_frames_npz(path, em.log_probs, em.lengths)
+    em.npz = path
+    return path
+
+
+# --------------------------------------------------------------------------- systems
+
+class System:
+    """A decoder with a tuning grid (dev), a tuning setting and test settings.
+
+    Subclasses implement :meth:`setup` (may raise :class:`PeerUnavailable`) and
+    :meth:`decode`.  `tuned_like` names another system whose tuned values this one
+    reuses (the same decoder with more threads, say) instead of tuning again."""
+
+    family = ""
+
+    def __init__(self, key: str, label: str, *, grid: dict[str, Sequence] | None = None,
+                 tune_point: dict | None = None, points: Sequence[dict] = ({},), tuned_like: str | None = None,
+                 fixed: dict | None = None):
+        self.key, self.label = key, label
+        self.grid = dict(grid or {})
+        self.tune_point = dict(tune_point or (points[0] if points else {}))
+        self.points = [dict(p) for p in points]
+        self.tuned_like = tuned_like
+        self.fixed = dict(fixed or {})
+
+    def grid_points(self) -> list[dict]:
+        names = list(self.grid)
+        combos = [{}]
+        for n in names:
+            combos = [{**c, n: v} for c in combos for v in self.grid[n]]
+        return combos if names else []
+
+    def setup(self, target: Target, workdir: Path) -> None:
+        """Load what the system needs for `target`; raise PeerUnavailable if it cannot run."""
+
+    def identity(self) -> dict:
+        """What, besides the settings, decides this system's output (versions)."""
+        return {"family": self.family, "fixed": self.fixed}
+
+    def decode(self, em: EmissionSet, params: dict, *, timed: bool, repeat: int = 1) -> DecodeRun:
+        raise NotImplementedError
+
+    def teardown(self) -> None:
+        pass
+
+
+def _versions(*packages) -> dict:
+    from importlib import metadata
+
+    out = {}
+    for p in packages:
+        try:
+            out[p] = metadata.version(p)
+        except metadata.PackageNotFoundError:
+            out[p] = None
+    return out
+
+
+class GreedySystem(System):
+    """Best-path CTC: per-frame argmax, repeats merged, blanks dropped (no LM)."""
+
+    family = "greedy"
+
+    def setup(self, target, workdir):
+        from .graph import load_graph
+
+        self.tokens = load_graph(target.graph_dir).tokens
+        self.word_boundary = target.word_boundary
+
+    def decode(self, em, params, *, timed, repeat=1):
+        best = None
+        with PeakMemory() as mem:
+            for _ in range(max(1, repeat)):
+                start = time.perf_counter()
+                seqs = greedy_ctc(em.log_probs, em.lengths, self.tokens.blank)
+                seconds = time.perf_counter() - start
+                best = seconds if best is None else min(best, seconds)
+        hyps = [detokenize(s, self.tokens, word_boundary=self.word_boundary).split() for s in seqs]
+        return DecodeRun(hyps, best, None, mem.mb)
+
+
+class OursSystem(System):
+    """Our decoder, CPU (``threads`` threads; None: all cores) or CUDA."""
+
+    family = "ours"
+
+    def __init__(self, key, label, *, device: str = "cpu", threads: int | None = 1, batch_size: int = 64, **kw):
+        super().__init__(key, label, **kw)
+        self.device, self.threads, self.batch_size = device, threads, batch_size
+        self.fixed.update(device=device, threads=threads, batch_size=batch_size)
+
+    def setup(self, target, workdir):
+        from .bench import gpu_name
+        from .graph import load_graph
+
+        if self.device == "cuda":
+            self.gpu = gpu_name()
+            if self.gpu is None:
+                raise PeerUnavailable("no GPU on this machine")
+            try:
+                import cupy  # noqa: F401
+            except ImportError as e:
+                raise PeerUnavailable(f"CuPy is not installed (pip install '.[cuda]'): {e}") from None
+        self.graph_dir = target.graph_dir
+        self.graph = load_graph(target.graph_dir)
+        self.fixed["graph"] = self.graph.info.get("fingerprint")
+
+    def identity(self):
+        return {**super().identity(), **_versions("wfst-ctc", "numba")}
+
+    def _decoder(self, graph, params, threads):
+        from .decoder import Decoder
+
+        opts = {k: v for k, v in {**self.fixed, **params}.items()
+                if k in ("beam", "max_active", "min_active", "acoustic_scale", "blank_penalty", "token_top_n")}
+        if self.device == "cpu":
+            opts["num_threads"] = threads
+        return Decoder(graph, device=self.device, **opts)
+
+    def decode(self, em, params, *, timed, repeat=1):
+        from .graph import load_graph
+
+        x, n = em.log_probs, em.lengths
+        chunks = [(lo, min(lo + self.batch_size, len(n))) for lo in range(0, len(n), self.batch_size)]
+        if self.device == "cuda":
+            import cupy
+
+            batches = [(cupy.asarray(x[lo:hi]), n[lo:hi]) for lo, hi in chunks]
+            cupy.cuda.Device().synchronize()
+        else:
+            batches = [(np.ascontiguousarray(x[lo:hi]), n[lo:hi]) for lo, hi in chunks]
+        # Timed cells load the graph inside the memory measurement, so that it counts.
+        with PeakMemory() as mem:
+            graph = load_graph(self.graph_dir) if timed else self.graph
+            # Untimed (tuning) cells only need the words: they use every core.
+            dec = self._decoder(graph, params, self.threads if timed else None)
+            dec.decode(batches[0][0][:1], batches[0][1][:1])  # compile / warm up outside the timing
+            best = None
+            for _ in range(max(1, repeat)):
+                results, seconds, token_frames = [], 0.0, 0.0
+                for xb, nb in batches:
+                    results += dec.decode(xb, nb)
+                    seconds += dec.stats.seconds
+                    token_frames += dec.stats.tokens_per_frame * dec.stats.frames
+                best = seconds if best is None else min(best, seconds)
+            del dec, graph
+        if self.device == "cuda":
+            import cupy
+
+            peak = cupy.get_default_memory_pool().total_bytes() / 2**20
+        else:
+            peak = mem.mb
+        return DecodeRun([list(r.words) for r in results], best, token_frames / max(em.frames, 1), peak)
+
+
+class KaldiSystem(System):
+    """Kaldi's FasterDecoder (``kaldi-decoder``) on the same TLG, one utterance at a time."""
+
+    family = "kaldi"
+
+    def setup(self, target, workdir):
+        from .graph import FST_NAME, load_graph
+
+        try:
+            import kaldi_decoder  # noqa: F401
+            import kaldifst  # noqa: F401
+        except ImportError as e:
+            raise PeerUnavailable(f"kaldi-decoder is not installed (pip install kaldi-decoder kaldifst): {e}") from None
+        g = load_graph(target.graph_dir)
+        self.words, self.blank = g.words, g.tokens.blank
+        self.fst = Path(target.graph_dir) / FST_NAME
+        self.fixed["graph"] = g.info.get("fingerprint")
+        self._cache = {}
+
+    def identity(self):
+        return {**super().identity(), **_versions("kaldi-decoder", "kaldifst")}
+
+    def _make(self, p):
+        from .kaldi_reference import KaldiFasterDecoder
+
+        return KaldiFasterDecoder(self.fst, beam=p["beam"], max_active=p["max_active"],
+                                  min_active=p.get("min_active", 20), acoustic_scale=p.get("acoustic_scale", 1.0),
+                                  blank_penalty=p.get("blank_penalty", 0.0), blank_column=self.blank)
+
+    def decode(self, em, params, *, timed, repeat=1):
+        p = {**self.fixed, **params}
+        with PeakMemory() as mem:
+            if timed:
+                kd = self._make(p)
+            else:  # tuning: keep the FST loaded per beam setting, change the scales
+                k = (p["beam"], p["max_active"], p.get("min_active", 20))
+                kd = self._cache.get(k) or self._cache.setdefault(k, self._make(p))
+                kd.acoustic_scale, kd.blank_penalty = p.get("acoustic_scale", 1.0), p.get("blank_penalty", 0.0)
+            best = None
+            for _ in range(max(1, repeat)):
+                before = kd.seconds
+                out = kd.decode(em.log_probs, em.lengths)
+                seconds = kd.seconds - before
+                best = seconds if best is None else min(best, seconds)
+            del kd
+        return DecodeRun([[self.words[w] for w in r.word_ids] for r in out], best, None, mem.mb)
+
+    def teardown(self):
+        self._cache = {}
+
+
+class FlashlightSystem(System):
+    """flashlight-text's LexiconDecoder + KenLM on the ARPA, over the graph's lexicon."""
+
+    family = "flashlight"
+
+    def setup(self, target, workdir):
+        from .graph import load_graph
+
+        try:
+            import flashlight.lib.text.decoder  # noqa: F401
+        except ImportError as e:
+            raise PeerUnavailable(f"flashlight-text is not installed (pip install flashlight-text): {e}") from None
+        g = load_graph(target.graph_dir)
+        self.lexicon = graph_lexicon(g.words.symbols, g.tokens, spm=target.spm, word_boundary=target.word_boundary)
+        self.args = (target.arpa, self.lexicon, g.tokens.num_columns, g.tokens.blank,
+                     g.tokens.symbols.index(target.word_boundary) if target.word_boundary else None)
+        self.fixed["lexicon_words"] = len(self.lexicon)
+        self.fixed["lm"] = _file_digest(target.arpa)
+        self.decoder = FlashlightDecoder(*self.args)
+
+    def identity(self):
+        return {**super().identity(), **_versions("flashlight-text")}
+
+    def decode(self, em, params, *, timed, repeat=1):
+        s = FlashlightSettings(**{k: v for k, v in {**self.fixed, **params}.items()
+                                  if k in {f.name for f in dataclasses.fields(FlashlightSettings)}})
+        with PeakMemory() as mem:
+            dec = FlashlightDecoder(*self.args) if timed else self.decoder
+            best = None
+            for _ in range(max(1, repeat)):
+                run = dec.decode(em.log_probs, em.lengths, s)
+                best = run.seconds if best is None else min(best, run.seconds)
+            del dec
+        return DecodeRun(run.hyps, best, None, mem.mb)
+
+    def teardown(self):
+        self.decoder = None
+
+
+class PyctcdecodeSystem(System):
+    """pyctcdecode 0.5.0 + kenlm in its own venv (numpy<2), in a child process."""
+
+    family = "pyctcdecode"
+
+    def __init__(self, key, label, *, venv: str | os.PathLike = "build/peers/pyctcdecode-venv", **kw):
+        super().__init__(key, label, **kw)
+        self.venv = Path(venv)
+
+    def setup(self, target, workdir):
+        from .graph import load_graph
+
+        g = load_graph(target.graph_dir)
+        python = ensure_venv(self.venv)
+        words = list(graph_lexicon(g.words.symbols, g.tokens, spm=target.spm, word_boundary=target.word_boundary))
+        self.workdir = workdir
+        self.decoder = PyctcdecodeDecoder(self.venv, target.arpa, pyctcdecode_labels(g.tokens, target.word_boundary),
+                                          words, python=python, workdir=workdir / "work" / f"pyctcdecode-{target.name}")
+        self.fixed["lm"] = _file_digest(target.arpa)
+        self.fixed["unigrams"] = len(words)
+        self.target_name = target.name
+
+    def identity(self):
+        return {**super().identity(), **self.decoder.version}
+
+    def decode(self, em, params, *, timed, repeat=1):
+        s = PyctcdecodeSettings(**{k: v for k, v in {**self.fixed, **params}.items()
+                                   if k in {f.name for f in dataclasses.fields(PyctcdecodeSettings)}})
+        npz = em.npz or write_emissions_npz(em, self.workdir / "work" / "emissions")
+        return self.decoder.decode(npz, s, repeat=repeat)
+
+
+def _file_digest(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:20]
+
+
+# --------------------------------------------------------------------------- the experiment
+
+def _fmt_params(params: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in params.items()) or "-"
+
+
+def _result(em: EmissionSet, run: DecodeRun) -> dict:
+    e = word_errors(em.texts, run.hyps)
+    iv_wer = None
+    if em.in_vocabulary is not None and em.in_vocabulary.any():
+        keep = np.flatnonzero(em.in_vocabulary)
+        iv_wer = word_errors([em.texts[i] for i in keep], [run.hyps[i] for i in keep]).rate
+    return {"wer": e.rate, "iv_wer": iv_wer, "errors": e.errors, "words": e.words, "sub": e.substitutions,
+            "ins": e.insertions, "del": e.deletions, "seconds": run.seconds, "frames": em.frames,
+            "rtfx": rtfx(em.frames, run.seconds) if run.seconds > 0 else None,
+            "tokens_per_frame": run.tokens_per_frame, "peak_mb": run.peak_mb,
+            "load_average": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
+            "example": " ".join(run.hyps[0]) if run.hyps else ""}
+
+
+def choose(tuning: list[tuple[dict, dict]]) -> tuple[dict, dict] | None:
+    """The (params, result) with the lowest dev WER; ties go to the first in grid order."""
+    best = None
+    for params, res in tuning:
+        if best is None or res["wer"] < best[1]["wer"]:
+            best = (params, res)
+    return best
+
+
+def run_experiment(out: str | os.PathLike, targets: Sequence[Target], systems: Callable[[Target], list[System]], *,
+                   dev_texts: Sequence[str], test_texts: Sequence[str], profiles: Sequence[str] = tuple(PROFILES),
+                   seed: int = 0, repeat: int = 2, progress: bool = True, force: bool = False,
+                   desc: str = "cells") -> dict:
+    """Tune every system on dev and measure it on test, for every target and profile.
+
+    `systems(target)` returns the systems to run on that target.  Returns ``{"rows":
+    [...], "tuning": [...], "ran": n, "skipped": n}``: one row per test cell (or one per
+    system that could not run, with ``status``), one tuning row per dev cell.
+    """
+    from .graph import load_graph
+
+    out = Path(out)
+    store = CellStore(out / "cells")
+    plan = []
+    total = 0
+    # Grouped by token set and profile: the topologies of a token set decode the same emissions.
+    order = {ts: i for i, ts in enumerate(dict.fromkeys(t.token_set for t in targets))}
+    for profile_i, profile in enumerate(profiles):
+        for t in targets:
+            sys_list = systems(t)
+            plan.append(((order[t.token_set], profile_i), t, profile, sys_list))
+            total += sum((0 if s.tuned_like else len(s.grid_points())) + len(s.points) for s in sys_list)
+    plan = [p[1:] for p in sorted(plan, key=lambda p: p[0])]
+    runner = CellRunner(store, total, progress=progress, force=force, desc=desc)
+    rows, tuning_rows = [], []
+    tuned: dict[tuple[str, str, str], dict] = {}
+    emissions: dict[tuple[str, str], tuple[EmissionSet, EmissionSet]] = {}
+    try:
+        for t, profile, sys_list in plan:
+            key = (t.token_set, profile)
+            if key not in emissions:  # same token set, same emissions: every topology decodes the same input
+                g = load_graph(t.graph_dir)
+                vocab = set(g.words.symbols) if g.words is not None else None
+                emissions.clear()
+                emissions[key] = (make_emissions(t, g.tokens, dev_texts, "dev", profile, seed, vocab),
+                                  make_emissions(t, g.tokens, test_texts, "test", profile, seed, vocab))
+                del g
+            dev, test = emissions[key]
+            for s in sys_list:
+                n_cells = (0 if s.tuned_like else len(s.grid_points())) + len(s.points)
+                base = {"target": t.name, "token_set": t.token_set, "topology": t.topology, "profile": profile,
+                        "system": s.key, "label": s.label, "family": s.family}
+                try:
+                    s.setup(t, out)
+                except PeerUnavailable as e:
+                    rows.append({**base, "status": f"not measured: {e}"})
+                    runner.skip(n_cells)
+                    continue
+                ident = s.identity()
+                # -- tune on dev
+                if s.tuned_like:
+                    chosen = tuned.get((t.name, profile, s.tuned_like))
+                    params = dict(chosen["params"]) if chosen else {}
+                    dev_wer = chosen["dev_wer"] if chosen else None
+                elif s.grid:
+                    results = []
+                    for gp in s.grid_points():
+                        settings = {"split": "dev", "emissions": dev.digest, "system": s.key, "identity": ident,
+                                    "fixed": s.fixed, "point": s.tune_point, "params": gp}
+                        res = runner(f"{t.name}/{profile}/dev/{s.key}/{_fmt_params(gp)}", settings,
+                                     lambda gp=gp: _result(dev, s.decode(dev, {**s.tune_point, **gp}, timed=False)))
+                        results.append((gp, res))
+                        tuning_rows.append({**base, "split": "dev", "setting": _fmt_params(s.tune_point),
+                                            "params": _fmt_params(gp), **_brief(res)})
+                    params, best = choose(results)
+                    dev_wer = best["wer"]
+                else:
+                    params, dev_wer = {}, None
+                tuned[(t.name, profile, s.key)] = {"params": params, "dev_wer": dev_wer}
+                # -- measure on test
+                for point in s.points:
+                    settings = {"split": "test", "emissions": test.digest, "system": s.key, "identity": ident,
+                                "fixed": s.fixed, "point": point, "params": params, "repeat": repeat}
+                    res = runner(f"{t.name}/{profile}/test/{s.key}/{_fmt_params(point)}", settings,
+                                 lambda point=point: _result(test, s.decode(test, {**point, **params}, timed=True,
+                                                                            repeat=repeat)))
+                    rows.append({**base, "status": "ok", "setting": _fmt_params(point), "point": point,
+                                 "tuned": _fmt_params(params), "params": params, "dev_wer": dev_wer, **res})
+                s.teardown()
+    finally:
+        runner.close()
+        shutil.rmtree(out / "work", ignore_errors=True)  # emissions written for child processes
+    return {"rows": rows, "tuning": tuning_rows, "ran": runner.ran, "skipped": runner.skipped,
+            "dev_utterances": len(dev_texts), "test_utterances": len(test_texts),
+            "test_in_vocabulary": _iv_count(test_texts, targets)}
+
+
+def _iv_count(texts: Sequence[str], targets: Sequence[Target]) -> int | None:
+    """How many of `texts` have every word in the first target graph's vocabulary."""
+    from .symbols import WordTable
+
+    words = Path(targets[0].graph_dir) / "words.txt" if targets else None
+    if words is None or not words.is_file():
+        return None
+    vocab = set(WordTable.read(words).symbols)
+    return sum(all(w in vocab for w in t.split()) for t in texts)
+
+
+def _brief(res: dict) -> dict:
+    return {k: res.get(k) for k in ("wer", "sub", "ins", "del", "seconds", "rtfx")}
+
+
+# --------------------------------------------------------------------------- machine
+
+def machine_info() -> dict:
+    from .bench import machine
+
+    m = machine()
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    mem = None
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemTotal:"):
+                mem = round(int(line.split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    return {**m, "memory_gib": mem, "platform": platform.platform(), "python": platform.python_version(),
+            "commit": commit, "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg")
+            else None, "date": datetime.datetime.now().isoformat(timespec="seconds"),
+            "versions": _versions("wfst-ctc", "numpy", "numba", "kaldi-decoder", "kaldifst", "flashlight-text",
+                                  "kenlm")}
+
+
+# --------------------------------------------------------------------------- tables
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+    key: str
+    header: str
+    fmt: str = "{}"  # format of a present value; None and missing print as "-"
+
+    def text(self, row: dict) -> str:
+        v = row.get(self.key)
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return "-"
+        return self.fmt.format(v)
+
+
+def markdown_table(rows: Sequence[dict], columns: Sequence[Column], *, status_key: str = "status",
+                   label_columns: int = 1) -> str:
+    """A Markdown table; a row whose status is not "ok" prints the status across the value columns."""
+    lines = ["| " + " | ".join(c.header for c in columns) + " |",
+             "|" + "|".join("---" if i < label_columns else "---:" for i in range(len(columns))) + "|"]
+    for r in rows:
+        status = r.get(status_key, "ok")
+        if status != "ok":
+            cells = [c.text(r) for c in columns[:label_columns]] + [status] + [""] * (len(columns) - label_columns - 1)
+        else:
+            cells = [c.text(r) for c in columns]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def csv_text(rows: Sequence[dict], keys: Sequence[str]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(keys)
+    for r in rows:
+        w.writerow(["" if r.get(k) is None else (json.dumps(r[k], sort_keys=True) if isinstance(r[k], (dict, list))
+                                                  else r[k]) for k in keys])
+    return buf.getvalue()
+
+
+# --------------------------------------------------------------------------- plots
+
+def plot_wer_rtfx(rows: Sequence[dict], path: str | os.PathLike, *, line_key: str, title: str) -> None:
+    """WER (%) against RTFx (log scale): one panel per (token set, profile), one line per `line_key`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("rtfx")]
+    panels = list(dict.fromkeys((r["token_set"], r["profile"]) for r in ok))
+    if not panels:
+        return
+    cols = len({p[1] for p in panels})
+    nrows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(5.2 * cols, 4.0 * nrows), squeeze=False)
+    for ax, (ts, prof) in zip(axes.flat, panels):
+        lines: dict[str, list] = {}
+        for r in ok:
+            if (r["token_set"], r["profile"]) == (ts, prof):
+                lines.setdefault(r[line_key], []).append(r)
+        for name, pts in lines.items():
+            pts = sorted(pts, key=lambda r: r["rtfx"])
+            ax.plot([p["rtfx"] for p in pts], [100 * p["wer"] for p in pts], marker="o", label=name)
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("RTFx (decoding only, 40 ms frames)")
+        ax.set_ylabel("WER % (test)")
+        ax.set_title(f"{ts}, {prof} emissions (SYNTHETIC)", fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+
+
+def plot_graph_sizes(graphs: Sequence[dict], path: str | os.PathLike, *, title: str) -> None:
+    """Bars of TLG states, arcs and file size per graph, grouped by token set."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    names = [g["target"] for g in graphs]
+    for ax, (key, label, scale) in zip(axes, [("states", "TLG states (millions)", 1e6),
+                                               ("arcs", "TLG arcs (millions)", 1e6),
+                                               ("file_mb", "TLG.fst (MiB)", 1.0)]):
+        colors = ["C0" if g["token_set"] == "char" else "C1" for g in graphs]
+        ax.bar(range(len(graphs)), [g[key] / scale for g in graphs], color=colors)
+        ax.set_xticks(range(len(graphs)), names, rotation=30, ha="right", fontsize=8)
+        ax.set_title(label, fontsize=10)
+        ax.grid(True, axis="y", alpha=0.3)
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------- goal checks
+
+def front_wer_at(points: Sequence[dict], min_rtfx: float) -> float | None:
+    """The lowest WER among `points` that decode at least as fast as `min_rtfx`."""
+    w = [p["wer"] for p in points if p.get("rtfx") and p["rtfx"] >= min_rtfx]
+    return min(w) if w else None
+
+
+def front_rtfx_at(points: Sequence[dict], max_wer: float) -> float | None:
+    """The highest RTFx among `points` with a WER at most `max_wer`."""
+    r = [p["rtfx"] for p in points if p.get("rtfx") and p["wer"] <= max_wer + 1e-12]
+    return max(r) if r else None
+
+
+def topology_goal(rows: Sequence[dict], a: str = "compact", b: str = "normal") -> list[str]:
+    """Is `a`'s WER <= `b`'s at equal speed?  For each of `b`'s test points: `a`'s lowest WER
+    among its points at least as fast."""
+    out = []
+    ok_rows = [r for r in rows if r.get("status") == "ok"]
+    for ts, prof in sorted({(r["token_set"], r["profile"]) for r in ok_rows}):
+        pa = [r for r in ok_rows if (r["token_set"], r["profile"], r["topology"]) == (ts, prof, a)]
+        pb = [r for r in ok_rows if (r["token_set"], r["profile"], r["topology"]) == (ts, prof, b)]
+        if not pa or not pb:
+            continue
+        wins = 0
+        detail = []
+        for p in sorted(pb, key=lambda r: r["rtfx"]):
+            w = front_wer_at(pa, p["rtfx"])
+            good = w is not None and w <= p["wer"] + 1e-12
+            wins += good
+            detail.append(f"{b} {p['setting']}: {100 * p['wer']:.2f}% at {p['rtfx']:.0f} RTFx vs {a} "
+                          + (f"{100 * w:.2f}%" if w is not None else "none as fast"))
+        verdict = "met" if wins == len(pb) else ("not met" if wins == 0 else "partly met")
+        out.append(f"- {ts}, {prof}: **{verdict}** ({wins}/{len(pb)} of {b}'s settings: {a} has a setting at least "
+                   f"as fast with WER at most as high). " + "; ".join(detail))
+    return out
+
+
+def decoder_goals(rows: Sequence[dict], ours: Sequence[str], cpu_peers: Sequence[str],
+                  wer_peers: Sequence[str] | None = None) -> list[str]:
+    """Our best WER vs each peer's best; our (single-thread CPU) RTFx vs each CPU peer's at equal or better WER."""
+    out = []
+    ok_rows = [r for r in rows if r.get("status") == "ok"]
+    wer_peers = list(wer_peers if wer_peers is not None else cpu_peers)
+    for ts, prof in sorted({(r["token_set"], r["profile"]) for r in ok_rows}):
+        here = [r for r in ok_rows if (r["token_set"], r["profile"]) == (ts, prof)]
+        mine = [r for r in here if r["system"] in ours]
+        if not mine:
+            continue
+        best_ours = min(r["wer"] for r in mine)
+        parts_w, parts_r = [], []
+        all_w = all_r = True
+        for peer in wer_peers:
+            pr = [r for r in here if r["system"] == peer]
+            if not pr:
+                continue
+            bw = min(r["wer"] for r in pr)
+            good = best_ours <= bw + 1e-12
+            all_w &= good
+            parts_w.append(f"{pr[0]['label']} {100 * bw:.2f}% ({'ok' if good else 'ours worse'})")
+        for peer in cpu_peers:
+            pr = [r for r in here if r["system"] == peer]
+            if not pr:
+                continue
+            for p in sorted(pr, key=lambda r: r["wer"]):
+                mr = front_rtfx_at(mine, p["wer"])
+                good = mr is not None and mr >= p["rtfx"]
+                all_r &= good
+                parts_r.append(f"{p['label']} {p['setting']} ({100 * p['wer']:.2f}%, {p['rtfx']:.0f}): ours "
+                               + (f"{mr:.0f}" if mr is not None else "no setting that good") + ("" if good else " ✗"))
+        out.append(f"- {ts}, {prof}: our best WER {100 * best_ours:.2f}% vs peers' best: "
+                   f"**{'met' if all_w else 'not met'}** — " + "; ".join(parts_w))
+        out.append(f"- {ts}, {prof}: our single-thread CPU RTFx at equal or better WER vs each CPU peer setting: "
+                   f"**{'met' if all_r else 'not met'}** — " + "; ".join(parts_r))
+    return out
+
+
+# --------------------------------------------------------------------------- writing results
+
+RESULT_KEYS = ["target", "token_set", "topology", "profile", "system", "label", "status", "setting", "tuned",
+               "dev_wer", "wer", "iv_wer", "sub", "ins", "del", "words", "rtfx", "seconds", "frames",
+               "tokens_per_frame", "peak_mb", "load_average"]
+TUNING_KEYS = ["target", "token_set", "profile", "system", "label", "setting", "params", "wer", "sub", "ins", "del",
+               "seconds"]
+
+
+def write_results(out: str | os.PathLike, *, title: str, markdown: str, rows: Sequence[dict],
+                  tuning: Sequence[dict], run_info: dict, extra_csv: dict[str, str] | None = None) -> None:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out / "results.md", f"# {title}\n\n{markdown.rstrip()}\n")
+    write_text_atomic(out / "results.csv", csv_text(rows, RESULT_KEYS))
+    write_text_atomic(out / "tuning.csv", csv_text(tuning, TUNING_KEYS))
+    for name, text in (extra_csv or {}).items():
+        write_text_atomic(out / name, text)
+    write_text_atomic(out / "run.json", json.dumps(run_info, indent=1, sort_keys=True, default=str) + "\n")
+
+
+def settings_markdown(run_info: dict) -> str:
+    m = run_info["machine"]
+    lines = [f"- **Emissions: SYNTHETIC** ({'wfst.synthetic'}, seed {run_info['seed']}), made from the text of the "
+             f"demo's held-out sentences, not from audio: they show how the decoders behave on this generator, "
+             f"not how a recogniser would do. Dev: {run_info['dev_utterances']} sentences of `dev.txt` (tuning only); "
+             f"test: {run_info['test_utterances']} sentences of `test.txt` (every figure in the tables). "
+             f"In-vocabulary WER is over the {run_info.get('test_in_vocabulary')} test sentences whose words are "
+             f"all in the LM's vocabulary: a TLG (and flashlight's lexicon decoder) can only output those words, "
+             f"pyctcdecode and greedy decoding can spell others."]
+    for p in run_info["profiles"]:
+        lines.append(f"  - `{p}`: {PROFILE_NOTES.get(p, p)}")
+    lines += [f"- RTFx = audio seconds (40 ms per frame) / decoding seconds, decoding only (emissions in memory), "
+              f"best of {run_info['repeat']} passes. Peak memory = the process's peak resident memory during the "
+              f"cell above what it held before (graph or LM loaded inside the cell, plus the search).",
+              f"- Machine: {m['cpu']}, {m['cores']} cores, {m.get('memory_gib')} GiB, "
+              f"{'GPU ' + m['gpu'] if m.get('gpu') else 'no GPU'}; {m['platform']}, Python {m['python']}; "
+              f"commit {m.get('commit')}; load average at start {m.get('load_average')}; {m['date']}.",
+              "- Versions: " + ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v),
+              f"- Cells: {run_info['ran']} run, {run_info['skipped']} reused from an earlier run "
+              f"({run_info['seconds']:.0f} s wall)."]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- the two experiments
+
+OURS_POINTS = ({"beam": 16.0, "max_active": 7000}, {"beam": 12.0, "max_active": 3000},
+               {"beam": 8.0, "max_active": 1000}, {"beam": 5.0, "max_active": 500})
+BLANK_PENALTIES = (0.0, 1.0, 2.0, 3.0)  # ours and Kaldi: cost per blank frame (fewer deletions)
+WORD_SCORES = (-1.0, 0.0, 1.5, 3.0)  # flashlight: score per word
+BETAS = (0.0, 1.0, 2.0, 3.0)  # pyctcdecode: score per word
+FLASHLIGHT_POINTS = ({"beam_size": 100, "beam_size_token": 16, "beam_threshold": 25.0},
+                     {"beam_size": 50, "beam_size_token": 16, "beam_threshold": 25.0},
+                     {"beam_size": 20, "beam_size_token": 8, "beam_threshold": 20.0},
+                     {"beam_size": 8, "beam_size_token": 8, "beam_threshold": 15.0})
+PYCTCDECODE_POINTS = ({"beam_width": 100}, {"beam_width": 50}, {"beam_width": 20}, {"beam_width": 8})
+QUICK = {"weights": (0.5, 1.0), "insertions": 2, "points": 2}
+
+
+def _weights(quick: bool) -> tuple[float, ...]:
+    return QUICK["weights"] if quick else LM_WEIGHTS
+
+
+def _ins(values, quick: bool) -> tuple[float, ...]:
+    return tuple(values[:QUICK["insertions"]]) if quick else tuple(values)
+
+
+def _pts(points, quick: bool) -> list[dict]:
+    return list(points[:QUICK["points"]]) if quick else list(points)
+
+
+def ours_grid(quick: bool = False) -> dict:
+    return {"acoustic_scale": [round(1.0 / w, 4) for w in _weights(quick)],
+            "blank_penalty": list(_ins(BLANK_PENALTIES, quick))}
+
+
+def topology_systems(quick: bool = False) -> Callable[[Target], list[System]]:
+    """Our CPU decoder on one thread, tuned per graph on dev."""
+    def make(target: Target) -> list[System]:
+        return [OursSystem("ours-cpu1", "ours, CPU, 1 thread", threads=1, grid=ours_grid(quick),
+                           tune_point=OURS_POINTS[0], points=_pts(OURS_POINTS, quick))]
+    return make
+
+
+def decoder_systems(quick: bool = False, venv: str | os.PathLike = "build/peers/pyctcdecode-venv",
+                    include: Sequence[str] | None = None) -> Callable[[Target], list[System]]:
+    """greedy; ours (CPU 1 thread, with FLToP top-4, all cores, CUDA); Kaldi; flashlight; pyctcdecode."""
+    def make(target: Target) -> list[System]:
+        threads = os.cpu_count() or 1
+        pts = _pts(OURS_POINTS, quick)
+        out = [
+            GreedySystem("greedy", "greedy CTC (no LM)"),
+            OursSystem("ours-cpu1", "ours, CPU, 1 thread", threads=1, grid=ours_grid(quick),
+                       tune_point=OURS_POINTS[0], points=pts),
+            OursSystem("ours-cpu1-top4", "ours, CPU, 1 thread, FLToP top-4", threads=1, tuned_like="ours-cpu1",
+                       points=pts, fixed={"token_top_n": 4}),
+            OursSystem("ours-cpu", f"ours, CPU, {threads} threads", threads=None, tuned_like="ours-cpu1",
+                       points=pts[:1]),
+            OursSystem("ours-cuda", "ours, CUDA", device="cuda", tuned_like="ours-cpu1", points=pts),
+            KaldiSystem("kaldi", "Kaldi FasterDecoder (1 thread)", grid=ours_grid(quick), tune_point=OURS_POINTS[0],
+                        points=pts),
+            FlashlightSystem("flashlight", "flashlight-text LexiconDecoder + KenLM (1 thread)",
+                             grid={"lm_weight": [round(lm_weight_for("flashlight", w), 4) for w in _weights(quick)],
+                                   "word_score": list(_ins(WORD_SCORES, quick))},
+                             tune_point=FLASHLIGHT_POINTS[1], points=_pts(FLASHLIGHT_POINTS, quick)),
+            PyctcdecodeSystem("pyctcdecode", "pyctcdecode 0.5.0 + kenlm (1 thread)", venv=venv,
+                              grid={"alpha": [round(lm_weight_for("pyctcdecode", w), 4) for w in _weights(quick)],
+                                    "beta": list(_ins(BETAS, quick))},
+                              tune_point=PYCTCDECODE_POINTS[0], points=_pts(PYCTCDECODE_POINTS, quick)),
+        ]
+        return [s for s in out if include is None or s.key in include]
+    return make
+
+
+def graph_row(target: Target) -> dict:
+    """Sizes and build costs of a graph directory, from its graph.json."""
+    info = json.loads((Path(target.graph_dir) / "graph.json").read_text(encoding="utf-8"))
+    sizes = info.get("sizes", {})
+    stages = info.get("stages", {})
+    skipped = [k for k, v in stages.items() if "cached" in str(v.get("skipped", ""))]
+    peaks = [v["peak_rss_mb"] for v in stages.values() if v.get("peak_rss_mb") is not None]
+    return {"target": target.name, "token_set": target.token_set, "topology": target.topology,
+            "columns": info.get("num_columns"), "lg_states": sizes.get("LG", {}).get("states"),
+            "lg_arcs": sizes.get("LG", {}).get("arcs"),
+            "states": sizes.get("TLG", {}).get("states"), "arcs": sizes.get("TLG", {}).get("arcs"),
+            "epsilon_arcs": sizes.get("TLG", {}).get("epsilon_arcs"),
+            "file_mb": info.get("files", {}).get("TLG.fst", 0) / 2**20,
+            "build_seconds": info.get("build_seconds"),
+            "tlg_seconds": stages.get("T ∘ LG", {}).get("seconds"),
+            "build_peak_mb": max(peaks) if peaks else None,
+            "cold_build": not skipped}
+
+
+def _tuned_rows(result: dict) -> list[dict]:
+    """One row per (target, profile, system) that was tuned: the chosen values and their dev WER."""
+    seen, out = set(), []
+    grids: dict[tuple, list] = {}
+    for t in result["tuning"]:
+        grids.setdefault((t["target"], t["profile"], t["system"]), []).append(t)
+    for r in result["rows"]:
+        k = (r["target"], r["profile"], r["system"])
+        if r.get("status") != "ok" or k in seen or k not in grids:
+            continue
+        seen.add(k)
+        edge = []
+        for name, value in r["params"].items():
+            values = sorted({float(dict(p.split("=") for p in g["params"].split(","))[name]) for g in grids[k]})
+            if len(values) > 1 and float(value) in (values[0], values[-1]):
+                edge.append(name)
+        out.append({"target": r["target"], "profile": r["profile"], "label": r["label"], "tuned": r["tuned"],
+                    "dev_wer": r["dev_wer"], "tried": len(grids[k]),
+                    "edge": ", ".join(edge) or "no"})
+    return out
+
+
+TUNED_COLUMNS = [Column("target", "graph"), Column("profile", "emissions"), Column("label", "decoder"),
+                 Column("tuned", "chosen on dev"), Column("dev_wer", "dev WER %", "{:.2%}"),
+                 Column("tried", "settings tried"), Column("edge", "at the grid's edge")]
+
+
+def _pct(rows):
+    for r in rows:
+        for k in ("wer", "dev_wer", "iv_wer"):
+            if r.get(k) is not None:
+                r[k + "_pct"] = 100 * r[k]
+    return rows
+
+
+def _grid_text(s: System) -> str:
+    parts = [f"{k} ∈ {{{', '.join(f'{v:g}' for v in vals)}}}" for k, vals in s.grid.items()]
+    return " × ".join(parts)
+
+
+def systems_markdown(systems: Sequence[System]) -> str:
+    lines = []
+    for s in systems:
+        if s.tuned_like:
+            tune = f"uses the values tuned for `{s.tuned_like}`"
+        elif s.grid:
+            tune = f"tuned on dev over {_grid_text(s)} at {_fmt_params(s.tune_point)}"
+        else:
+            tune = "nothing to tune"
+        fixed = {k: v for k, v in s.fixed.items() if k not in ("graph", "lm", "device", "batch_size")}
+        lines.append(f"- `{s.key}` ({s.label}): {tune}; test settings: "
+                     + "; ".join(_fmt_params(p) for p in s.points)
+                     + (f"; fixed: {_fmt_params(fixed)}" if fixed else ""))
+    return "\n".join(lines)
+
+
+def compare_topologies(out: str | os.PathLike, targets: Sequence[Target], *, dev_texts: Sequence[str],
+                       test_texts: Sequence[str], profiles: Sequence[str] = tuple(PROFILES), seed: int = 0,
+                       repeat: int = 2, quick: bool = False, progress: bool = True, force: bool = False) -> dict:
+    """normal / compact / minimal TLGs side by side: sizes, build costs, WER, RTFx, tokens/frame, memory."""
+    t0 = time.time()
+    machine = machine_info()
+    systems = topology_systems(quick)
+    res = run_experiment(out, targets, systems, dev_texts=dev_texts, test_texts=test_texts, profiles=profiles,
+                         seed=seed, repeat=repeat, progress=progress, force=force, desc="compare-topologies")
+    graphs = {t.name: graph_row(t) for t in targets}
+    rows = _pct([{**graphs[r["target"]], **r} for r in res["rows"]])
+    run_info = {"experiment": "compare-topologies", "machine": machine, "seed": seed, "repeat": repeat,
+                "quick": quick, "profiles": list(profiles), "dev_utterances": len(dev_texts),
+                "test_utterances": len(test_texts), "test_in_vocabulary": res["test_in_vocabulary"],
+                "ran": res["ran"], "skipped": res["skipped"],
+                "seconds": time.time() - t0, "targets": [dataclasses.asdict(t) for t in targets]}
+    graph_cols = [Column("target", "graph"), Column("columns", "tokens"), Column("states", "TLG states", "{:,}"),
+                  Column("arcs", "TLG arcs", "{:,}"), Column("epsilon_arcs", "epsilon arcs", "{:,}"),
+                  Column("file_mb", "TLG.fst MiB", "{:.1f}"), Column("build_seconds", "build s", "{:.1f}"),
+                  Column("tlg_seconds", "of which T ∘ LG s", "{:.1f}"),
+                  Column("build_peak_mb", "build peak MiB", "{:,.0f}")]
+    main_cols = [Column("target", "graph"), Column("profile", "emissions"), Column("setting", "beam, max_active"),
+                 Column("states", "states", "{:,}"), Column("arcs", "arcs", "{:,}"),
+                 Column("file_mb", "MiB", "{:.1f}"), Column("build_seconds", "build s", "{:.1f}"),
+                 Column("wer_pct", "WER %", "{:.2f}"), Column("iv_wer_pct", "in-vocab WER %", "{:.2f}"),
+                 Column("rtfx", "RTFx", "{:,.0f}"), Column("tokens_per_frame", "tokens/frame", "{:,.0f}"),
+                 Column("peak_mb", "peak MB", "{:,.0f}")]
+    ref = _fmt_params(OURS_POINTS[0])
+    summary = [r for r in rows if r.get("setting") == ref or r.get("status") != "ok"]
+    cold = all(g["cold_build"] for g in graphs.values())
+    md = [settings_markdown(run_info),
+          "- Decoder: ours, CPU backend, 1 thread, batches of 64; tuning cells use every core (their WER does "
+          "not depend on it).",
+          "- Tuned per graph and emissions profile on dev: " + _grid_text(systems(targets[0])[0])
+          + f" at {ref} (LM weight = 1 / acoustic_scale; blank_penalty is the cost of each blank frame, "
+          "the word-insertion knob of a TLG search).",
+          "- Graphs: built from the same ARPA and word list for each token set; "
+          + ("each from scratch (its own cache), so build seconds compare." if cold else
+             "some stages were taken from a cache shared by a token set's topologies, so their build seconds "
+             "count only the stages they ran."),
+          "", "## Graphs", "", markdown_table(list(graphs.values()), graph_cols), "",
+          "## Tuned on dev", "", markdown_table(_tuned_rows(res), TUNED_COLUMNS, label_columns=3), "",
+          f"## Test, at {ref}", "", markdown_table(summary, main_cols, label_columns=3), "",
+          "## Test, every setting", "", markdown_table(rows, main_cols, label_columns=3), "",
+          "## Goal: compact WER ≤ normal WER at equal speed", "", *topology_goal(rows), "",
+          "![WER vs RTFx](wer_vs_rtfx.png)", "", "![graph sizes](graph_size.png)"]
+    write_results(out, title="compare-topologies: normal, compact and minimal CTC topologies",
+                  markdown="\n".join(md), rows=rows, tuning=res["tuning"], run_info=run_info,
+                  extra_csv={"graphs.csv": csv_text(list(graphs.values()), list(next(iter(graphs.values()))))})
+    plot_wer_rtfx(rows, Path(out) / "wer_vs_rtfx.png", line_key="topology",
+                  title="Topologies: WER vs speed (ours, CPU, 1 thread; SYNTHETIC emissions)")
+    plot_graph_sizes(list(graphs.values()), Path(out) / "graph_size.png", title="TLG size per topology")
+    res.update(rows=rows, graphs=graphs, markdown="\n".join(md), run_info=run_info)
+    return res
+
+
+def compare_decoders(out: str | os.PathLike, targets: Sequence[Target], *, dev_texts: Sequence[str],
+                     test_texts: Sequence[str], profiles: Sequence[str] = tuple(PROFILES), seed: int = 0,
+                     repeat: int = 2, quick: bool = False, progress: bool = True, force: bool = False,
+                     venv: str | os.PathLike = "build/peers/pyctcdecode-venv",
+                     include: Sequence[str] | None = None) -> dict:
+    """greedy, ours (CPU, CUDA), Kaldi, flashlight-text, pyctcdecode on the same emissions, LM and lexicon."""
+    t0 = time.time()
+    machine = machine_info()
+    systems = decoder_systems(quick, venv, include)
+    res = run_experiment(out, targets, systems, dev_texts=dev_texts, test_texts=test_texts, profiles=profiles,
+                         seed=seed, repeat=repeat, progress=progress, force=force, desc="compare-decoders")
+    rows = _pct(res["rows"])
+    run_info = {"experiment": "compare-decoders", "machine": machine, "seed": seed, "repeat": repeat,
+                "quick": quick, "profiles": list(profiles), "dev_utterances": len(dev_texts),
+                "test_utterances": len(test_texts), "test_in_vocabulary": res["test_in_vocabulary"],
+                "ran": res["ran"], "skipped": res["skipped"],
+                "seconds": time.time() - t0, "targets": [dataclasses.asdict(t) for t in targets]}
+    cols = [Column("target", "graph"), Column("profile", "emissions"), Column("label", "decoder"),
+            Column("setting", "setting"), Column("wer_pct", "WER %", "{:.2f}"),
+            Column("iv_wer_pct", "in-vocab WER %", "{:.2f}"), Column("rtfx", "RTFx", "{:,.0f}"),
+            Column("tokens_per_frame", "tokens/frame", "{:,.0f}"), Column("peak_mb", "peak MB", "{:,.0f}"),
+            Column("tuned", "tuned on dev"), Column("dev_wer_pct", "dev WER %", "{:.2f}")]
+    best = _best_rows(rows)
+    ours = [k for k in ("ours-cpu1", "ours-cpu1-top4")]
+    cpu_peers = ["kaldi", "flashlight", "pyctcdecode"]
+    md = [settings_markdown(run_info),
+          "- The same TLG for ours and Kaldi; flashlight gets the same ARPA and the graph's lexicon (its words "
+          "spelled as the graph spells them); pyctcdecode the same ARPA with the graph's words as unigrams. "
+          "The LM weights tried are the same for every decoder, "
+          f"{{{', '.join(f'{w:g}' for w in _weights(quick))}}} against natural-log acoustic scores: "
+          "acoustic_scale = 1/w (ours, Kaldi), lm_weight = ln(10)·w (flashlight: KenLM's log10 scores), "
+          "alpha = w (pyctcdecode). Each decoder's own word-insertion knob is tuned with it.",
+          "", "### Decoders and settings", "", systems_markdown(systems(targets[0])), "",
+          "## Tuned on dev", "", markdown_table(_tuned_rows(res), TUNED_COLUMNS, label_columns=3), "",
+          "## Test: each decoder at its best setting (lowest test WER; ties: fastest)", "",
+          markdown_table(best, cols, label_columns=3), "",
+          "## Test, every setting", "", markdown_table(rows, cols, label_columns=3), "",
+          "## Goals", "", *decoder_goals(rows, ours, cpu_peers), "",
+          "![WER vs RTFx](wer_vs_rtfx.png)"]
+    write_results(out, title="compare-decoders: our decoder and its peers on the same emissions",
+                  markdown="\n".join(md), rows=rows, tuning=res["tuning"], run_info=run_info)
+    plot_wer_rtfx(rows, Path(out) / "wer_vs_rtfx.png", line_key="label",
+                  title="Decoders: WER vs speed (SYNTHETIC emissions)")
+    res.update(rows=rows, markdown="\n".join(md), run_info=run_info)
+    return res
+
+
+def _best_rows(rows: Sequence[dict]) -> list[dict]:
+    """Per (graph, profile, decoder): the setting with the lowest WER (then the fastest); unmeasured rows kept."""
+    out, index = [], {}
+    for r in rows:
+        k = (r["target"], r["profile"], r["system"])
+        if r.get("status") != "ok":
+            out.append(r)
+            continue
+        if k not in index:
+            index[k] = len(out)
+            out.append(r)
+        else:
+            b = out[index[k]]
+            if (r["wer"], -(r.get("rtfx") or 0)) < (b["wer"], -(b.get("rtfx") or 0)):
+                out[index[k]] = r
+    return out

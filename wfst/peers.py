@@ -1,0 +1,352 @@
+"""Other CTC decoders on the same emissions, LM and lexicon: the peers of `make compare-decoders`.
+
+* :class:`FlashlightDecoder` — flashlight-text's ``LexiconDecoder`` (``pip install
+  flashlight-text``) with its KenLM wrapper on the same ARPA file, over a trie of the
+  graph's own lexicon (:func:`graph_lexicon`), in this process.
+* :class:`PyctcdecodeDecoder` — pyctcdecode's beam search with the same ARPA through
+  ``kenlm``.  pyctcdecode 0.5.0 pins ``numpy<2``, so it runs in a virtual environment of
+  its own (:func:`ensure_venv`, made on first use) and decodes in a child process
+  (``wfst/_pyctcdecode_worker.py``, which imports nothing from this package); emissions
+  travel as an ``.npz`` file.
+
+A peer that cannot be installed or run raises :class:`PeerUnavailable` with the reason, so
+that tables can say why its row is empty instead of leaving it out.
+
+Scales, so that settings can be matched (costs here are natural logs): our decoder's path
+cost is ``acoustic_scale · (−log p) + LM cost``, i.e. an LM weight of ``1 / acoustic_scale``
+against the acoustic log-probabilities.  KenLM returns log10 scores, which flashlight
+multiplies by ``lm_weight`` as they are, so the same LM weight is
+``lm_weight = ln(10) / acoustic_scale``; pyctcdecode converts log10 to natural logs itself,
+so there ``alpha = 1 / acoustic_scale``.  :func:`lm_weight_for` gives each decoder's value.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from .errors import WfstError
+from .symbols import BOS, EOS, EPSILON, WORD_DISAMBIG, TokenTable
+from .synthetic import tokenize
+
+PYCTCDECODE_REQUIREMENTS = ("pyctcdecode==0.5.0", "numpy<2", "kenlm")
+_WORKER = Path(__file__).resolve().parent / "_pyctcdecode_worker.py"
+_WORD_SPECIALS = {EPSILON, WORD_DISAMBIG, BOS, EOS}
+
+
+class PeerUnavailable(WfstError, RuntimeError):
+    """A peer decoder that cannot be installed or run here; the message says why."""
+
+
+def lm_weight_for(decoder: str, weight: float) -> float:
+    """The setting that gives `weight` (LM weight against natural-log acoustic scores) in
+    each decoder: ``acoustic_scale`` for ours and Kaldi, ``lm_weight`` for flashlight,
+    ``alpha`` for pyctcdecode."""
+    if decoder in ("ours", "kaldi"):
+        return 1.0 / weight
+    if decoder == "flashlight":
+        return math.log(10.0) * weight
+    if decoder == "pyctcdecode":
+        return weight
+    raise ValueError(f"unknown decoder {decoder!r}")
+
+
+@dataclasses.dataclass
+class DecodeRun:
+    """What one decoder made of one batch: words per utterance and the decoding seconds."""
+
+    hyps: list[list[str]]
+    seconds: float
+    tokens_per_frame: float | None = None
+    peak_mb: float | None = None  # peak resident memory above what the process held before
+
+
+# --------------------------------------------------------------------------- memory
+
+def rss_mb(field: str = "VmRSS:") -> float | None:
+    """This process's resident memory (VmRSS) or its peak since the last reset (VmHWM), MiB."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def reset_peak_rss() -> None:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM (Linux >= 4.0)
+    except OSError:
+        pass
+
+
+_MALLOC_SET = False
+
+
+def _release_free_memory() -> None:
+    """Give freed heap memory back to the OS (glibc), so that RSS follows what is in use.
+
+    The first call also fixes glibc's mmap threshold at 128 KiB: by default it grows after a
+    large block is freed, and later large arrays then come from the heap, whose freed pages
+    stay resident and would hide what a later allocation costs."""
+    global _MALLOC_SET
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        if not _MALLOC_SET:
+            libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
+            _MALLOC_SET = True
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+class PeakMemory:
+    """``with PeakMemory() as m: ...``; then ``m.mb``: peak RSS during the block above the RSS at its start.
+
+    Linux only (VmHWM, reset through /proc/self/clear_refs); ``m.mb`` is None elsewhere."""
+
+    def __enter__(self):
+        import gc
+
+        gc.collect()
+        _release_free_memory()
+        self.start = rss_mb("VmRSS:")
+        reset_peak_rss()
+        self.mb = None
+        return self
+
+    def __exit__(self, *exc):
+        peak = rss_mb("VmHWM:")
+        if peak is not None and self.start is not None:
+            self.mb = max(peak - self.start, 0.0)
+        return False
+
+
+# --------------------------------------------------------------------------- lexicon
+
+def graph_lexicon(words: Sequence[str], tokens: TokenTable, *, spm=None,
+                  word_boundary: str | None = None) -> dict[str, list[int]]:
+    """Each word spelled in logit columns the way the graph compiler spells it.
+
+    Per character (the word-boundary unit is not part of a spelling) or, with `spm`, in the
+    word's sentencepiece pieces (``wfst.graphs.lexicon``; :func:`wfst.synthetic.tokenize`
+    spells a text the same way).  Specials (``<eps>``, ``#0``, ``<s>``, ``</s>``) and words
+    with a symbol outside the token set are left out, as the compiler leaves them out.
+    """
+    out = {}
+    for w in words:
+        if not w or w in _WORD_SPECIALS or w.startswith("#"):
+            continue
+        try:
+            spelled = tokenize(w, tokens, spm=spm, word_boundary=word_boundary)
+        except ValueError:
+            continue
+        if spelled:
+            out[w] = spelled
+    return out
+
+
+# --------------------------------------------------------------------------- flashlight
+
+@dataclasses.dataclass(frozen=True)
+class FlashlightSettings:
+    lm_weight: float = 2.0
+    word_score: float = 0.0
+    beam_size: int = 50  # hypotheses kept per frame
+    beam_size_token: int | None = None  # tokens tried per frame (the frame's best); None: all
+    beam_threshold: float = 25.0  # keep hypotheses within this score of the best
+    sil_score: float = 0.0
+    unk_score: float = -math.inf  # -inf: no out-of-lexicon words, like a TLG
+
+
+class FlashlightDecoder:
+    """flashlight-text's LexiconDecoder (CTC criterion, Viterbi: no log-add) with KenLM.
+
+    `lexicon` maps words to spellings in logit columns (:func:`graph_lexicon`).  The trie is
+    built as torchaudio's ``ctc_decoder`` builds it: each spelling weighted by the word's
+    unigram score from the sentence start, smeared with MAX (the LM look-ahead).  `silence`
+    is the column of the word-boundary unit (characters, e.g. ``|``); a token set without
+    one (BPE) passes the blank, as is usual for flashlight with such models.
+    """
+
+    def __init__(self, arpa: str | os.PathLike, lexicon: dict[str, Sequence[int]], num_columns: int, blank: int,
+                 silence: int | None = None):
+        try:
+            from flashlight.lib.text import decoder as fld
+            from flashlight.lib.text.dictionary import Dictionary
+        except ImportError as e:
+            raise PeerUnavailable(f"flashlight-text is not installed (pip install flashlight-text): {e}") from None
+        if not lexicon:
+            raise ValueError("empty lexicon")
+        self._fld = fld
+        self.num_columns, self.blank = int(num_columns), int(blank)
+        self.silence = self.blank if silence is None else int(silence)
+        self.words = Dictionary()
+        for w in lexicon:
+            self.words.add_entry(w)
+        self.words.add_entry("<unk>")
+        self.unk = self.words.get_index("<unk>")
+        try:
+            self.lm = fld.KenLM(os.fspath(arpa), self.words)
+        except RuntimeError as e:
+            raise PeerUnavailable(f"flashlight's KenLM cannot load {arpa}: {e}") from None
+        self.trie = fld.Trie(self.num_columns, self.silence)
+        start = self.lm.start(False)
+        for w, spelling in lexicon.items():
+            idx = self.words.get_index(w)
+            _, score = self.lm.score(start, idx)
+            self.trie.insert([int(c) for c in spelling], idx, score)
+        self.trie.smear(fld.SmearingMode.MAX)
+
+    def decode(self, log_probs: np.ndarray, lengths: Sequence[int], settings: FlashlightSettings) -> DecodeRun:
+        fld = self._fld
+        V = self.num_columns
+        opts = fld.LexiconDecoderOptions(
+            beam_size=int(settings.beam_size), beam_size_token=int(settings.beam_size_token or V),
+            beam_threshold=float(settings.beam_threshold), lm_weight=float(settings.lm_weight),
+            word_score=float(settings.word_score), unk_score=float(settings.unk_score),
+            sil_score=float(settings.sil_score), log_add=False, criterion_type=fld.CriterionType.CTC)
+        dec = fld.LexiconDecoder(opts, self.trie, self.lm, self.silence, self.blank, self.unk, [], False)
+        log_probs = np.asarray(log_probs)
+        if log_probs.ndim != 3 or log_probs.shape[2] != V:
+            raise ValueError(f"log_probs must be (B, T, {V}), got {log_probs.shape}")
+        hyps, seconds = [], 0.0
+        for b, T in enumerate(lengths):
+            T = int(T)
+            x = np.ascontiguousarray(log_probs[b, :T], dtype=np.float32)
+            start = time.perf_counter()
+            results = dec.decode(x.ctypes.data, T, V) if T else []
+            seconds += time.perf_counter() - start
+            best = results[0].words if results else []
+            hyps.append([self.words.get_entry(i) for i in best if i >= 0 and i != self.unk])
+        return DecodeRun(hyps, seconds)
+
+
+# --------------------------------------------------------------------------- pyctcdecode
+
+def pyctcdecode_labels(tokens: TokenTable, word_boundary: str | None = None) -> list[str]:
+    """pyctcdecode's alphabet for a token table: the blank is ``""``, a character set's
+    word-boundary unit is ``" "``; sentencepiece pieces stay as they are (pyctcdecode sees
+    their ``▁`` and decodes BPE-style)."""
+    if tokens.blank is None:
+        raise ValueError("the token table has no blank")
+    labels = []
+    for c, s in enumerate(tokens.symbols):
+        if c == tokens.blank:
+            labels.append("")
+        elif word_boundary is not None and s == word_boundary:
+            labels.append(" ")
+        else:
+            labels.append(s)
+    return labels
+
+
+def save_frames_npz(path: str | os.PathLike, log_probs: np.ndarray, lengths: Sequence[int]) -> None:
+    """Emissions for a decoder in another process: ``frames`` (each utterance's frames one
+    after another, no padding: float32 (ΣT, V)) and ``lengths``, written atomically."""
+    from .files import atomic_path
+
+    lengths = np.asarray(lengths, dtype=np.int32)
+    frames = np.concatenate([np.asarray(log_probs[b, :int(n)], dtype=np.float32) for b, n in enumerate(lengths)])
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, frames=frames, lengths=lengths)
+
+
+def _venv_python(venv: Path) -> Path:
+    return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def ensure_venv(venv: str | os.PathLike, requirements: Sequence[str] = PYCTCDECODE_REQUIREMENTS, *,
+                base_python: str | None = None, quiet: bool = True) -> Path:
+    """A virtual environment at `venv` with `requirements` installed; made on first use.
+
+    The requirements installed are recorded in the venv, which is reused while they match.
+    Returns its Python.  Raises :class:`PeerUnavailable` with pip's last words if it cannot
+    be made."""
+    venv = Path(venv)
+    marker = venv / ".wfst-requirements"
+    want = "\n".join(requirements) + "\n"
+    python = _venv_python(venv)
+    if python.is_file() and marker.is_file() and marker.read_text() == want:
+        return python
+    base = base_python or sys.executable
+    steps = [[base, "-m", "venv", "--clear", os.fspath(venv)],
+             [os.fspath(python), "-m", "pip", "install", "--disable-pip-version-check",
+              *(["--quiet"] if quiet else []), *requirements]]
+    for cmd in steps:
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True)
+        except OSError as e:
+            raise PeerUnavailable(f"cannot run {cmd[0]}: {e}") from None
+        if p.returncode != 0:
+            tail = " ".join((p.stderr or p.stdout).strip().splitlines()[-3:])
+            raise PeerUnavailable(f"`{' '.join(cmd[1:4])} ...` failed (exit {p.returncode}): {tail}")
+    marker.write_text(want)
+    return python
+
+
+@dataclasses.dataclass(frozen=True)
+class PyctcdecodeSettings:
+    alpha: float = 0.5  # LM weight (pyctcdecode's default)
+    beta: float = 1.5  # word insertion bonus
+    beam_width: int = 100
+    beam_prune_logp: float = -10.0
+    token_min_logp: float = -5.0
+    unk_score_offset: float = -10.0
+
+
+class PyctcdecodeDecoder:
+    """pyctcdecode 0.5.0 with KenLM on an ARPA file, in its own venv, in a child process.
+
+    `unigrams` are the words pyctcdecode knows (the graph's vocabulary); others get its
+    ``unk_score_offset``.  Each :meth:`decode` starts one child that loads the LM, decodes
+    every utterance (timed around ``decode()`` only) and reports words, seconds and its
+    peak memory above what it held before loading the LM."""
+
+    def __init__(self, venv: str | os.PathLike, arpa: str | os.PathLike, labels: Sequence[str],
+                 unigrams: Sequence[str], *, python: str | os.PathLike | None = None, workdir=None):
+        self.python = Path(python) if python else ensure_venv(venv)
+        self.arpa = os.fspath(Path(arpa).resolve())
+        self.labels = list(labels)
+        self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="wfst-pyctcdecode-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.unigrams_path = self.workdir / "unigrams.txt"
+        self.unigrams_path.write_text("".join(f"{w}\n" for w in unigrams), encoding="utf-8")
+        self.version = self._run_worker({"version_only": True})["versions"]
+
+    def _run_worker(self, job: dict) -> dict:
+        job_path = self.workdir / "job.json"
+        out_path = self.workdir / "result.json"
+        out_path.unlink(missing_ok=True)
+        job_path.write_text(json.dumps({**job, "output": os.fspath(out_path)}))
+        try:
+            p = subprocess.run([os.fspath(self.python), os.fspath(_WORKER), os.fspath(job_path)],
+                               capture_output=True, text=True)
+        except OSError as e:
+            raise PeerUnavailable(f"cannot run {self.python}: {e}") from None
+        if p.returncode != 0 or not out_path.is_file():
+            tail = " ".join(p.stderr.strip().splitlines()[-3:])
+            raise PeerUnavailable(f"pyctcdecode worker failed (exit {p.returncode}): {tail}")
+        return json.loads(out_path.read_text(encoding="utf-8"))
+
+    def decode(self, emissions_npz: str | os.PathLike, settings: PyctcdecodeSettings, repeat: int = 1) -> DecodeRun:
+        """Decode the emissions of an ``.npz`` file written by :func:`save_frames_npz`; seconds
+        are the best of `repeat` passes."""
+        out = self._run_worker({"emissions": os.fspath(Path(emissions_npz).resolve()), "labels": self.labels,
+                                "arpa": self.arpa, "unigrams": os.fspath(self.unigrams_path),
+                                "settings": dataclasses.asdict(settings), "repeat": int(repeat)})
+        return DecodeRun([h.split() for h in out["hyps"]], out["seconds"], None, out.get("peak_mb"))

@@ -66,3 +66,15 @@ bench-fltop: install
 
 clean:
 	rm -rf build .wfst-cache
+
+# Comparison experiments (SYNTHETIC emissions of the demo's held-out sentences; LM weights tuned
+# on dev.txt, figures on test.txt).  Results, tables and plots in build/compare-*/; a run resumes
+# where it stopped.  COMPARE_ARGS=--quick for a smoke test of a minute or two.
+.PHONY: compare-topologies compare-decoders
+COMPARE_ARGS ?=
+compare-topologies: install
+	$(PY) recipes/compare_topologies.py $(COMPARE_ARGS)
+
+# pyctcdecode pins numpy<2: the recipe makes it a venv of its own in build/peers/.
+compare-decoders: install-test
+	$(PY) recipes/compare_decoders.py $(COMPARE_ARGS)

@@ -18,6 +18,7 @@ setup(
         "tqdm>=4.60",
         "numba>=0.60",  # the CPU backend
         "kaldialign>=0.9",  # WER in wfst-decode and the benchmarks
+        "matplotlib>=3.5",  # plots of make compare-topologies / compare-decoders
     ],
     extras_require={
         # device="cuda": Numba-CUDA kernels on CuPy arrays (pick the CuPy wheel of your CUDA)
@@ -25,7 +26,7 @@ setup(
         # tests: references (kenlm, Kaldi's FasterDecoder), the CUDA simulator, and NVRTC to
         # compile the kernels to PTX on a machine without a GPU
         "test": ["pytest>=7", "hypothesis>=6", "kenlm", "kaldi-decoder", "kaldifst", "numba-cuda>=0.20",
-                 "nvidia-cuda-nvrtc-cu12"],
+                 "nvidia-cuda-nvrtc-cu12", "flashlight-text"],
     },
     entry_points={
         "console_scripts": [

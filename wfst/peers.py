@@ -190,6 +190,10 @@ class FlashlightDecoder:
             from flashlight.lib.text.dictionary import Dictionary
         except ImportError as e:
             raise PeerUnavailable(f"flashlight-text is not installed (pip install flashlight-text): {e}") from None
+        try:
+            from flashlight.lib.text.decoder.kenlm import KenLM
+        except ImportError:  # older flashlight-text: KenLM sits in the decoder module
+            KenLM = fld.KenLM
         if not lexicon:
             raise ValueError("empty lexicon")
         self._fld = fld
@@ -201,7 +205,7 @@ class FlashlightDecoder:
         self.words.add_entry("<unk>")
         self.unk = self.words.get_index("<unk>")
         try:
-            self.lm = fld.KenLM(os.fspath(arpa), self.words)
+            self.lm = KenLM(os.fspath(arpa), self.words)
         except RuntimeError as e:
             raise PeerUnavailable(f"flashlight's KenLM cannot load {arpa}: {e}") from None
         self.trie = fld.Trie(self.num_columns, self.silence)

@@ -499,7 +499,7 @@ def _result(em: EmissionSet, run: DecodeRun) -> dict:
             "rtfx": rtfx(em.frames, run.seconds) if run.seconds > 0 else None,
             "tokens_per_frame": run.tokens_per_frame, "peak_mb": run.peak_mb,
             "load_average": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
-            "example": " ".join(run.hyps[0]) if run.hyps else ""}
+            "code": code_state(), "example": " ".join(run.hyps[0]) if run.hyps else ""}
 
 
 def choose(tuning: list[tuple[dict, dict]]) -> tuple[dict, dict] | None:
@@ -525,6 +525,7 @@ def run_experiment(out: str | os.PathLike, targets: Sequence[Target], systems: C
 
     out = Path(out)
     store = CellStore(out / "cells")
+    code_state()  # the code imported now is the code that runs
     plan = []
     total = 0
     # Grouped by token set and profile: the topologies of a token set decode the same emissions.
@@ -611,20 +612,46 @@ def _iv_count(texts: Sequence[str], targets: Sequence[Target]) -> int | None:
 
 
 def _brief(res: dict) -> dict:
-    return {k: res.get(k) for k in ("wer", "sub", "ins", "del", "seconds", "rtfx")}
+    return {k: res.get(k) for k in ("wer", "sub", "ins", "del", "seconds", "rtfx", "code")}
 
 
 # --------------------------------------------------------------------------- machine
+
+_CODE_STATE: dict | None = None
+
+
+def code_state() -> dict:
+    """The checkout's commit and its uncommitted changes to the library (once per process).
+
+    Recorded in every cell, since a long run may reuse cells made by an earlier version."""
+    global _CODE_STATE
+    if _CODE_STATE is None:
+        root = Path(__file__).resolve().parent.parent
+
+        def git(*args):
+            try:
+                p = subprocess.run(["git", *args], capture_output=True, text=True, cwd=root, timeout=20)
+                return p.stdout if p.returncode == 0 else None
+            except (OSError, subprocess.SubprocessError):
+                return None
+
+        commit = (git("rev-parse", "--short", "HEAD") or "").strip() or None
+        status = git("status", "--porcelain", "--untracked-files=no", "--", "wfst", "kernels", "graphs")
+        _CODE_STATE = {"commit": commit,
+                       "uncommitted": sorted(line[3:] for line in (status or "").splitlines() if line.strip())}
+    return _CODE_STATE
+
+
+def _code_text(state: dict) -> str:
+    extra = state.get("uncommitted") or []
+    return f"{state.get('commit')}" + (f" + uncommitted changes to {', '.join(extra)}" if extra else "")
+
 
 def machine_info() -> dict:
     from .bench import machine
 
     m = machine()
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        commit = None
+    commit = code_state()["commit"]
     mem = None
     try:
         for line in open("/proc/meminfo"):
@@ -862,6 +889,8 @@ def settings_markdown(run_info: dict) -> str:
               f"{'GPU ' + m['gpu'] if m.get('gpu') else 'no GPU'}; {m['platform']}, Python {m['python']}; "
               f"commit {m.get('commit')}; load average at start {m.get('load_average')}; {m['date']}.",
               "- Versions: " + ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v),
+              "- Code of the cells: " + "; ".join(f"{_code_text(json.loads(k))} ({n} cells)"
+                                                  for k, n in run_info.get("code_states", {}).items()) + ".",
               f"- Cells: {run_info['ran']} run, {run_info['skipped']} reused from an earlier run "
               f"({run_info['seconds']:.0f} s wall)."]
     return "\n".join(lines)
@@ -958,6 +987,16 @@ def graph_row(target: Target) -> dict:
             "cold_build": not skipped}
 
 
+def code_states(result: dict) -> dict[str, int]:
+    """How many cells (test rows and tuning rows) each code state made: {json state: count}."""
+    counts: dict[str, int] = {}
+    for r in [*result["rows"], *result["tuning"]]:
+        if r.get("status", "ok") == "ok":
+            k = json.dumps(r.get("code") or {"commit": "unknown"}, sort_keys=True)
+            counts[k] = counts.get(k, 0) + 1
+    return counts
+
+
 def _tuned_rows(result: dict) -> list[dict]:
     """One row per (target, profile, system) that was tuned: the chosen values and their dev WER."""
     seen, out = set(), []
@@ -1028,7 +1067,7 @@ def compare_topologies(out: str | os.PathLike, targets: Sequence[Target], *, dev
     run_info = {"experiment": "compare-topologies", "machine": machine, "seed": seed, "repeat": repeat,
                 "quick": quick, "profiles": list(profiles), "dev_utterances": len(dev_texts),
                 "test_utterances": len(test_texts), "test_in_vocabulary": res["test_in_vocabulary"],
-                "ran": res["ran"], "skipped": res["skipped"],
+                "ran": res["ran"], "skipped": res["skipped"], "code_states": code_states(res),
                 "seconds": time.time() - t0, "targets": [dataclasses.asdict(t) for t in targets]}
     graph_cols = [Column("target", "graph"), Column("columns", "tokens"), Column("states", "TLG states", "{:,}"),
                   Column("arcs", "TLG arcs", "{:,}"), Column("epsilon_arcs", "epsilon arcs", "{:,}"),
@@ -1086,7 +1125,7 @@ def compare_decoders(out: str | os.PathLike, targets: Sequence[Target], *, dev_t
     run_info = {"experiment": "compare-decoders", "machine": machine, "seed": seed, "repeat": repeat,
                 "quick": quick, "profiles": list(profiles), "dev_utterances": len(dev_texts),
                 "test_utterances": len(test_texts), "test_in_vocabulary": res["test_in_vocabulary"],
-                "ran": res["ran"], "skipped": res["skipped"],
+                "ran": res["ran"], "skipped": res["skipped"], "code_states": code_states(res),
                 "seconds": time.time() - t0, "targets": [dataclasses.asdict(t) for t in targets]}
     cols = [Column("target", "graph"), Column("profile", "emissions"), Column("label", "decoder"),
             Column("setting", "setting"), Column("wer_pct", "WER %", "{:.2f}"),

@@ -47,6 +47,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--venv", default="build/peers/pyctcdecode-venv", help="pyctcdecode's own venv")
     ap.add_argument("--force", action="store_true", help="recompute every cell")
+    ap.add_argument("--retime", action="store_true", help="measure the test cells again (keeps the tuning)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args()
     graphs = Path(args.graphs)
@@ -63,6 +64,7 @@ def main() -> int:
                                    test_texts=sentences(DATA / "test.txt", n_test),
                                    profiles=args.profiles.split(","), seed=args.seed, repeat=args.repeat,
                                    quick=args.quick, progress=not args.no_progress, force=args.force,
+                                   retime=args.retime,
                                    venv=args.venv, include=args.decoders.split(",") if args.decoders else None)
     print(res["markdown"])
     print(f"\n{res['ran']} cells run, {res['skipped']} reused; results in {args.out}/results.md")

@@ -42,6 +42,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=2, help="timed passes per test cell (best is kept)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--force", action="store_true", help="recompute every cell")
+    ap.add_argument("--retime", action="store_true", help="measure the test cells again (keeps the tuning)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args()
     out = Path(args.out)
@@ -59,7 +60,8 @@ def main() -> int:
     res = compare.compare_topologies(out, targets, dev_texts=sentences(DATA / "dev.txt", n_dev),
                                      test_texts=sentences(DATA / "test.txt", n_test),
                                      profiles=args.profiles.split(","), seed=args.seed, repeat=args.repeat,
-                                     quick=args.quick, progress=not args.no_progress, force=args.force)
+                                     quick=args.quick, progress=not args.no_progress, force=args.force,
+                                     retime=args.retime)
     print(res["markdown"])
     print(f"\n{res['ran']} cells run, {res['skipped']} reused; results in {out}/results.md")
     return 0

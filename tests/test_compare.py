@@ -106,6 +106,11 @@ def test_run_experiment_tunes_on_dev_and_resumes(tiny_target, tmp_path):
     compare.run_experiment(tmp_path / "out", [tiny_target], systems, **{**kw, "repeat": 3})
     assert len(calls) == 4 and all(c[0] == "test" for c in calls)
 
+    # retime: the speeds are measured again, the tuning is kept
+    calls.clear()
+    res = compare.run_experiment(tmp_path / "out", [tiny_target], systems, retime=True, **kw)
+    assert len(calls) == 4 and all(c[0] == "test" for c in calls) and res["skipped"] == 6
+
 
 def test_an_unavailable_peer_gets_a_row_with_the_reason(tiny_target, tmp_path):
     class Missing(compare.System):

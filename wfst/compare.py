@@ -118,16 +118,19 @@ class CellStore:
 class CellRunner:
     """Runs cells through a store, with one progress bar; counts what it ran and skipped."""
 
-    def __init__(self, store: CellStore, total: int, *, progress: bool = True, force: bool = False, desc: str = ""):
+    def __init__(self, store: CellStore, total: int, *, progress: bool = True, force: bool = False,
+                 retime: bool = False, desc: str = ""):
         from tqdm import tqdm
 
-        self.store, self.force = store, force
+        self.store, self.force, self.retime = store, force, retime
         self.ran = self.skipped = 0
         self.bar = tqdm(total=total, desc=desc, unit="cell", disable=not progress, file=sys.stderr,
                         dynamic_ncols=True)
 
-    def __call__(self, key: str, settings: dict, compute: Callable[[], dict]) -> dict:
-        result = None if self.force else self.store.load(key, settings)
+    def __call__(self, key: str, settings: dict, compute: Callable[[], dict], *, timed: bool = False) -> dict:
+        """The stored result of `key` made with `settings`, else compute() (stored).  `force`
+        recomputes every cell; `retime` the timed ones only (speeds measured again, tuning kept)."""
+        result = None if self.force or (self.retime and timed) else self.store.load(key, settings)
         if result is not None:
             self.skipped += 1
         else:
@@ -514,7 +517,7 @@ def choose(tuning: list[tuple[dict, dict]]) -> tuple[dict, dict] | None:
 def run_experiment(out: str | os.PathLike, targets: Sequence[Target], systems: Callable[[Target], list[System]], *,
                    dev_texts: Sequence[str], test_texts: Sequence[str], profiles: Sequence[str] = tuple(PROFILES),
                    seed: int = 0, repeat: int = 2, progress: bool = True, force: bool = False,
-                   desc: str = "cells") -> dict:
+                   retime: bool = False, desc: str = "cells") -> dict:
     """Tune every system on dev and measure it on test, for every target and profile.
 
     `systems(target)` returns the systems to run on that target.  Returns ``{"rows":
@@ -536,7 +539,7 @@ def run_experiment(out: str | os.PathLike, targets: Sequence[Target], systems: C
             plan.append(((order[t.token_set], profile_i), t, profile, sys_list))
             total += sum((0 if s.tuned_like else len(s.grid_points())) + len(s.points) for s in sys_list)
     plan = [p[1:] for p in sorted(plan, key=lambda p: p[0])]
-    runner = CellRunner(store, total, progress=progress, force=force, desc=desc)
+    runner = CellRunner(store, total, progress=progress, force=force, retime=retime, desc=desc)
     rows, tuning_rows = [], []
     tuned: dict[tuple[str, str, str], dict] = {}
     emissions: dict[tuple[str, str], tuple[EmissionSet, EmissionSet]] = {}
@@ -588,7 +591,7 @@ def run_experiment(out: str | os.PathLike, targets: Sequence[Target], systems: C
                                 "fixed": s.fixed, "point": point, "params": params, "repeat": repeat}
                     res = runner(f"{t.name}/{profile}/test/{s.key}/{_fmt_params(point)}", settings,
                                  lambda point=point: _result(test, s.decode(test, {**point, **params}, timed=True,
-                                                                            repeat=repeat)))
+                                                                            repeat=repeat)), timed=True)
                     rows.append({**base, "status": "ok", "setting": _fmt_params(point), "point": point,
                                  "tuned": _fmt_params(params), "params": params, "dev_wer": dev_wer, **res})
                 s.teardown()
@@ -1055,13 +1058,15 @@ def systems_markdown(systems: Sequence[System]) -> str:
 
 def compare_topologies(out: str | os.PathLike, targets: Sequence[Target], *, dev_texts: Sequence[str],
                        test_texts: Sequence[str], profiles: Sequence[str] = tuple(PROFILES), seed: int = 0,
-                       repeat: int = 2, quick: bool = False, progress: bool = True, force: bool = False) -> dict:
+                       repeat: int = 2, quick: bool = False, progress: bool = True, force: bool = False,
+                       retime: bool = False) -> dict:
     """normal / compact / minimal TLGs side by side: sizes, build costs, WER, RTFx, tokens/frame, memory."""
     t0 = time.time()
     machine = machine_info()
     systems = topology_systems(quick)
     res = run_experiment(out, targets, systems, dev_texts=dev_texts, test_texts=test_texts, profiles=profiles,
-                         seed=seed, repeat=repeat, progress=progress, force=force, desc="compare-topologies")
+                         seed=seed, repeat=repeat, progress=progress, force=force, retime=retime,
+                         desc="compare-topologies")
     graphs = {t.name: graph_row(t) for t in targets}
     rows = _pct([{**graphs[r["target"]], **r} for r in res["rows"]])
     run_info = {"experiment": "compare-topologies", "machine": machine, "seed": seed, "repeat": repeat,
@@ -1113,14 +1118,15 @@ def compare_topologies(out: str | os.PathLike, targets: Sequence[Target], *, dev
 def compare_decoders(out: str | os.PathLike, targets: Sequence[Target], *, dev_texts: Sequence[str],
                      test_texts: Sequence[str], profiles: Sequence[str] = tuple(PROFILES), seed: int = 0,
                      repeat: int = 2, quick: bool = False, progress: bool = True, force: bool = False,
-                     venv: str | os.PathLike = "build/peers/pyctcdecode-venv",
+                     retime: bool = False, venv: str | os.PathLike = "build/peers/pyctcdecode-venv",
                      include: Sequence[str] | None = None) -> dict:
     """greedy, ours (CPU, CUDA), Kaldi, flashlight-text, pyctcdecode on the same emissions, LM and lexicon."""
     t0 = time.time()
     machine = machine_info()
     systems = decoder_systems(quick, venv, include)
     res = run_experiment(out, targets, systems, dev_texts=dev_texts, test_texts=test_texts, profiles=profiles,
-                         seed=seed, repeat=repeat, progress=progress, force=force, desc="compare-decoders")
+                         seed=seed, repeat=repeat, progress=progress, force=force, retime=retime,
+                         desc="compare-decoders")
     rows = _pct(res["rows"])
     run_info = {"experiment": "compare-decoders", "machine": machine, "seed": seed, "repeat": repeat,
                 "quick": quick, "profiles": list(profiles), "dev_utterances": len(dev_texts),

@@ -88,11 +88,15 @@ def packed_cost(packed):
 
 @njit(inline="always", cache=True)
 def hash_slot(key, mask):
-    """First probe slot of a key (Fibonacci hashing of both 32-bit halves; mask = capacity - 1)."""
+    """First probe slot of a key (mask = capacity - 1): MurmurHash3's 64-bit finaliser, so
+    that keys differing only in their context half (high bits) spread like the rest."""
     k = np.uint64(np.int64(key))
-    h = np.uint32(np.uint32(k & _LOW32) * np.uint32(2654435769)) ^ np.uint32(
-        np.uint32(k >> np.uint64(32)) * np.uint32(2246822507))
-    return np.int64((h ^ (h >> np.uint32(15))) & np.uint32(mask))
+    k ^= k >> np.uint64(33)
+    k *= np.uint64(0xFF51AFD7ED558CCD)
+    k ^= k >> np.uint64(33)
+    k *= np.uint64(0xC4CEB9FE1A85EC53)
+    k ^= k >> np.uint64(33)
+    return np.int64(k & np.uint64(mask))
 
 
 @njit(inline="always", cache=True)

@@ -131,16 +131,37 @@ def _recombine(state, ctx, cost, prev, arc, pctx, ht_key, ht_tok, tl_state, tl_c
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def _word_step(cost, ctx, word, boost_keys, boost_costs, boost_bits, boosted, context, contextual):
+def _memo_step(ctx, word, context, memo_key, memo_cost, memo_next):
+    """Slot of (ctx, word) in the direct-mapped memo of context steps, computing the step
+    if it is not there.  Tokens of one context read the same words frame after frame, so
+    the automata are walked once per (ctx, word), not once per arc."""
+    key = token_key(word, ctx)
+    slot = hash_slot(key, memo_key.shape[0] - 1)
+    if memo_key[slot] != key:
+        P, lm, lm0, small_of, lm_map, lm0_map, phrases, rescoring, phrasing = context
+        delta, nxt = context_step(ctx, word, P, lm, lm0, small_of, lm_map, lm0_map, phrases, rescoring, phrasing)
+        memo_key[slot] = key
+        memo_cost[slot] = delta
+        memo_next[slot] = nxt
+    return slot
+
+
+@njit(inline="always")
+def _word_step(cost, ctx, word, boost_keys, boost_costs, boost_bits, boosted, contextual, memo_key,
+               memo_cost, memo_next):
     """Cost and context after an arc that outputs `word` (> 0): the word's boost, then the
-    context automata (rescoring LM, phrase boosting).  Called only at word arcs."""
+    context automata (rescoring LM, phrase boosting) through the memo.  The memo is
+    looked at inline; only a miss passes the automata (a large tuple) in a call."""
     if boosted and (boost_bits[word >> 5] >> np.uint32(word & 31)) & np.uint32(1) != 0:
         cost = np.float32(cost + boost_cost(boost_keys, boost_costs, boost_bits, word))
     if contextual:
-        P, lm, lm0, small_of, lm_map, lm0_map, phrases, rescoring, phrasing = context
-        delta, ctx = context_step(ctx, word, P, lm, lm0, small_of, lm_map, lm0_map, phrases, rescoring, phrasing)
-        cost = np.float32(cost + delta)
-    return cost, ctx
+        key = token_key(word, ctx)
+        slot = hash_slot(key, memo_key.shape[0] - 1)
+        if memo_key[slot] != key:
+            return cost, ctx, True
+        cost = np.float32(cost + memo_cost[slot])
+        ctx = memo_next[slot]
+    return cost, ctx, False
 
 
 @njit(inline="always")
@@ -162,7 +183,8 @@ def _final_cost(state, ctx, final, context, contextual):
 
 @njit(nogil=True, cache=True, _nrt=False)
 def _closure(cutoff, n, states, arcs, boost_keys, boost_costs, boost_bits, boosted, context, contextual,
-             ht_key, ht_tok, tl_state, tl_ctx, tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, stack):
+             memo_key, memo_cost, memo_next, ht_key, ht_tok, tl_state, tl_ctx, tl_cost, tl_prev, tl_arc, tl_best,
+             tl_pctx, tl_slot, stack):
     """Non-emitting closure of the frame's tokens; returns (n, overflow)."""
     top = 0
     for j in range(n):
@@ -180,8 +202,13 @@ def _closure(cutoff, n, states, arcs, boost_keys, boost_costs, boost_bits, boost
             nc = np.float32(c + arc_weight(arcs, p))
             nctx = ctx
             if _needs_step(arcs[p, 4], boost_bits, boosted, contextual):
-                nc, nctx = _word_step(nc, ctx, arcs[p, 4], boost_keys, boost_costs, boost_bits, boosted,
-                                      context, contextual)
+                nc, nctx, miss = _word_step(nc, ctx, arcs[p, 4], boost_keys, boost_costs, boost_bits, boosted,
+                                            contextual, memo_key, memo_cost, memo_next)
+                if miss:
+                    _memo_step(ctx, arcs[p, 4], context, memo_key, memo_cost, memo_next)
+                    nc, nctx, miss = _word_step(np.float32(c + arc_weight(arcs, p)), ctx, arcs[p, 4], boost_keys,
+                                                boost_costs, boost_bits, boosted, contextual, memo_key, memo_cost,
+                                                memo_next)
             if nc > cutoff:
                 continue
             idx, n, improved = _recombine(arcs[p, 1], nctx, nc, -(j + 2), arcs[p, 3], ctx, ht_key, ht_tok,
@@ -263,13 +290,17 @@ def decode_one(states, arcs, boost_keys, boost_costs, boost_bits, context, start
     keep = -1
     boosted = boost_keys[0] != EMPTY_KEY or boost_keys.shape[0] > 1
     contextual = context[7] or context[8]
+    M = 1 << 15 if contextual else 1
+    memo_key = np.full(M, EMPTY_KEY, np.int64)  # (ctx, word) -> context step, see _word_step
+    memo_cost = np.zeros(M, np.float32)
+    memo_next = np.zeros(M, np.int32)
 
     n = 0
     idx, n, _ = _recombine(start, start_ctx, np.float32(0.0), NO_TOKEN, -1, start_ctx, ht_key, ht_tok,
                            tl_state, tl_ctx, tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, n)
     n, overflow = _closure(np.float32(np.finfo(np.float32).max), n, states, arcs, boost_keys, boost_costs,
-                           boost_bits, boosted, context, contextual, ht_key, ht_tok, tl_state, tl_ctx, tl_cost,
-                           tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, stack)
+                           boost_bits, boosted, context, contextual, memo_key, memo_cost, memo_next, ht_key, ht_tok,
+                           tl_state, tl_ctx, tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, stack)
     if overflow:
         return OVERFLOW, empty, empty, False, tokens_per_frame
 
@@ -350,8 +381,13 @@ def decode_one(states, arcs, boost_keys, boost_costs, boost_bits, context, start
             for p in range(states[s, 0], states[s, 1]):
                 nc = np.float32(c + np.float32(arc_weight(arcs, p) + ac[arcs[p, 0]]))
                 if nc < INF and _needs_step(arcs[p, 4], boost_bits, boosted, contextual):
-                    nc, _ = _word_step(nc, sv_ctx[i], arcs[p, 4], boost_keys, boost_costs, boost_bits, boosted,
-                                       context, contextual)
+                    nc0 = nc
+                    nc, _, miss = _word_step(nc0, sv_ctx[i], arcs[p, 4], boost_keys, boost_costs, boost_bits,
+                                             boosted, contextual, memo_key, memo_cost, memo_next)
+                    if miss:
+                        _memo_step(sv_ctx[i], arcs[p, 4], context, memo_key, memo_cost, memo_next)
+                        nc, _, miss = _word_step(nc0, sv_ctx[i], arcs[p, 4], boost_keys, boost_costs, boost_bits,
+                                                 boosted, contextual, memo_key, memo_cost, memo_next)
                 if nc < min_new:
                     min_new = nc
         bound = np.float32(min_new + adaptive_beam)
@@ -364,8 +400,13 @@ def decode_one(states, arcs, boost_keys, boost_costs, boost_bits, context, start
                 nc = np.float32(c + np.float32(arc_weight(arcs, p) + ac[arcs[p, 0]]))
                 nctx = ctx
                 if nc < INF and _needs_step(arcs[p, 4], boost_bits, boosted, contextual):
-                    nc, nctx = _word_step(nc, ctx, arcs[p, 4], boost_keys, boost_costs, boost_bits, boosted,
-                                          context, contextual)
+                    nc0 = nc
+                    nc, nctx, miss = _word_step(nc0, ctx, arcs[p, 4], boost_keys, boost_costs, boost_bits,
+                                                boosted, contextual, memo_key, memo_cost, memo_next)
+                    if miss:
+                        _memo_step(ctx, arcs[p, 4], context, memo_key, memo_cost, memo_next)
+                        nc, nctx, miss = _word_step(nc0, ctx, arcs[p, 4], boost_keys, boost_costs, boost_bits,
+                                                    boosted, contextual, memo_key, memo_cost, memo_next)
                 if nc < bound:
                     idx, n, _ = _recombine(arcs[p, 1], nctx, nc, sv_gid[i], arcs[p, 3], ctx, ht_key, ht_tok,
                                            tl_state, tl_ctx, tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, n)
@@ -373,8 +414,8 @@ def decode_one(states, arcs, boost_keys, boost_costs, boost_bits, context, start
                         return OVERFLOW, empty, empty, False, tokens_per_frame
         # ---- non-emitting closure
         n, overflow = _closure(bound, n, states, arcs, boost_keys, boost_costs, boost_bits, boosted, context,
-                               contextual, ht_key, ht_tok, tl_state, tl_ctx, tl_cost, tl_prev, tl_arc, tl_best,
-                               tl_pctx, tl_slot, stack)
+                               contextual, memo_key, memo_cost, memo_next, ht_key, ht_tok, tl_state, tl_ctx,
+                               tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, stack)
         if overflow:
             return OVERFLOW, empty, empty, False, tokens_per_frame
 

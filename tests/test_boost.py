@@ -15,11 +15,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from wfst.graphs import compile_graph
 from wfst.graphs.paths import shortest_decode
+from wfst.kernels.common import backoff_lookup
 
 import wfst
 from wfst import synthetic
 from wfst.boost import BoostError, phrase_automaton
-from wfst.kernels.common import backoff_lookup
 from wfst.decoder import Decoder
 from wfst.graph import graph_from_fst, read_fst
 
@@ -120,7 +120,7 @@ def test_boost_input_is_checked_and_reported(tiny_graph):
     x = random_log_probs(3, batch=2, frames=6, columns=5)
     dec = Decoder(g, beam=8.0)
     assert dec.decode(x, boost={}) == dec.decode(x)  # empty: no-op
-    with pytest.warns(UserWarning, match=r"2 boosted word\(s\) or phrase\(s\) are not in the graph's vocabulary.*'zzz'"):
+    with pytest.warns(UserWarning, match=r"2 boosted word\(s\) or phrase\(s\) are not in .*'zzz'"):
         dec.decode(x, boost={"zzz": 1.0, "a b": 2.0, "ab": 1.0})
     assert dec.stats.boost_unknown == ((0, "zzz"), (0, "a b"), (1, "zzz"), (1, "a b"))
     with pytest.warns(UserWarning, match="more than half the beam"):

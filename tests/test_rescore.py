@@ -12,15 +12,14 @@ from conftest import TINY_ARPA
 from decoding import random_log_probs
 from wfst.graphs import compile_graph
 from wfst.graphs.paths import shortest_decode
+from wfst.kernels.common import context_final, context_step
 
 import wfst
 from wfst.boost import NO_PHRASES
 from wfst.decoder import Decoder
 from wfst.errors import MissingFileError
 from wfst.graph import read_fst
-from wfst.kernels.common import context_final, context_step
-from wfst.lm import (LmStoreError, VocabularyError, load_lm, open_lm, prepare_lm, read_arpa, save_lm,
-                     truncate_arpa)
+from wfst.lm import LmStoreError, VocabularyError, load_lm, open_lm, prepare_lm, read_arpa, save_lm, truncate_arpa
 
 WIDE = dict(beam=1e4, max_active=10**6, min_active=0, token_capacity=256)
 

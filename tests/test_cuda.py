@@ -15,12 +15,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import pywrapfst as fst
 from decoding import random_log_probs, random_tlg
 from wfst.graphs import compile_graph
 
 import wfst
 from wfst import synthetic
 from wfst.decoder import Decoder
+from wfst.graph import graph_from_fst
+from wfst.lm import truncate_arpa
+from wfst.symbols import TokenTable, WordTable
 
 pytest.importorskip("numba.cuda")
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
@@ -40,13 +44,13 @@ CONFIGS = {
 }
 
 
-def assert_same(graph, x, lengths, boost=None, **config):
+def assert_same(graph, x, lengths, boost=None, gpu=None, **config):
     cpu = Decoder(graph, device="cpu", **config)
-    gpu = Decoder(graph, device="cuda", **config)
+    gpu = gpu or Decoder(graph, device="cuda", **config)
     expected, got = cpu.decode(x, lengths, boost=boost), gpu.decode(x, lengths, boost=boost)
     assert got == expected
     assert gpu.stats.tokens_per_frame == pytest.approx(cpu.stats.tokens_per_frame)
-    return gpu
+    return gpu, got
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=list(CONFIGS))
@@ -54,7 +58,7 @@ def assert_same(graph, x, lengths, boost=None, **config):
 def test_random_graphs_cuda_equals_cpu(seed, config):
     _, g = random_tlg(seed, num_states=10)
     x = random_log_probs(seed, batch=3, frames=6, columns=4)
-    gpu = assert_same(g, x, np.array([6, 4, 0]), **CONFIGS[config])
+    gpu, _ = assert_same(g, x, np.array([6, 4, 0]), **CONFIGS[config])
     if config == "overflow regrows":
         assert gpu.stats.regrowths > 0
 
@@ -77,12 +81,96 @@ def test_word_boosting_cuda_equals_cpu(tiny):
     assert_same(g, x, np.array([6, 5, 6]), boost=boost, beam=20.0, max_active=30, min_active=1)
 
 
+def test_phrase_boosting_cuda_equals_cpu(tiny):
+    r = compile_graph(tiny / "g", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=tiny / "lexicon.txt",
+                      word_boundary="|", topology="compact")
+    g = wfst.load_graph(r.directory)
+    x = random_log_probs(7, batch=2, frames=6, columns=5, sharpness=1.5)
+    boost = [{"ab ba": 3.0, "ba ab": 1.0, "abc": 0.5}, {"a ab": 2.0, "ab a": -1.0, "cab cab": 1.5}]
+    _, got = assert_same(g, x, np.array([6, 5]), boost=boost, beam=20.0, max_active=30, min_active=1)
+    assert any(r.boost_cost != 0 for r in got)
+
+
+def tie_graph(epsilon_weight: float):
+    """Words w1 and w2 on two arcs alike from the start to state 1, then w3 on an epsilon
+    arc (to 2, then on to 3) and on an emitting arc (to 3).  With phrases "w1 w3" and
+    "w2 w3" of one reward, the tokens (1, after w1) and (1, after w2) cost the same and
+    both reach (2 or 3, root) by one w3 arc at one cost: only the predecessor's context
+    breaks the tie, in the closure (epsilon_weight < 0.25) or in ExpandArcs (> 0.25)."""
+    f = fst.VectorFst()
+    for _ in range(4):
+        f.add_state()
+    f.set_start(0)
+
+    def arc(src, ilabel, word, cost, dst):
+        f.add_arc(src, fst.Arc(ilabel, word, fst.Weight(f.weight_type(), cost), dst))
+
+    arc(0, 2, 2, 0.5, 1)
+    arc(0, 2, 1, 0.5, 1)
+    arc(1, 0, 3, epsilon_weight, 2)
+    arc(1, 2, 3, 0.25, 3)
+    arc(2, 2, 0, 0.0, 3)
+    f.set_final(3, fst.Weight(f.weight_type(), 0.0))
+    f.arcsort("ilabel")
+    return graph_from_fst(f, TokenTable(("<blk>", "t1"), blank=0), WordTable(("<eps>", "w1", "w2", "w3")))
+
+
+@pytest.mark.parametrize("epsilon_weight", [0.2, 0.3], ids=["closure", "expand"])
+def test_context_ties_go_to_the_smallest_predecessor_context(epsilon_weight):
+    g = tie_graph(epsilon_weight)
+    x = np.full((1, 2, 2), np.log(0.5), np.float32)  # every path costs its arcs and boosts
+    words = set()
+    for boost in ({"w1 w3": 2.0, "w2 w3": 2.0}, {"w2 w3": 2.0, "w1 w3": 2.0}):  # phrase states numbered anew
+        _, got = assert_same(g, x, None, boost=boost, beam=100.0)
+        words.add(got[0].words)
+    assert words == {("w1", "w3"), ("w2", "w3")}  # the tie decides the words
+
+
+@pytest.fixture
+def small_graph(tiny, tmp_path):
+    """The tiny lexicon's graph built on a bigram cut from the tiny 3-gram (the big LM)."""
+    small = truncate_arpa(tiny / "lm.arpa", tmp_path / "small.arpa", 2)
+    r = compile_graph(tmp_path / "g", tokens=tiny / "tokens.txt", lm=small, lexicon=tiny / "lexicon.txt",
+                      word_boundary="|", topology="compact")
+    return wfst.load_graph(r.directory), dict(rescore_lm=tiny / "lm.arpa", graph_lm=small)
+
+
+def test_rescoring_cuda_equals_cpu(small_graph):
+    g, lms = small_graph
+    x = random_log_probs(5, batch=2, frames=6, columns=5, sharpness=1.5)
+    lengths = np.array([6, 5])
+    boost = [None, {"ab ba": 2.0, "ba": 0.5}]  # rescoring and phrases: ctx = LM state x phrase state
+    config = dict(beam=20.0, max_active=40, min_active=1, token_capacity=128, **lms)
+    gpu, got = assert_same(g, x, lengths, boost=boost, **config)
+    assert got[0].rescore_cost != 0 and got[1].boost_cost != 0
+    stats = gpu._backend.lm_stats
+    assert stats["misses"] > 0 and stats["hits"] > stats["misses"] and stats["fetches"] >= stats["misses"]
+    assert stats["fetched_bytes"] == 8 * stats["fetches"] and stats["frames"] == lengths.sum()
+    assert stats["pinned_bytes"] > 0 and stats["gpu_bytes"] > stats["cache_slots"] * 16
+    # the cache outlives the call: the same batch again reads nothing from host memory
+    assert_same(g, x, lengths, boost=boost, gpu=gpu, **config)
+    assert gpu._backend.lm_stats["fetches"] == 0 and gpu._backend.lm_stats["hits"] == stats["lookups"]
+
+
+def test_rescoring_with_a_tiny_lm_cache_cuda_equals_cpu(small_graph):
+    """A cache of 8 slots: frames fill it (the utterance is decoded again with a larger
+    cache) and it is cleared when half full; results stay exact."""
+    g, lms = small_graph
+    x = random_log_probs(6, batch=2, frames=5, columns=5, sharpness=1.5)
+    config = dict(beam=20.0, max_active=40, min_active=1, token_capacity=128, **lms)
+    gpu = Decoder(g, device="cuda", **config)
+    gpu._backend.lm_cache_slots = 8
+    assert_same(g, x, np.array([5, 4]), gpu=gpu, **config)
+    assert gpu.stats.regrowths > 0 and gpu._backend.lm_cache_slots > 8
+    assert gpu._backend.lm_stats["clears"] > 0
+
+
 def test_demo_graph_cuda_equals_cpu(demo, tmp_path):
     r = compile_graph(tmp_path / "bpe", tokens=demo / "bpe_tokens.txt", spm=demo / "bpe.model",
                       lm=demo / "lm.arpa", topology="compact", cache_dir=tmp_path / "cache")
     g = wfst.load_graph(r.directory)
     x, lengths = synthetic.from_texts(["it is a truth"], g.tokens, spm=demo / "bpe.model", seed=4)
-    gpu = assert_same(g, x, lengths, beam=10.0, max_active=12, min_active=4)
+    gpu, _ = assert_same(g, x, lengths, beam=10.0, max_active=12, min_active=4)
     assert gpu.stats.tokens_per_frame > 4
 
 
@@ -95,4 +183,4 @@ def test_kernels_compile_for_sm90(tiny):
     out = subprocess.run([sys.executable, str(Path(__file__).with_name("ptx_check.py")), str(r.directory)],
                          env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.count("bytes of PTX for sm_90") == 8, out.stdout
+    assert out.stdout.count("bytes of PTX for sm_90") == 10, out.stdout

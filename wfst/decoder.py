@@ -123,6 +123,7 @@ class DecodeStats:
     tokens_per_frame: float = 0.0  # survivors of pruning, averaged over frames
     regrowths: int = 0  # times the token capacity overflowed and an utterance was decoded again
     boost_unknown: tuple = ()  # (utterance, word) boosted but not in the graph's vocabulary
+    lm: dict = dataclasses.field(default_factory=dict)  # device="cuda" with rescoring: LM memory and fetches
 
 
 class Decoder:
@@ -185,7 +186,8 @@ class Decoder:
             results, tokens, regrowths = self._decode_cpu(log_probs, lengths, boost)
         frames = sum(r.num_frames for r in results)
         self.stats = DecodeStats(len(results), frames, time.perf_counter() - start,
-                                 tokens / frames if frames else 0.0, regrowths, self._boost.unknown)
+                                 tokens / frames if frames else 0.0, regrowths, self._boost.unknown,
+                                 dict(getattr(self._backend, "lm_stats", None) or {}))
         return results
 
     def _decode_cpu(self, log_probs, lengths, boost):
@@ -323,12 +325,13 @@ class Decoder:
                 f"lower max_active or token_capacity, or decode smaller batches")
 
     def workspace_bytes(self, num_frames: int) -> int:
-        """Per-utterance estimate (the CUDA layout, the larger): two hash tables and token
+        """Per-utterance estimate (the CUDA layout, the larger): two hash tables (28 bytes a
+        slot: key, packed value, token, stamp, predecessor context) and token
         lists (double-buffered on the GPU), survivor lists, and backpointers for the survivors."""
         C = self._capacity
         H = 1 << max(C * 2 - 1, 1).bit_length()
         kept = min(C, self.config.max_active + self.config.min_active + 64)
-        return 2 * (H * 20 + C * 24) + C * 40 + 8 * (num_frames + 1) * kept
+        return 2 * (H * 28 + C * 24) + C * 40 + 8 * (num_frames + 1) * kept
 
     # ------------------------------------------------------------------ results
 

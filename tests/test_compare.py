@@ -112,6 +112,30 @@ def test_run_experiment_tunes_on_dev_and_resumes(tiny_target, tmp_path):
     assert len(calls) == 4 and all(c[0] == "test" for c in calls) and res["skipped"] == 6
 
 
+def test_a_tuning_grid_grows_while_the_best_value_is_on_its_edge(tiny_target, tmp_path):
+    assert compare.extend_value([1.0, 2.0, 3.0], "high", "arithmetic") == 4.0
+    assert compare.extend_value([0.5, 1.0, 2.0], "low", "geometric") == 0.25
+    assert compare.extend_value([0.0, 1.0], "low", "geometric") is None
+    calls = []
+
+    class Four(FakeSystem):  # the dev WER falls as param nears 4, beyond the grid
+        def decode(self, em, params, *, timed, repeat=1):
+            off = abs(params["param"] - 4)
+            return DecodeRun([t.split() if i >= off else ["wrong"] for i, t in enumerate(em.texts)], 0.01)
+
+    res = compare.run_experiment(tmp_path, [tiny_target],
+                                 lambda t: [Four("f", "f", grid={"param": [1, 2, 3]}, grid_kind={"param": "x"},
+                                                 calls=calls)],
+                                 dev_texts=TEXTS, test_texts=TEXTS, profiles=["demo"], progress=False, repeat=1)
+    assert [r["params"] for r in res["tuning"]] == ["param=1", "param=2", "param=3", "param=4", "param=5"]
+    assert res["rows"][0]["tuned"] == "param=4" and res["rows"][0]["dev_wer"] == 0.0
+    # bounded: with max_extend=1 it stops one step out, and the table says the best is on the edge
+    res = compare.run_experiment(tmp_path / "b", [tiny_target],
+                                 lambda t: [Four("f", "f", grid={"param": [1, 2]}, max_extend=1, calls=calls)],
+                                 dev_texts=TEXTS, test_texts=TEXTS, profiles=["demo"], progress=False, repeat=1)
+    assert res["rows"][0]["tuned"] == "param=3" and compare._tuned_rows(res)[0]["edge"] == "param"
+
+
 def test_an_unavailable_peer_gets_a_row_with_the_reason(tiny_target, tmp_path):
     class Missing(compare.System):
         def setup(self, target, workdir):

@@ -142,6 +142,11 @@ class CellRunner:
         self.bar.update(1)
         return result
 
+    def grow(self, n: int) -> None:
+        """More cells than planned (a tuning grid grew)."""
+        self.bar.total += n
+        self.bar.refresh()
+
     def skip(self, n: int) -> None:
         """Advance the bar over cells that will not run (an unavailable system's)."""
         self.bar.update(n)
@@ -216,20 +221,26 @@ class System:
     family = ""
 
     def __init__(self, key: str, label: str, *, grid: dict[str, Sequence] | None = None,
+                 grid_kind: dict[str, str] | None = None, max_extend: int = 3,
                  tune_point: dict | None = None, points: Sequence[dict] = ({},), tuned_like: str | None = None,
                  fixed: dict | None = None):
         self.key, self.label = key, label
         self.grid = dict(grid or {})
+        # How a grid dimension grows when the best value is on its edge: "geometric" (weights,
+        # scales) or "arithmetic" (insertion scores); at most `max_extend` steps a side.
+        self.grid_kind = dict(grid_kind or {})
+        self.max_extend = max_extend
         self.tune_point = dict(tune_point or (points[0] if points else {}))
         self.points = [dict(p) for p in points]
         self.tuned_like = tuned_like
         self.fixed = dict(fixed or {})
 
-    def grid_points(self) -> list[dict]:
-        names = list(self.grid)
+    def grid_points(self, grid: dict[str, Sequence] | None = None) -> list[dict]:
+        grid = self.grid if grid is None else grid
+        names = list(grid)
         combos = [{}]
         for n in names:
-            combos = [{**c, n: v} for c in combos for v in self.grid[n]]
+            combos = [{**c, n: v} for c in combos for v in grid[n]]
         return combos if names else []
 
     def setup(self, target: Target, workdir: Path) -> None:
@@ -505,6 +516,38 @@ def _result(em: EmissionSet, run: DecodeRun) -> dict:
             "code": code_state(), "example": " ".join(run.hyps[0]) if run.hyps else ""}
 
 
+def extend_value(values: Sequence[float], side: str, kind: str) -> float | None:
+    """One more grid value beyond the lowest (side="low") or highest: the same ratio
+    ("geometric") or the same step ("arithmetic") as the two values next to it."""
+    v = sorted(values)
+    if len(v) < 2:
+        return None
+    if kind == "geometric":
+        if v[0] <= 0:
+            return None
+        new = v[0] * v[0] / v[1] if side == "low" else v[-1] * v[-1] / v[-2]
+    else:
+        new = v[0] - (v[1] - v[0]) if side == "low" else v[-1] + (v[-1] - v[-2])
+    return round(new, 4)
+
+
+def grow_grid(grid: dict[str, list], best: dict, kinds: dict[str, str], steps: dict, max_steps: int) -> int:
+    """Extend each dimension whose best value lies on the grid's edge by one value (at most
+    `max_steps` a side, counted in `steps`); returns how many values were added."""
+    added = 0
+    for name, values in grid.items():
+        if len(values) < 2 or name not in best:
+            continue
+        for side, edge in (("low", min(values)), ("high", max(values))):
+            if best[name] == edge and steps.get((name, side), 0) < max_steps:
+                new = extend_value(values, side, kinds.get(name, "arithmetic"))
+                if new is not None and new not in values:
+                    values.append(new)
+                    steps[(name, side)] = steps.get((name, side), 0) + 1
+                    added += 1
+    return added
+
+
 def choose(tuning: list[tuple[dict, dict]]) -> tuple[dict, dict] | None:
     """The (params, result) with the lowest dev WER; ties go to the first in grid order."""
     best = None
@@ -571,16 +614,28 @@ def run_experiment(out: str | os.PathLike, targets: Sequence[Target], systems: C
                     params = dict(chosen["params"]) if chosen else {}
                     dev_wer = chosen["dev_wer"] if chosen else None
                 elif s.grid:
-                    results = []
-                    for gp in s.grid_points():
-                        settings = {"split": "dev", "emissions": dev.digest, "system": s.key, "identity": ident,
-                                    "fixed": s.fixed, "point": s.tune_point, "params": gp}
-                        res = runner(f"{t.name}/{profile}/dev/{s.key}/{_fmt_params(gp)}", settings,
-                                     lambda gp=gp: _result(dev, s.decode(dev, {**s.tune_point, **gp}, timed=False)))
-                        results.append((gp, res))
-                        tuning_rows.append({**base, "split": "dev", "setting": _fmt_params(s.tune_point),
-                                            "params": _fmt_params(gp), **_brief(res)})
-                    params, best = choose(results)
+                    # The grid, grown by a step where the best value is on its edge, until it is not.
+                    grid = {k: list(v) for k, v in s.grid.items()}
+                    results, done, steps = [], set(), {}
+                    while True:
+                        for gp in s.grid_points(grid):
+                            k = _fmt_params(gp)
+                            if k in done:
+                                continue
+                            done.add(k)
+                            settings = {"split": "dev", "emissions": dev.digest, "system": s.key,
+                                        "identity": ident, "fixed": s.fixed, "point": s.tune_point, "params": gp}
+                            res = runner(f"{t.name}/{profile}/dev/{s.key}/{k}", settings,
+                                         lambda gp=gp: _result(dev, s.decode(dev, {**s.tune_point, **gp},
+                                                                             timed=False)))
+                            results.append((gp, res))
+                            tuning_rows.append({**base, "split": "dev", "setting": _fmt_params(s.tune_point),
+                                                "params": k, **_brief(res)})
+                        params, best = choose(results)
+                        before = len(s.grid_points(grid))
+                        if not grow_grid(grid, params, s.grid_kind, steps, s.max_extend):
+                            break
+                        runner.grow(len(s.grid_points(grid)) - before)
                     dev_wer = best["wer"]
                 else:
                     params, dev_wer = {}, None
@@ -933,11 +988,17 @@ def ours_grid(quick: bool = False) -> dict:
             "blank_penalty": list(_ins(BLANK_PENALTIES, quick))}
 
 
+def _tuning(quick: bool, weight: str, insertion: str) -> dict:
+    """How the grid of (LM weight, insertion) grows at its edges; not in quick mode."""
+    return {"grid_kind": {weight: "geometric", insertion: "arithmetic"}, "max_extend": 0 if quick else 3}
+
+
 def topology_systems(quick: bool = False) -> Callable[[Target], list[System]]:
     """Our CPU decoder on one thread, tuned per graph on dev."""
     def make(target: Target) -> list[System]:
         return [OursSystem("ours-cpu1", "ours, CPU, 1 thread", threads=1, grid=ours_grid(quick),
-                           tune_point=OURS_POINTS[0], points=_pts(OURS_POINTS, quick))]
+                           tune_point=OURS_POINTS[0], points=_pts(OURS_POINTS, quick),
+                           **_tuning(quick, "acoustic_scale", "blank_penalty"))]
     return make
 
 
@@ -950,22 +1011,24 @@ def decoder_systems(quick: bool = False, venv: str | os.PathLike = "build/peers/
         out = [
             GreedySystem("greedy", "greedy CTC (no LM)"),
             OursSystem("ours-cpu1", "ours, CPU, 1 thread", threads=1, grid=ours_grid(quick),
-                       tune_point=OURS_POINTS[0], points=pts),
+                       tune_point=OURS_POINTS[0], points=pts, **_tuning(quick, "acoustic_scale", "blank_penalty")),
             OursSystem("ours-cpu1-top4", "ours, CPU, 1 thread, FLToP top-4", threads=1, tuned_like="ours-cpu1",
                        points=pts, fixed={"token_top_n": 4}),
             OursSystem("ours-cpu", f"ours, CPU, {threads} threads", threads=None, tuned_like="ours-cpu1",
                        points=pts[:1]),
             OursSystem("ours-cuda", "ours, CUDA", device="cuda", tuned_like="ours-cpu1", points=pts),
             KaldiSystem("kaldi", "Kaldi FasterDecoder (1 thread)", grid=ours_grid(quick), tune_point=OURS_POINTS[0],
-                        points=pts),
+                        points=pts, **_tuning(quick, "acoustic_scale", "blank_penalty")),
             FlashlightSystem("flashlight", "flashlight-text LexiconDecoder + KenLM (1 thread)",
                              grid={"lm_weight": [round(lm_weight_for("flashlight", w), 4) for w in _weights(quick)],
                                    "word_score": list(_ins(WORD_SCORES, quick))},
-                             tune_point=FLASHLIGHT_POINTS[1], points=_pts(FLASHLIGHT_POINTS, quick)),
+                             tune_point=FLASHLIGHT_POINTS[1], points=_pts(FLASHLIGHT_POINTS, quick),
+                             **_tuning(quick, "lm_weight", "word_score")),
             PyctcdecodeSystem("pyctcdecode", "pyctcdecode 0.5.0 + kenlm (1 thread)", venv=venv,
                               grid={"alpha": [round(lm_weight_for("pyctcdecode", w), 4) for w in _weights(quick)],
                                     "beta": list(_ins(BETAS, quick))},
-                              tune_point=PYCTCDECODE_POINTS[0], points=_pts(PYCTCDECODE_POINTS, quick)),
+                              tune_point=PYCTCDECODE_POINTS[0], points=_pts(PYCTCDECODE_POINTS, quick),
+                              **_tuning(quick, "alpha", "beta")),
         ]
         return [s for s in out if include is None or s.key in include]
     return make
@@ -1040,13 +1103,20 @@ def _grid_text(s: System) -> str:
     return " × ".join(parts)
 
 
+def _growth_text(s: System) -> str:
+    if not s.max_extend:
+        return ""
+    return (f", a dimension grown by one step (same ratio for weights, same step for insertion scores) while "
+            f"the best value lay on its edge, at most {s.max_extend} steps a side")
+
+
 def systems_markdown(systems: Sequence[System]) -> str:
     lines = []
     for s in systems:
         if s.tuned_like:
             tune = f"uses the values tuned for `{s.tuned_like}`"
         elif s.grid:
-            tune = f"tuned on dev over {_grid_text(s)} at {_fmt_params(s.tune_point)}"
+            tune = f"tuned on dev over {_grid_text(s)} at {_fmt_params(s.tune_point)}" + _growth_text(s)
         else:
             tune = "nothing to tune"
         fixed = {k: v for k, v in s.fixed.items() if k not in ("graph", "lm", "device", "batch_size")}
@@ -1092,8 +1162,8 @@ def compare_topologies(out: str | os.PathLike, targets: Sequence[Target], *, dev
           "- Decoder: ours, CPU backend, 1 thread, batches of 64; tuning cells use every core (their WER does "
           "not depend on it).",
           "- Tuned per graph and emissions profile on dev: " + _grid_text(systems(targets[0])[0])
-          + f" at {ref} (LM weight = 1 / acoustic_scale; blank_penalty is the cost of each blank frame, "
-          "the word-insertion knob of a TLG search).",
+          + f" at {ref}" + _growth_text(systems(targets[0])[0]) + " (LM weight = 1 / acoustic_scale; "
+          "blank_penalty is the cost of each blank frame, the word-insertion knob of a TLG search).",
           "- Graphs: built from the same ARPA and word list for each token set; "
           + ("each from scratch (its own cache), so build seconds compare." if cold else
              "some stages were taken from a cache shared by a token set's topologies, so their build seconds "

@@ -786,8 +786,7 @@ def plot_wer_rtfx(rows: Sequence[dict], path: str | os.PathLike, *, line_key: st
         for r in ok:
             if (r["token_set"], r["profile"]) == (ts, prof):
                 lines.setdefault(r[line_key], []).append(r)
-        for name, pts in lines.items():
-            pts = sorted(pts, key=lambda r: r["rtfx"])
+        for name, pts in lines.items():  # in the order of the settings (widest beam first)
             ax.plot([p["rtfx"] for p in pts], [100 * p["wer"] for p in pts], marker="o", label=name)
         ax.set_xscale("log")
         ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))

@@ -98,16 +98,17 @@ class CellStore:
     def path(self, key: str) -> Path:
         return self.folder / (re.sub(r"[^A-Za-z0-9_.=+-]+", "__", key).strip("_") + ".json")
 
-    def load(self, key: str, settings: dict) -> dict | None:
-        """The stored result of `key` if it was made with exactly `settings`, else None."""
+    def load(self, key: str, settings: dict, *, with_time: bool = False):
+        """The stored result of `key` if it was made with exactly `settings`, else None
+        (with `with_time`: (result, when it was finished) or None)."""
         p = self.path(key)
         try:
             data = json.loads(p.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
-        if not isinstance(data, dict) or data.get("settings") != _canonical(settings):
+        if not isinstance(data, dict) or data.get("settings") != _canonical(settings) or "result" not in data:
             return None
-        return data.get("result")
+        return (data["result"], data.get("finished")) if with_time else data["result"]
 
     def save(self, key: str, settings: dict, result: dict) -> None:
         data = {"key": key, "settings": _canonical(settings), "result": _canonical(result),
@@ -124,21 +125,26 @@ class CellRunner:
 
         self.store, self.force, self.retime = store, force, retime
         self.ran = self.skipped = 0
+        self.finished: list[str] = []  # when each cell was measured (ISO times)
         self.bar = tqdm(total=total, desc=desc, unit="cell", disable=not progress, file=sys.stderr,
                         dynamic_ncols=True)
 
     def __call__(self, key: str, settings: dict, compute: Callable[[], dict], *, timed: bool = False) -> dict:
         """The stored result of `key` made with `settings`, else compute() (stored).  `force`
         recomputes every cell; `retime` the timed ones only (speeds measured again, tuning kept)."""
-        result = None if self.force or (self.retime and timed) else self.store.load(key, settings)
-        if result is not None:
+        stored = None if self.force or (self.retime and timed) else self.store.load(key, settings, with_time=True)
+        if stored is not None:
+            result, when = stored
             self.skipped += 1
+            if when:
+                self.finished.append(when)
         else:
             self.bar.set_postfix_str(key[-60:], refresh=True)
             result = compute()
             self.store.save(key, settings, result)
             result = _canonical(result)
             self.ran += 1
+            self.finished.append(datetime.datetime.now().isoformat(timespec="seconds"))
         self.bar.update(1)
         return result
 
@@ -654,8 +660,14 @@ def run_experiment(out: str | os.PathLike, targets: Sequence[Target], systems: C
         runner.close()
         shutil.rmtree(out / "work", ignore_errors=True)  # emissions written for child processes
     return {"rows": rows, "tuning": tuning_rows, "ran": runner.ran, "skipped": runner.skipped,
+            "measured": [min(runner.finished), max(runner.finished)] if runner.finished else None,
             "dev_utterances": len(dev_texts), "test_utterances": len(test_texts),
             "test_in_vocabulary": _iv_count(test_texts, targets)}
+
+
+def _load_range(rows: Sequence[dict]) -> list[float] | None:
+    loads = [r["load_average"] for r in rows if r.get("status") == "ok" and r.get("load_average") is not None]
+    return [min(loads), max(loads)] if loads else None
 
 
 def _iv_count(texts: Sequence[str], targets: Sequence[Target]) -> int | None:
@@ -766,15 +778,17 @@ def csv_text(rows: Sequence[dict], keys: Sequence[str]) -> str:
 
 # --------------------------------------------------------------------------- plots
 
-def plot_wer_rtfx(rows: Sequence[dict], path: str | os.PathLike, *, line_key: str, title: str) -> None:
-    """WER (%) against RTFx (log scale): one panel per (token set, profile), one line per `line_key`."""
+def plot_wer_rtfx(rows: Sequence[dict], path: str | os.PathLike, *, line_key: str, title: str,
+                  leave_out: Sequence[str] = ("greedy",)) -> None:
+    """WER (%) against RTFx (log scale): one panel per (token set, profile), one line per `line_key`.
+    Systems of the families in `leave_out` (greedy decoding: far off in both) stay in the tables only."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-    ok = [r for r in rows if r.get("status") == "ok" and r.get("rtfx")]
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("rtfx") and r.get("family") not in leave_out]
     panels = list(dict.fromkeys((r["token_set"], r["profile"]) for r in ok))
     if not panels:
         return
@@ -944,12 +958,16 @@ def settings_markdown(run_info: dict) -> str:
               f"cell above what it held before (graph or LM loaded inside the cell, plus the search).",
               f"- Machine: {m['cpu']}, {m['cores']} cores, {m.get('memory_gib')} GiB, "
               f"{'GPU ' + m['gpu'] if m.get('gpu') else 'no GPU'}; {m['platform']}, Python {m['python']}; "
-              f"commit {m.get('commit')}; load average at start {m.get('load_average')}; {m['date']}.",
+              f"commit {m.get('commit')}; report written {m['date']}. 1-minute load average during the timed "
+              f"(test) cells: " + ("-" if not run_info.get("timed_load") else
+                                   f"{run_info['timed_load'][0]:.2f} to {run_info['timed_load'][1]:.2f}")
+              + " (the decoders' own thread counts included; per cell in results.csv).",
               "- Versions: " + ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v),
               "- Code of the cells: " + "; ".join(f"{_code_text(json.loads(k))} ({n} cells)"
                                                   for k, n in run_info.get("code_states", {}).items()) + ".",
               f"- Cells: {run_info['ran']} run, {run_info['skipped']} reused from an earlier run "
-              f"({run_info['seconds']:.0f} s wall)."]
+              f"({run_info['seconds']:.0f} s wall); measured between "
+              + (" and ".join(run_info["measured"]) if run_info.get("measured") else "-") + "."]
     return "\n".join(lines)
 
 
@@ -1142,6 +1160,7 @@ def compare_topologies(out: str | os.PathLike, targets: Sequence[Target], *, dev
                 "quick": quick, "profiles": list(profiles), "dev_utterances": len(dev_texts),
                 "test_utterances": len(test_texts), "test_in_vocabulary": res["test_in_vocabulary"],
                 "ran": res["ran"], "skipped": res["skipped"], "code_states": code_states(res),
+                "measured": res["measured"], "timed_load": _load_range(res["rows"]),
                 "seconds": time.time() - t0, "targets": [dataclasses.asdict(t) for t in targets]}
     graph_cols = [Column("target", "graph"), Column("columns", "tokens"), Column("states", "TLG states", "{:,}"),
                   Column("arcs", "TLG arcs", "{:,}"), Column("epsilon_arcs", "epsilon arcs", "{:,}"),
@@ -1201,6 +1220,7 @@ def compare_decoders(out: str | os.PathLike, targets: Sequence[Target], *, dev_t
                 "quick": quick, "profiles": list(profiles), "dev_utterances": len(dev_texts),
                 "test_utterances": len(test_texts), "test_in_vocabulary": res["test_in_vocabulary"],
                 "ran": res["ran"], "skipped": res["skipped"], "code_states": code_states(res),
+                "measured": res["measured"], "timed_load": _load_range(res["rows"]),
                 "seconds": time.time() - t0, "targets": [dataclasses.asdict(t) for t in targets]}
     cols = [Column("target", "graph"), Column("profile", "emissions"), Column("label", "decoder"),
             Column("setting", "setting"), Column("wer_pct", "WER %", "{:.2f}"),
@@ -1227,7 +1247,8 @@ def compare_decoders(out: str | os.PathLike, targets: Sequence[Target], *, dev_t
     write_results(out, title="compare-decoders: our decoder and its peers on the same emissions",
                   markdown="\n".join(md), rows=rows, tuning=res["tuning"], run_info=run_info)
     _plots(out, lambda: plot_wer_rtfx(rows, Path(out) / "wer_vs_rtfx.png", line_key="label",
-                                      title="Decoders: WER vs speed (SYNTHETIC emissions)"))
+                                      title="Decoders: WER vs speed, one point per test setting "
+                                            "(SYNTHETIC emissions; greedy CTC in the tables)"))
     res.update(rows=rows, markdown="\n".join(md), run_info=run_info)
     return res
 

@@ -306,7 +306,7 @@ class OursSystem(System):
     def __init__(self, key, label, *, device: str = "cpu", threads: int | None = 1, batch_size: int = 64, **kw):
         super().__init__(key, label, **kw)
         self.device, self.threads, self.batch_size = device, threads, batch_size
-        self.fixed.update(device=device, threads=threads, batch_size=batch_size)
+        self.fixed.update(device=device, batch_size=batch_size, **({"threads": threads} if device == "cpu" else {}))
 
     def setup(self, target, workdir):
         from .bench import gpu_name

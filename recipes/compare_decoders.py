@@ -34,7 +34,7 @@ def sentences(path: Path, limit: int | None) -> list[str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="build/compare-decoders", help="results folder")
+    ap.add_argument("--out", help="results folder (default: build/compare-decoders; with --quick: ...-quick)")
     ap.add_argument("--graphs", default="build/demo", help="where the demo graphs are (built if missing)")
     ap.add_argument("--topology", default="compact")
     ap.add_argument("--quick", action="store_true", help="a few sentences, a 2x2 grid, 2 settings: a smoke test")
@@ -50,6 +50,7 @@ def main() -> int:
     ap.add_argument("--retime", action="store_true", help="measure the test cells again (keeps the tuning)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args()
+    args.out = args.out or ("build/compare-decoders-quick" if args.quick else "build/compare-decoders")
     graphs = Path(args.graphs)
     n_dev = args.dev_sentences or (20 if args.quick else None)
     n_test = args.test_sentences or (20 if args.quick else None)

@@ -33,8 +33,9 @@ def sentences(path: Path, limit: int | None) -> list[str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="build/compare-topologies", help="results folder")
-    ap.add_argument("--graphs", help="where to build the graphs (default: OUT/graphs)")
+    ap.add_argument("--out", help="results folder (default: build/compare-topologies; with --quick: ...-quick)")
+    ap.add_argument("--graphs", default="build/compare-topologies/graphs",
+                    help="where to build the graphs (skipped when up to date)")
     ap.add_argument("--quick", action="store_true", help="a few sentences, a 2x2 grid, 2 settings: a smoke test")
     ap.add_argument("--profiles", default=",".join(compare.PROFILES), help="emission profiles (demo,peaky)")
     ap.add_argument("--dev-sentences", type=int, help="first N of dev.txt (default: all; --quick: 20)")
@@ -45,8 +46,9 @@ def main() -> int:
     ap.add_argument("--retime", action="store_true", help="measure the test cells again (keeps the tuning)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args()
+    args.out = args.out or ("build/compare-topologies-quick" if args.quick else "build/compare-topologies")
     out = Path(args.out)
-    graphs = Path(args.graphs) if args.graphs else out / "graphs"
+    graphs = Path(args.graphs)
     n_dev = args.dev_sentences or (20 if args.quick else None)
     n_test = args.test_sentences or (20 if args.quick else None)
 

@@ -20,7 +20,7 @@ capacity and decodes the utterance again, so no token is ever dropped silently.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import literally, njit
 
 from .common import (
     EMPTY_KEY,
@@ -186,6 +186,8 @@ def _closure(cutoff, n, states, arcs, boost_keys, boost_costs, boost_bits, boost
              memo_key, memo_cost, memo_next, ht_key, ht_tok, tl_state, tl_ctx, tl_cost, tl_prev, tl_arc, tl_best,
              tl_pctx, tl_slot, stack):
     """Non-emitting closure of the frame's tokens; returns (n, overflow)."""
+    literally(boosted)  # compiled per flag value, as _search
+    literally(contextual)
     top = 0
     for j in range(n):
         stack[top] = j
@@ -242,14 +244,14 @@ def _best_token(tl_state, tl_ctx, tl_cost, final, n, with_final, context, contex
     return keep
 
 
-@njit(nogil=True, cache=True)
-def decode_one(states, arcs, boost_keys, boost_costs, boost_bits, context, start_ctx, final, start,
-               log_probs, num_frames, num_columns, beam, max_active, min_active, beam_delta,
+def decode_one(states, arcs, boost_keys, boost_costs, boost_bits, boosted, context, contextual, start_ctx, final,
+               start, log_probs, num_frames, num_columns, beam, max_active, min_active, beam_delta,
                acoustic_scale, blank_ilabel, blank_penalty, top_n, log_rel, capacity):
     """Viterbi beam search of one utterance.
 
     context: (P, lm, lm0, small_of, lm_map, lm0_map, phrases, rescoring, phrasing), the
-    automata of `common.context_step`; tokens start in context start_ctx.
+    automata of `common.context_step`; tokens start in context start_ctx.  `boosted`: the
+    utterance boosts single words; `contextual`: rescoring or phrase boosting.
     Returns (status, path_arcs, path_steps, reached_final, tokens_per_frame): status is
     OK, OVERFLOW (capacity too small: grow and decode again) or EPS_CYCLE (a zero-cost
     epsilon cycle in the graph made the backpointers loop); the arc ids of the best path
@@ -257,6 +259,49 @@ def decode_one(states, arcs, boost_keys, boost_costs, boost_bits, context, start
     emitting arc on step t consumed frame t - 1), and the number of tokens that survived
     pruning on each frame.
     """
+    search = _SEARCHES[bool(boosted), bool(contextual)]
+    return search((states, arcs, final, start), (boost_keys, boost_costs, boost_bits), context, start_ctx,
+                  (log_probs, num_frames, num_columns),
+                  (beam, max_active, min_active, beam_delta, acoustic_scale, blank_ilabel, blank_penalty, top_n,
+                   log_rel, capacity))
+
+
+# Each combination of the two flags is its own machine code, compiled on first use: as
+# run-time flags, the word-step paths halved the speed of a plain search.
+@njit(nogil=True, cache=True)
+def _search_plain(graph, boost, context, start_ctx, utterance, settings):
+    return _search(False, False, graph, boost, context, start_ctx, utterance, settings)
+
+
+@njit(nogil=True, cache=True)
+def _search_boosted(graph, boost, context, start_ctx, utterance, settings):
+    return _search(True, False, graph, boost, context, start_ctx, utterance, settings)
+
+
+@njit(nogil=True, cache=True)
+def _search_contextual(graph, boost, context, start_ctx, utterance, settings):
+    return _search(False, True, graph, boost, context, start_ctx, utterance, settings)
+
+
+@njit(nogil=True, cache=True)
+def _search_boosted_contextual(graph, boost, context, start_ctx, utterance, settings):
+    return _search(True, True, graph, boost, context, start_ctx, utterance, settings)
+
+
+_SEARCHES = {(False, False): _search_plain, (True, False): _search_boosted, (False, True): _search_contextual,
+             (True, True): _search_boosted_contextual}
+
+
+@njit(nogil=True, cache=True)
+def _search(boosted, contextual, graph, boost, context, start_ctx, utterance, settings):
+    """decode_one for literal flag values."""
+    literally(boosted)
+    literally(contextual)
+    states, arcs, final, start = graph
+    boost_keys, boost_costs, boost_bits = boost
+    log_probs, num_frames, num_columns = utterance
+    beam, max_active, min_active, beam_delta, acoustic_scale, blank_ilabel, blank_penalty, top_n, log_rel, capacity = \
+        settings
     C = capacity
     H = 1
     while H < 2 * C:
@@ -288,8 +333,6 @@ def decode_one(states, arcs, boost_keys, boost_costs, boost_bits, context, start
     empty = np.empty(0, np.int32)
     reached_final = False
     keep = -1
-    boosted = boost_keys[0] != EMPTY_KEY or boost_keys.shape[0] > 1
-    contextual = context[7] or context[8]
     M = 1 << 15 if contextual else 1
     memo_key = np.full(M, EMPTY_KEY, np.int64)  # (ctx, word) -> context step, see _word_step
     memo_cost = np.zeros(M, np.float32)

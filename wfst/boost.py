@@ -48,6 +48,10 @@ class BoostTables:
     def active(self) -> bool:
         return bool((self.keys >= 0).any())
 
+    def boosted(self, b: int) -> bool:
+        """Whether utterance b boosts any single word."""
+        return bool(self.maps[b])
+
 
 def boost_tables(boost, batch: int, words: WordTable | None, beam: float) -> BoostTables:
     """Validate `boost` (None, one mapping for the batch, or one mapping or None per

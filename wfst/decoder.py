@@ -208,11 +208,13 @@ class Decoder:
                 return self.empty_result(), 0, 0
             regrowths = 0
             context, start_ctx = self.context(b)
+            contextual = bool(context[7] or context[8])
+            boosted = self._boost.boosted(b)
             while True:
                 states, arcs_ = self._cpu_graph()
                 status, arcs, steps, final, per_frame = cpu.decode_one(
-                    states, arcs_, self._boost.keys[b], self._boost.costs[b], self._boost.bits[b], context, start_ctx,
-                    g.final, g.start,
+                    states, arcs_, self._boost.keys[b], self._boost.costs[b], self._boost.bits[b], boosted, context,
+                    contextual, start_ctx, g.final, g.start,
                     x[b], T, x.shape[2], c.beam, c.max_active, c.min_active, c.beam_delta,
                     c.acoustic_scale, self._blank_ilabel, c.blank_penalty, *c.fltop(x.shape[2]), self._capacity)
                 if status != cpu.OVERFLOW:

@@ -51,34 +51,32 @@ def _in_frame(prev):
 def interleave_graph(e_indptr, ne_indptr, ilabel, olabel, weight, nextstate):
     """The CPU layout of a CSR graph: each state's emitting then epsilon arcs side by side,
     one 20-byte record per arc (ilabel, nextstate, weight bits, graph arc id, olabel), so
-    that a token touches one or two cache lines of arcs instead of one per array.
+    that a token touches one or two cache lines of arcs instead of one per array.  In each
+    group the arcs without an output word come first: the search tests word arcs for
+    boosts and contexts by position, without a branch on each arc's label.
 
-    states[s] = (first arc, first epsilon arc); the state's arcs end at states[s + 1, 0].
+    states[s] = (first arc, first emitting word arc, first epsilon arc, first epsilon word
+    arc); the state's arcs end at states[s + 1, 0].  Arc order within a state does not
+    change results: ties are broken by the graph arc id (column 3).
     """
     S = e_indptr.shape[0] - 1
     E = ilabel.shape[0]
-    states = np.empty((S + 1, 2), np.int64)
+    states = np.empty((S + 1, 4), np.int64)
     arcs = np.empty((E, 5), np.int32)
     p = 0
     for s in range(S):
-        states[s, 0] = p
-        for a in range(e_indptr[s], e_indptr[s + 1]):
-            arcs[p, 0] = ilabel[a]
-            arcs[p, 1] = nextstate[a]
-            arcs[p, 2] = f32_bits(weight[a])
-            arcs[p, 3] = a
-            arcs[p, 4] = olabel[a]
-            p += 1
-        states[s, 1] = p
-        for a in range(ne_indptr[s], ne_indptr[s + 1]):
-            arcs[p, 0] = 0
-            arcs[p, 1] = nextstate[a]
-            arcs[p, 2] = f32_bits(weight[a])
-            arcs[p, 3] = a
-            arcs[p, 4] = olabel[a]
-            p += 1
-    states[S, 0] = p
-    states[S, 1] = p
+        for group, (lo, hi) in enumerate(((e_indptr[s], e_indptr[s + 1]), (ne_indptr[s], ne_indptr[s + 1]))):
+            for words in range(2):
+                states[s, 2 * group + words] = p
+                for a in range(lo, hi):
+                    if (olabel[a] != 0) == (words == 1):
+                        arcs[p, 0] = ilabel[a] if group == 0 else 0
+                        arcs[p, 1] = nextstate[a]
+                        arcs[p, 2] = f32_bits(weight[a])
+                        arcs[p, 3] = a
+                        arcs[p, 4] = olabel[a]
+                        p += 1
+    states[S, :] = p
     return states, arcs
 
 
@@ -131,45 +129,42 @@ def _recombine(state, ctx, cost, prev, arc, pctx, ht_key, ht_tok, tl_state, tl_c
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def _memo_step(ctx, word, context, memo_key, memo_cost, memo_next):
-    """Slot of (ctx, word) in the direct-mapped memo of context steps, computing the step
-    if it is not there.  Tokens of one context read the same words frame after frame, so
-    the automata are walked once per (ctx, word), not once per arc."""
-    key = token_key(word, ctx)
-    slot = hash_slot(key, memo_key.shape[0] - 1)
-    if memo_key[slot] != key:
-        P, lm, lm0, small_of, lm_map, lm0_map, phrases, rescoring, phrasing = context
-        delta, nxt = context_step(ctx, word, P, lm, lm0, small_of, lm_map, lm0_map, phrases, rescoring, phrasing)
-        memo_key[slot] = key
-        memo_cost[slot] = delta
-        memo_next[slot] = nxt
-    return slot
+def _memo_fill(ctx, word, context, memo_key, memo_cost, memo_next, slot):
+    """Compute the context step of (ctx, word) into the memo's `slot` (see _word_step)."""
+    P, lm, lm0, small_of, lm_map, lm0_map, phrases, rescoring, phrasing = context
+    delta, nxt = context_step(ctx, word, P, lm, lm0, small_of, lm_map, lm0_map, phrases, rescoring, phrasing)
+    memo_key[slot] = token_key(word, ctx)
+    memo_cost[slot] = delta
+    memo_next[slot] = nxt
 
 
 @njit(inline="always")
-def _word_step(cost, ctx, word, boost_keys, boost_costs, boost_bits, boosted, contextual, memo_key,
-               memo_cost, memo_next):
-    """Cost and context after an arc that outputs `word` (> 0): the word's boost, then the
-    context automata (rescoring LM, phrase boosting) through the memo.  The memo is
-    looked at inline; only a miss passes the automata (a large tuple) in a call."""
-    if boosted and (boost_bits[word >> 5] >> np.uint32(word & 31)) & np.uint32(1) != 0:
-        cost = np.float32(cost + boost_cost(boost_keys, boost_costs, boost_bits, word))
-    if contextual:
-        key = token_key(word, ctx)
-        slot = hash_slot(key, memo_key.shape[0] - 1)
-        if memo_key[slot] != key:
-            return cost, ctx, True
-        cost = np.float32(cost + memo_cost[slot])
-        ctx = memo_next[slot]
-    return cost, ctx, False
-
-
-@njit(inline="always")
-def _needs_step(word, boost_bits, boosted, contextual):
+def _needs_step(is_word_arc, word, boost_bits, boosted, contextual):
     """Whether an arc's output word changes its cost or context (the bit test inline, so
     that only boosted words pay for a call)."""
-    return word != 0 and (contextual or (boosted and (boost_bits[word >> 5] >> np.uint32(word & 31))
-                                         & np.uint32(1) != 0))
+    return (boosted or contextual) and is_word_arc and (
+        contextual or (boost_bits[np.uint32(word) >> np.uint32(5)] >> np.uint32(word & 31)) & np.uint32(1) != 0)
+
+
+@njit(inline="always")
+def _word_step(cost, ctx, word, boost_keys, boost_costs, boost_bits, boosted, context, contextual, memo_key,
+               memo_cost, memo_next):
+    """Cost and context after an arc that outputs `word` (> 0): the word's boost, then the
+    context automata (rescoring LM, phrase boosting).  Their steps are memoised per
+    (ctx, word) in a direct-mapped table: tokens of one context read the same words frame
+    after frame, and only a miss passes the automata (a large tuple) in a call.
+
+    Inline helpers taking arrays belong in `_nrt=False` functions only: elsewhere Numba
+    reference-counts each array argument on every arc (that tripled ExpandArcs' time)."""
+    if boosted and (boost_bits[np.uint32(word) >> np.uint32(5)] >> np.uint32(word & 31)) & np.uint32(1) != 0:
+        cost = np.float32(cost + boost_cost(boost_keys, boost_costs, boost_bits, word))
+    if contextual:
+        slot = hash_slot(token_key(word, ctx), memo_key.shape[0] - 1)
+        if memo_key[slot] != token_key(word, ctx):
+            _memo_fill(ctx, word, context, memo_key, memo_cost, memo_next, slot)
+        cost = np.float32(cost + memo_cost[slot])
+        ctx = memo_next[slot]
+    return cost, ctx
 
 
 @njit(nogil=True, cache=True, _nrt=False)
@@ -179,6 +174,46 @@ def _final_cost(state, ctx, final, context, contextual):
         P, lm, lm0, small_of, lm_map, lm0_map, phrases, rescoring, phrasing = context
         f = np.float32(f + context_final(ctx, P, lm, lm0, small_of, phrases, rescoring, phrasing))
     return f
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def _expand_arcs(ns, sv_state, sv_ctx, sv_cost, sv_gid, ac, adaptive_beam, states, arcs, boost_keys, boost_costs,
+                 boost_bits, boosted, context, contextual, memo_key, memo_cost, memo_next, ht_key, ht_tok, tl_state,
+                 tl_ctx, tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot):
+    """ExpandArcs: the survivors' emitting arcs (ac: acoustic cost by input label).  The
+    best new cost + adaptive_beam bounds the frame; new tokens below it are recombined into
+    the emptied token list.  Returns (n, bound, overflow)."""
+    literally(boosted)
+    literally(contextual)
+    min_new = INF
+    for i in range(ns):
+        c = sv_cost[i]
+        s = sv_state[i]
+        for p in range(states[s, 0], states[s, 2]):
+            nc = np.float32(c + np.float32(arc_weight(arcs, p) + ac[arcs[p, 0]]))
+            if nc < INF and _needs_step(p >= states[s, 1], arcs[p, 4], boost_bits, boosted, contextual):
+                nc, _ = _word_step(nc, sv_ctx[i], arcs[p, 4], boost_keys, boost_costs, boost_bits, boosted, context,
+                                   contextual, memo_key, memo_cost, memo_next)
+            if nc < min_new:
+                min_new = nc
+    bound = np.float32(min_new + adaptive_beam)
+    n = 0
+    for i in range(ns):
+        c = sv_cost[i]
+        ctx = sv_ctx[i]
+        s = sv_state[i]
+        for p in range(states[s, 0], states[s, 2]):
+            nc = np.float32(c + np.float32(arc_weight(arcs, p) + ac[arcs[p, 0]]))
+            nctx = ctx
+            if nc < INF and _needs_step(p >= states[s, 1], arcs[p, 4], boost_bits, boosted, contextual):
+                nc, nctx = _word_step(nc, ctx, arcs[p, 4], boost_keys, boost_costs, boost_bits, boosted, context,
+                                      contextual, memo_key, memo_cost, memo_next)
+            if nc < bound:
+                idx, n, _ = _recombine(arcs[p, 1], nctx, nc, sv_gid[i], arcs[p, 3], ctx, ht_key, ht_tok, tl_state,
+                                       tl_ctx, tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, n)
+                if idx < 0:
+                    return n, bound, True
+    return n, bound, False
 
 
 @njit(nogil=True, cache=True, _nrt=False)
@@ -200,17 +235,12 @@ def _closure(cutoff, n, states, arcs, boost_keys, boost_costs, boost_bits, boost
             continue
         s = tl_state[j]
         ctx = tl_ctx[j]
-        for p in range(states[s, 1], states[s + 1, 0]):
+        for p in range(states[s, 2], states[s + 1, 0]):
             nc = np.float32(c + arc_weight(arcs, p))
             nctx = ctx
-            if _needs_step(arcs[p, 4], boost_bits, boosted, contextual):
-                nc, nctx, miss = _word_step(nc, ctx, arcs[p, 4], boost_keys, boost_costs, boost_bits, boosted,
-                                            contextual, memo_key, memo_cost, memo_next)
-                if miss:
-                    _memo_step(ctx, arcs[p, 4], context, memo_key, memo_cost, memo_next)
-                    nc, nctx, miss = _word_step(np.float32(c + arc_weight(arcs, p)), ctx, arcs[p, 4], boost_keys,
-                                                boost_costs, boost_bits, boosted, contextual, memo_key, memo_cost,
-                                                memo_next)
+            if _needs_step(p >= states[s, 3], arcs[p, 4], boost_bits, boosted, contextual):
+                nc, nctx = _word_step(nc, ctx, arcs[p, 4], boost_keys, boost_costs, boost_bits, boosted, context,
+                                      contextual, memo_key, memo_cost, memo_next)
             if nc > cutoff:
                 continue
             idx, n, improved = _recombine(arcs[p, 1], nctx, nc, -(j + 2), arcs[p, 3], ctx, ht_key, ht_tok,
@@ -417,44 +447,12 @@ def _search(boosted, contextual, graph, boost, context, start_ctx, utterance, se
 
         # ---- ExpandArcs: the frame's acoustic costs, the bound, then every survivor's arcs
         frame_acoustic_costs(log_probs, t, acoustic_scale, blank_ilabel, blank_penalty, top_n, log_rel, ac)
-        min_new = INF
-        for i in range(ns):
-            s = sv_state[i]
-            c = sv_cost[i]
-            for p in range(states[s, 0], states[s, 1]):
-                nc = np.float32(c + np.float32(arc_weight(arcs, p) + ac[arcs[p, 0]]))
-                if nc < INF and _needs_step(arcs[p, 4], boost_bits, boosted, contextual):
-                    nc0 = nc
-                    nc, _, miss = _word_step(nc0, sv_ctx[i], arcs[p, 4], boost_keys, boost_costs, boost_bits,
-                                             boosted, contextual, memo_key, memo_cost, memo_next)
-                    if miss:
-                        _memo_step(sv_ctx[i], arcs[p, 4], context, memo_key, memo_cost, memo_next)
-                        nc, _, miss = _word_step(nc0, sv_ctx[i], arcs[p, 4], boost_keys, boost_costs, boost_bits,
-                                                 boosted, contextual, memo_key, memo_cost, memo_next)
-                if nc < min_new:
-                    min_new = nc
-        bound = np.float32(min_new + adaptive_beam)
-        n = 0
-        for i in range(ns):
-            s = sv_state[i]
-            c = sv_cost[i]
-            ctx = sv_ctx[i]
-            for p in range(states[s, 0], states[s, 1]):
-                nc = np.float32(c + np.float32(arc_weight(arcs, p) + ac[arcs[p, 0]]))
-                nctx = ctx
-                if nc < INF and _needs_step(arcs[p, 4], boost_bits, boosted, contextual):
-                    nc0 = nc
-                    nc, nctx, miss = _word_step(nc0, ctx, arcs[p, 4], boost_keys, boost_costs, boost_bits,
-                                                boosted, contextual, memo_key, memo_cost, memo_next)
-                    if miss:
-                        _memo_step(ctx, arcs[p, 4], context, memo_key, memo_cost, memo_next)
-                        nc, nctx, miss = _word_step(nc0, ctx, arcs[p, 4], boost_keys, boost_costs, boost_bits,
-                                                    boosted, contextual, memo_key, memo_cost, memo_next)
-                if nc < bound:
-                    idx, n, _ = _recombine(arcs[p, 1], nctx, nc, sv_gid[i], arcs[p, 3], ctx, ht_key, ht_tok,
-                                           tl_state, tl_ctx, tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, n)
-                    if idx < 0:
-                        return OVERFLOW, empty, empty, False, tokens_per_frame
+        n, bound, overflow = _expand_arcs(ns, sv_state, sv_ctx, sv_cost, sv_gid, ac, adaptive_beam, states, arcs,
+                                          boost_keys, boost_costs, boost_bits, boosted, context, contextual,
+                                          memo_key, memo_cost, memo_next, ht_key, ht_tok, tl_state, tl_ctx, tl_cost,
+                                          tl_prev, tl_arc, tl_best, tl_pctx, tl_slot)
+        if overflow:
+            return OVERFLOW, empty, empty, False, tokens_per_frame
         # ---- non-emitting closure
         n, overflow = _closure(bound, n, states, arcs, boost_keys, boost_costs, boost_bits, boosted, context,
                                contextual, memo_key, memo_cost, memo_next, ht_key, ht_tok, tl_state, tl_ctx,

@@ -100,6 +100,27 @@ def test_random_graphs_match_openfst_shortest_path(seed):
         assert_exact(results[b], *shortest_decode(f, x[b]))
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_cpu_layout_groups_each_states_arcs(seed):
+    """Every arc once, in its state's group: emitting then epsilon, word arcs last in each."""
+    from wfst.kernels.cpu import interleave_graph
+
+    _, g = random_tlg(seed)
+    states, arcs = interleave_graph(g.e_indptr, g.ne_indptr, g.ilabel, g.olabel, g.weight, g.nextstate)
+    assert sorted(arcs[:, 3]) == list(range(len(g.ilabel)))
+    for s in range(len(g.final)):
+        first, word, eps, eps_word = states[s]
+        end = states[s + 1, 0]
+        assert first <= word <= eps <= eps_word <= end
+        a = arcs[first:end, 3]
+        assert sorted(a[:eps - first]) == list(range(g.e_indptr[s], g.e_indptr[s + 1]))
+        assert sorted(a[eps - first:]) == list(range(g.ne_indptr[s], g.ne_indptr[s + 1]))
+        words = arcs[first:end, 4] != 0
+        assert not words[:word - first].any() and words[word - first:eps - first].all()
+        assert not words[eps - first:eps_word - first].any() and words[eps_word - first:].all()
+        assert (arcs[first:eps, 0] == g.ilabel[a[:eps - first]]).all() and (arcs[eps:end, 0] == 0).all()
+
+
 @pytest.mark.parametrize("topology", ["normal", "compact", "minimal"])
 def test_tiny_tlg_matches_openfst(tiny, topology):
     r = compile_graph(tiny / topology, tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa",

@@ -363,7 +363,9 @@ def _search(boosted, contextual, graph, boost, context, start_ctx, utterance, se
     empty = np.empty(0, np.int32)
     reached_final = False
     keep = -1
-    M = 1 << 15 if contextual else 1
+    M = 1  # the memo of context steps: rescoring meets far more (ctx, word) pairs than phrases
+    if contextual:
+        M = 1 << 18 if context[7] else 1 << 15
     memo_key = np.full(M, EMPTY_KEY, np.int64)  # (ctx, word) -> context step, see _word_step
     memo_cost = np.zeros(M, np.float32)
     memo_next = np.zeros(M, np.int32)

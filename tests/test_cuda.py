@@ -147,6 +147,10 @@ def test_rescoring_cuda_equals_cpu(small_graph):
     assert stats["misses"] > 0 and stats["hits"] > stats["misses"] and stats["fetches"] >= stats["misses"]
     assert stats["fetched_bytes"] == 8 * stats["fetches"] and stats["frames"] == lengths.sum()
     assert stats["pinned_bytes"] > 0 and stats["gpu_bytes"] > stats["cache_slots"] * 16
+    # on the GPU, per state: int32 offset, backoff state and cost; per arc: a uint16 label
+    big = gpu.rescorer.big
+    assert stats["lm_bytes"] == sum(a.nbytes for a in gpu.rescorer.kernel_args()[0])
+    assert stats["gpu_share"] == (4 * (big.num_states + 1) + 8 * big.num_states + 2 * big.num_arcs) / stats["lm_bytes"]
     # the cache outlives the call: the same batch again reads nothing from host memory
     assert_same(g, x, lengths, boost=boost, gpu=gpu, **config)
     assert gpu._backend.lm_stats["fetches"] == 0 and gpu._backend.lm_stats["hits"] == stats["lookups"]

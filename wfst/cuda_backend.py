@@ -278,26 +278,32 @@ class CudaBackend:
         that kernels read directly: the big LM's arc payloads (weight bits << 32 | next
         state, one 8-byte read per arc) and its final costs."""
         if rescorer is None:
-            if self._no_lm is None:  # stand-ins of the same types: the kernels compile once
-                self._no_lm = self._lm_tuples(np.zeros(2, np.int64), np.zeros(1, np.int32), np.full(1, -1, np.int32),
+            if self._no_lm is None:  # stand-ins of the usual types: the kernels compile once
+                self._no_lm = self._lm_tuples(np.zeros(2, np.int32), np.zeros(1, np.uint16), np.full(1, -1, np.int32),
                                               np.zeros(1, np.float32), _pinned(np.zeros(1, np.uint64)),
                                               _pinned(np.zeros(1, np.float32)),
                                               tuple(np.zeros(1, d) for d in (np.int64, np.int32, np.float32,
                                                                               np.int32, np.int32, np.float32,
                                                                               np.float32)),
-                                              (np.zeros(1, np.int32),) * 3, 1)[0]
+                                              (np.zeros(1, np.int32),) * 3, 1, 0)[0]
             return self._no_lm
         if self._lm is None or self._lm[0] is not rescorer:
             big, small, small_of, lm_map, lm0_map = rescorer.kernel_args()
             slots = self.lm_cache_slots or _cache_slots(rescorer.big.num_arcs)
-            self._lm = (rescorer, *self._lm_tuples(big[0], big[1], big[4], big[5], _pinned_payload(big[2], big[3]),
-                                                   _pinned(big[6]), small, (small_of, lm_map, lm0_map), slots))
+            # offsets as int32 and labels (word ids, read only in comparisons) as uint16 below
+            # 65,536 words: the paper's GPU share of the LM, about a third of it
+            offsets = big[0].astype(np.int32) if big[0][-1] < 2**31 else big[0]
+            labels = big[1].astype(np.uint16) if len(rescorer.big.words) <= 2**16 else big[1]
+            self._lm = (rescorer, *self._lm_tuples(offsets, labels, big[4], big[5],
+                                                   _pinned_payload(big[2], big[3]), _pinned(big[6]), small,
+                                                   (small_of, lm_map, lm0_map), slots,
+                                                   sum(int(a.nbytes) for a in big)))
             self.lm_cache_slots = slots
         return self._lm[1]
 
-    def _lm_tuples(self, offsets, labels, backoff, bo_weight, payload, final, small, maps, slots):
+    def _lm_tuples(self, offsets, labels, backoff, bo_weight, payload, final, small, maps, slots, lm_bytes):
         """((lm, lm0, maps, cache), byte counts): device copies of the arrays (payload and final
-        are pinned host arrays already)."""
+        are pinned host arrays already); lm_bytes: the whole big LM as the CPU reads it."""
         xp = self.xp
 
         def dev(a):
@@ -307,8 +313,9 @@ class CudaBackend:
         lm0 = tuple(dev(a) for a in small)
         maps = tuple(dev(a) for a in maps)
         cache = self._new_cache(slots)
-        sizes = dict(gpu_bytes=sum(int(a.nbytes) for a in (*lm[:4], *cache)),
-                     pinned_bytes=int(payload.nbytes + final.nbytes),
+        search = sum(int(a.nbytes) for a in lm[:4])
+        sizes = dict(gpu_bytes=search + sum(int(a.nbytes) for a in cache), lm_bytes=lm_bytes,
+                     gpu_share=search / lm_bytes if lm_bytes else 0.0, pinned_bytes=int(payload.nbytes + final.nbytes),
                      small_lm_gpu_bytes=sum(int(a.nbytes) for a in (*lm0, *maps)))
         return (lm, lm0, maps, cache), sizes
 
@@ -345,6 +352,9 @@ class CudaBackend:
         """What a decode() call did with the big LM ({} without rescoring):
 
         gpu_bytes            the big LM on the GPU: offsets, labels, backoff states and costs, arc cache
+        lm_bytes             the whole big LM as the CPU backend reads it (all its arrays)
+        gpu_share            the GPU's search arrays (arc cache aside) / lm_bytes: the paper's
+                             "GPU memory for the LM" share
         pinned_bytes         the big LM in pinned host memory: arc payloads and final costs
         small_lm_gpu_bytes   the graph's LM and the word and state maps, on the GPU
         cache_slots          the arc cache's size (it grows when a frame fills it)

@@ -230,14 +230,15 @@ def boost_cost(keys, costs, bits, word):
     return np.float32(0.0)
 
 
-@njit(cache=True, _nrt=False)
-def backoff_lookup(offsets, labels, weights, nexts, backoff, bo_weight, state, label):
-    """(cost, next state) of reading `label` in state `state` of a deterministic automaton
-    with backoff (failure) arcs, in CSR form: each state's labels sorted in
-    labels[offsets[s]:offsets[s + 1]]; a label missing there is looked up again in
-    backoff[s] after paying bo_weight[s].  A label missing all the way to a state with no
-    backoff (-1) costs 0 and stays there.  This is an n-gram LM's exact backoff semantics
-    and an Aho-Corasick automaton's failure transitions alike."""
+@njit(inline="always", cache=True)
+def backoff_locate(offsets, labels, backoff, bo_weight, state, label):
+    """The arc that reads `label` in state `state` of a deterministic automaton with backoff
+    (failure) arcs, in CSR form: each state's labels sorted in labels[offsets[s]:offsets[s + 1]];
+    a label missing there is looked for again in backoff[s] after paying bo_weight[s].
+    Returns (backoff costs paid, the arc's position or -1, the state where the search
+    ended): -1 when the label is missing all the way to a state with no backoff (-1).
+    This is an n-gram LM's exact backoff semantics and an Aho-Corasick automaton's failure
+    transitions alike.  It reads no arc payload: the CUDA backend keeps those in host memory."""
     cost = np.float32(0.0)
     s = state
     while True:
@@ -250,12 +251,22 @@ def backoff_lookup(offsets, labels, weights, nexts, backoff, bo_weight, state, l
             else:
                 hi = mid
         if lo < offsets[s + 1] and labels[lo] == label:
-            return np.float32(cost + weights[lo]), np.int32(nexts[lo])
+            return cost, np.int64(lo), np.int32(s)
         b = backoff[s]
         if b < 0:
-            return cost, np.int32(s)
+            return cost, np.int64(-1), np.int32(s)
         cost = np.float32(cost + bo_weight[s])
         s = b
+
+
+@njit(cache=True, _nrt=False)
+def backoff_lookup(offsets, labels, weights, nexts, backoff, bo_weight, state, label):
+    """(cost, next state) of reading `label` in state `state` (see backoff_locate); a label
+    missing all the way costs the backoffs paid and stays in the last state."""
+    cost, pos, s = backoff_locate(offsets, labels, backoff, bo_weight, state, label)
+    if pos < 0:
+        return cost, s
+    return np.float32(cost + weights[pos]), np.int32(nexts[pos])
 
 
 @njit(cache=True, _nrt=False)

@@ -51,11 +51,12 @@ from __future__ import annotations
 
 import numpy as np
 from numba import config as numba_config
-from numba import cuda, float32, int32, int64, njit, uint32, uint64
+from numba import cuda, float32, int32, int64, uint32, uint64
 
 from .common import (
     EMPTY_KEY,
     arc_source,
+    backoff_locate,
     backoff_lookup,
     bits_f32,
     boost_cost,
@@ -197,31 +198,6 @@ def _contextual(b, context):
     return context[6] or context[0][b] > 1
 
 
-@njit(cache=True, _nrt=False)
-def _lm_locate(offsets, labels, backoff, bo_weight, state, label):
-    """common.backoff_lookup up to the arc, on the arrays the GPU holds: (backoff costs paid,
-    position of the arc that reads `label` or -1, the state where the search ended).  The
-    arc's weight and next state stay in host memory (see `_cached_arc`)."""
-    cost = np.float32(0.0)
-    s = state
-    while True:
-        lo = offsets[s]
-        hi = offsets[s + 1]
-        while lo < hi:  # binary search of the sorted labels
-            mid = (lo + hi) // 2
-            if labels[mid] < label:
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo < offsets[s + 1] and labels[lo] == label:
-            return cost, np.int64(lo), np.int32(s)
-        b = backoff[s]
-        if b < 0:
-            return cost, np.int64(-1), np.int32(s)
-        cost = np.float32(cost + bo_weight[s])
-        s = b
-
-
 @cuda.jit(device=True)
 def _cached_arc(cache, payload, pos):
     """(payload, event) of the big-LM arc at `pos`: weight bits << 32 | next state, through
@@ -265,7 +241,7 @@ def _context_step(b, ctx, word, context):
     event = NO_LOOKUP
     if rescoring:
         small_of, lm_map, lm0_map = maps
-        big, pos, lm_next = _lm_locate(lm[0], lm[1], lm[2], lm[3], lm_s, lm_map[word])
+        big, pos, lm_next = backoff_locate(lm[0], lm[1], lm[2], lm[3], lm_s, lm_map[word])
         if pos >= 0:
             arc, event = _cached_arc(cache, lm[4], pos)
             if event == ARC_FULL:

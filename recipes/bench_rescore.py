@@ -23,6 +23,7 @@ from wfst.graphs import compile_graph
 import wfst
 from wfst import synthetic
 from wfst.bench import gpu_name, machine
+from wfst.cuda_backend import lm_device_arrays
 from wfst.lm import open_lm, truncate_arpa
 from wfst.scoring import rtfx, word_errors
 
@@ -30,7 +31,6 @@ ROOT = Path(__file__).resolve().parent
 DATA = ROOT / "demo" / "data"
 GRAPHS = {"char_compact": dict(word_boundary="|"), "bpe_compact": dict(spm=DATA / "bpe.model")}
 EMISSIONS = {"default": {}, "harder": dict(confusion=0.15, noise=1.5)}
-DEVICE_ARRAYS = ("offsets", "labels", "backoff", "bo_weight")  # on the GPU; weights, nexts stay on the host
 
 
 def timed(decoder, x, lengths, repeat):
@@ -89,18 +89,17 @@ def main() -> int:
         print(f"| {r['graph']} | {r['emissions']} | {r['decoder']} | {100 * r['wer']:.2f} | {r['rtfx']:.0f} | "
               f"{r['tokens_per_frame']:.0f} | {r['slowdown']:.2f}x | {100 * r['same_words_as_big']:.1f}% |")
     store = open_lm(big_lm)
-    sizes = store.sizes()
-    sizes.pop("depth")  # bookkeeping for checks, never read while decoding
-    device = sum(v for k, v in sizes.items() if k in DEVICE_ARRAYS)
-    total = sum(sizes.values())
-    print(f"\nBig LM store: {store.num_states:,} states, {store.num_arcs:,} arcs, {total / 2**20:.2f} MiB. "
-          f"Held on the GPU (offsets, labels, backoff states and costs): {device / 2**20:.2f} MiB = "
-          f"{100 * device / total:.1f}% of it; in host memory (arc costs, next states): "
+    total = sum(int(a.nbytes) for a in store.automaton(store.final_costs()))  # what the CPU backend reads
+    device = sum(int(a.nbytes) for a in lm_device_arrays(store))
+    print(f"\nBig LM: {store.num_states:,} states, {store.num_arcs:,} arcs, {total / 2**20:.2f} MiB as the CPU "
+          f"backend reads it. Held on the GPU by the CUDA backend (int32 offsets, sorted labels as "
+          f"{lm_device_arrays(store)[1].dtype}, backoff states and costs): {device / 2**20:.2f} MiB = "
+          f"{100 * device / total:.1f}% of it; in pinned host memory (arc costs, next states, final costs): "
           f"{(total - device) / 2**20:.2f} MiB.")
     print("GPU rows (rescoring speed on the GPU, bytes copied host->device per frame): "
           + (f"see the CUDA benchmark ({gpu_name()})" if gpu_name() else "not measured: no GPU on this machine"))
     if args.json:
-        Path(args.json).write_text(json.dumps(dict(machine=m, rows=rows, lm_bytes=sizes, device_bytes=device),
+        Path(args.json).write_text(json.dumps(dict(machine=m, rows=rows, lm_bytes=total, device_bytes=device),
                                               indent=2))
     return 0
 

@@ -290,11 +290,7 @@ class CudaBackend:
         if self._lm is None or self._lm[0] is not rescorer:
             big, small, small_of, lm_map, lm0_map = rescorer.kernel_args()
             slots = self.lm_cache_slots or _cache_slots(rescorer.big.num_arcs)
-            # offsets as int32 and labels (word ids, read only in comparisons) as uint16 below
-            # 65,536 words: the paper's GPU share of the LM, about a third of it
-            offsets = big[0].astype(np.int32) if big[0][-1] < 2**31 else big[0]
-            labels = big[1].astype(np.uint16) if len(rescorer.big.words) <= 2**16 else big[1]
-            self._lm = (rescorer, *self._lm_tuples(offsets, labels, big[4], big[5],
+            self._lm = (rescorer, *self._lm_tuples(*lm_device_arrays(rescorer.big),
                                                    _pinned_payload(big[2], big[3]), _pinned(big[6]), small,
                                                    (small_of, lm_map, lm0_map), slots,
                                                    sum(int(a.nbytes) for a in big)))
@@ -379,6 +375,16 @@ class CudaBackend:
                     fetches=int(counts[K.LM_FETCHES]), fetched_bytes=fetched,
                     fetched_bytes_per_frame=fetched / frames if frames else 0.0, clears=int(counts[K.LM_CLEARS]),
                     frames=frames)
+
+
+def lm_device_arrays(store) -> tuple:
+    """What the GPU holds of a big LM (an LmStore) for the search, the on-the-fly rescoring
+    paper's split: offsets as int32, the sorted labels (word ids, only ever compared) as
+    uint16 below 65,536 words, backoff states and costs.  Arc costs, next states and final
+    costs stay in pinned host memory."""
+    offsets = store.offsets.astype(np.int32) if store.offsets[-1] < 2**31 else store.offsets
+    labels = store.labels.astype(np.uint16) if len(store.words) <= 2**16 else store.labels
+    return offsets, labels, store.backoff, store.bo_weight
 
 
 def _cache_slots(num_arcs: int, cap: int = 1 << 22) -> int:

@@ -85,30 +85,32 @@ def arc_weight(arcs, p):
     return bits_f32(arcs[p, 2])
 
 
-@njit(nogil=True, cache=True, _nrt=False)  # no refcounting of the array arguments: it was half the time
+@njit(inline="always")  # call from NRT-free functions only (see _word_step)
 def _recombine(state, ctx, cost, prev, arc, pctx, ht_key, ht_tok, tl_state, tl_ctx, tl_cost, tl_prev, tl_arc,
-               tl_best, tl_pctx, tl_slot, n):
+               tl_best, tl_pctx, tl_slot, n, contextual):
     """Insert or improve the token of (state, ctx); ht_key[slot] = its key, ht_tok[slot] its index.
 
     Recombination keeps the smallest (cost, arc id, predecessor's ctx): tl_best holds the
     packed (cost, arc id), tl_pctx the predecessor's context (two predecessors with
     different contexts can reach one key by the same arc at the same cost only through
-    a word arc).  Returns (index, n, improved); index -1: the capacity is exhausted.
+    a word arc).  Without contexts (`contextual` False) the key is the state alone and
+    tl_ctx stays 0.  Returns (index, n, improved); index -1: the capacity is exhausted.
     """
     mask = ht_key.shape[0] - 1
-    key = token_key(state, ctx)
+    key = token_key(state, ctx) if contextual else np.int64(state)
     slot = hash_slot(key, mask)
     candidate = pack(cost, arc)
     while True:
         k = ht_key[slot]
         if k == key:
             j = ht_tok[slot]
-            if candidate < tl_best[j] or (candidate == tl_best[j] and pctx < tl_pctx[j]):
+            if candidate < tl_best[j] or (contextual and candidate == tl_best[j] and pctx < tl_pctx[j]):
                 tl_best[j] = candidate
                 tl_cost[j] = cost
                 tl_prev[j] = prev
                 tl_arc[j] = arc
-                tl_pctx[j] = pctx
+                if contextual:
+                    tl_pctx[j] = pctx
                 return j, n, True
             return j, n, False
         if k == EMPTY_KEY:
@@ -117,12 +119,13 @@ def _recombine(state, ctx, cost, prev, arc, pctx, ht_key, ht_tok, tl_state, tl_c
             ht_key[slot] = key
             ht_tok[slot] = n
             tl_state[n] = state
-            tl_ctx[n] = ctx
             tl_cost[n] = cost
             tl_prev[n] = prev
             tl_arc[n] = arc
             tl_best[n] = candidate
-            tl_pctx[n] = pctx
+            if contextual:
+                tl_ctx[n] = ctx
+                tl_pctx[n] = pctx
             tl_slot[n] = slot
             return n, n + 1, True
         slot = (slot + 1) & mask
@@ -210,7 +213,7 @@ def _expand_arcs(ns, sv_state, sv_ctx, sv_cost, sv_gid, ac, adaptive_beam, state
                                       contextual, memo_key, memo_cost, memo_next)
             if nc < bound:
                 idx, n, _ = _recombine(arcs[p, 1], nctx, nc, sv_gid[i], arcs[p, 3], ctx, ht_key, ht_tok, tl_state,
-                                       tl_ctx, tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, n)
+                                       tl_ctx, tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, n, contextual)
                 if idx < 0:
                     return n, bound, True
     return n, bound, False
@@ -244,7 +247,8 @@ def _closure(cutoff, n, states, arcs, boost_keys, boost_costs, boost_bits, boost
             if nc > cutoff:
                 continue
             idx, n, improved = _recombine(arcs[p, 1], nctx, nc, -(j + 2), arcs[p, 3], ctx, ht_key, ht_tok,
-                                          tl_state, tl_ctx, tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, n)
+                                          tl_state, tl_ctx, tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, n,
+                                          contextual)
             if idx < 0:
                 return n, True
             if improved:
@@ -340,7 +344,7 @@ def _search(boosted, contextual, graph, boost, context, start_ctx, utterance, se
     ht_tok = np.empty(H, np.int32)
     tl_best = np.empty(C, np.uint64)
     tl_state = np.empty(C, np.int32)
-    tl_ctx = np.empty(C, np.int32)
+    tl_ctx = np.zeros(C, np.int32)  # stays 0 without contexts
     tl_pctx = np.empty(C, np.int32)
     tl_cost = np.empty(C, np.float32)
     tl_prev = np.empty(C, np.int32)
@@ -372,7 +376,7 @@ def _search(boosted, contextual, graph, boost, context, start_ctx, utterance, se
 
     n = 0
     idx, n, _ = _recombine(start, start_ctx, np.float32(0.0), NO_TOKEN, -1, start_ctx, ht_key, ht_tok,
-                           tl_state, tl_ctx, tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, n)
+                           tl_state, tl_ctx, tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, n, contextual)
     n, overflow = _closure(np.float32(np.finfo(np.float32).max), n, states, arcs, boost_keys, boost_costs,
                            boost_bits, boosted, context, contextual, memo_key, memo_cost, memo_next, ht_key, ht_tok,
                            tl_state, tl_ctx, tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, stack)

@@ -61,11 +61,11 @@ def test_radix_select_is_nth_element(costs, data):
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 3), st.sampled_from([0.0, 0.5, 1.0, -1.0])
                           | st.floats(-5, 5, width=32), st.integers(0, 1000), st.integers(0, 3)), max_size=60),
-       st.integers(1, 45))
-def test_hash_recombination_keeps_min_cost_arc_then_predecessor_context(candidates, capacity):
+       st.integers(1, 45), st.booleans())
+def test_hash_recombination_keeps_min_cost_arc_then_predecessor_context(candidates, capacity, contextual):
     """The CPU twin's open-addressing table against a dict: per (state, context) key the
     smallest (cost, arc id, predecessor's context) wins; a full token list is reported
-    (-1), never overwritten."""
+    (-1), never overwritten.  Without contexts every token has context 0."""
     from wfst.kernels import cpu
     from wfst.kernels.common import EMPTY_KEY
 
@@ -75,10 +75,13 @@ def test_hash_recombination_keeps_min_cost_arc_then_predecessor_context(candidat
         np.empty(capacity, t) for t in (np.int32, np.int32, np.float32, np.int32, np.int32, np.uint64, np.int32,
                                         np.int64))
     n, best, full = 0, {}, False
+    ctx_[:] = pctx_[:] = 0
     for state, ctx, cost, arc, pctx in candidates:
         cost = np.float32(cost)
+        if not contextual:
+            ctx = pctx = 0
         idx, n, _ = cpu._recombine(state, ctx, cost, 0, arc, pctx, ht_key, ht_tok, state_, ctx_, cost_, prev_, arc_,
-                                   best_, pctx_, slot_, n)
+                                   best_, pctx_, slot_, n, contextual)
         if idx < 0:
             assert len(best) == capacity and (state, ctx) not in best
             full = True

@@ -26,7 +26,6 @@ from .common import (
     EMPTY_KEY,
     NO_TOKEN,
     bits_f32,
-    boost_cost,
     context_final,
     context_step,
     cutoff_and_adaptive_beam,
@@ -142,16 +141,14 @@ def _memo_fill(ctx, word, context, memo_key, memo_cost, memo_next, slot):
 
 
 @njit(inline="always")
-def _needs_step(is_word_arc, word, boost_bits, boosted, contextual):
-    """Whether an arc's output word changes its cost or context (the bit test inline, so
-    that only boosted words pay for a call)."""
-    return (boosted or contextual) and is_word_arc and (
-        contextual or (boost_bits[np.uint32(word) >> np.uint32(5)] >> np.uint32(word & 31)) & np.uint32(1) != 0)
+def _needs_step(is_word_arc, boosted, contextual):
+    """Whether an arc may change a token's cost or context: a word arc, when the utterance
+    boosts words or has a context."""
+    return (boosted or contextual) and is_word_arc
 
 
 @njit(inline="always")
-def _word_step(cost, ctx, word, boost_keys, boost_costs, boost_bits, boosted, context, contextual, memo_key,
-               memo_cost, memo_next):
+def _word_step(cost, ctx, word, word_boosts, boosted, context, contextual, memo_key, memo_cost, memo_next):
     """Cost and context after an arc that outputs `word` (> 0): the word's boost, then the
     context automata (rescoring LM, phrase boosting).  Their steps are memoised per
     (ctx, word) in a direct-mapped table: tokens of one context read the same words frame
@@ -159,8 +156,8 @@ def _word_step(cost, ctx, word, boost_keys, boost_costs, boost_bits, boosted, co
 
     Inline helpers taking arrays belong in `_nrt=False` functions only: elsewhere Numba
     reference-counts each array argument on every arc (that tripled ExpandArcs' time)."""
-    if boosted and (boost_bits[np.uint32(word) >> np.uint32(5)] >> np.uint32(word & 31)) & np.uint32(1) != 0:
-        cost = np.float32(cost + boost_cost(boost_keys, boost_costs, boost_bits, word))
+    if boosted:  # one load and add: cheaper than testing the word (a branch that mispredicts)
+        cost = np.float32(cost + word_boosts[np.uint32(word)])
     if contextual:
         slot = hash_slot(token_key(word, ctx), memo_key.shape[0] - 1)
         if memo_key[slot] != token_key(word, ctx):
@@ -180,8 +177,8 @@ def _final_cost(state, ctx, final, context, contextual):
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def _expand_arcs(ns, sv_state, sv_ctx, sv_cost, sv_gid, ac, adaptive_beam, states, arcs, boost_keys, boost_costs,
-                 boost_bits, boosted, context, contextual, memo_key, memo_cost, memo_next, ht_key, ht_tok, tl_state,
+def _expand_arcs(ns, sv_state, sv_ctx, sv_cost, sv_gid, ac, adaptive_beam, states, arcs, word_boosts, boosted,
+                 context, contextual, memo_key, memo_cost, memo_next, ht_key, ht_tok, tl_state,
                  tl_ctx, tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot):
     """ExpandArcs: the survivors' emitting arcs (ac: acoustic cost by input label).  The
     best new cost + adaptive_beam bounds the frame; new tokens below it are recombined into
@@ -194,8 +191,8 @@ def _expand_arcs(ns, sv_state, sv_ctx, sv_cost, sv_gid, ac, adaptive_beam, state
         s = sv_state[i]
         for p in range(states[s, 0], states[s, 2]):
             nc = np.float32(c + np.float32(arc_weight(arcs, p) + ac[arcs[p, 0]]))
-            if nc < INF and _needs_step(p >= states[s, 1], arcs[p, 4], boost_bits, boosted, contextual):
-                nc, _ = _word_step(nc, sv_ctx[i], arcs[p, 4], boost_keys, boost_costs, boost_bits, boosted, context,
+            if nc < INF and _needs_step(p >= states[s, 1], boosted, contextual):
+                nc, _ = _word_step(nc, sv_ctx[i], arcs[p, 4], word_boosts, boosted, context,
                                    contextual, memo_key, memo_cost, memo_next)
             if nc < min_new:
                 min_new = nc
@@ -208,8 +205,8 @@ def _expand_arcs(ns, sv_state, sv_ctx, sv_cost, sv_gid, ac, adaptive_beam, state
         for p in range(states[s, 0], states[s, 2]):
             nc = np.float32(c + np.float32(arc_weight(arcs, p) + ac[arcs[p, 0]]))
             nctx = ctx
-            if nc < INF and _needs_step(p >= states[s, 1], arcs[p, 4], boost_bits, boosted, contextual):
-                nc, nctx = _word_step(nc, ctx, arcs[p, 4], boost_keys, boost_costs, boost_bits, boosted, context,
+            if nc < INF and _needs_step(p >= states[s, 1], boosted, contextual):
+                nc, nctx = _word_step(nc, ctx, arcs[p, 4], word_boosts, boosted, context,
                                       contextual, memo_key, memo_cost, memo_next)
             if nc < bound:
                 idx, n, _ = _recombine(arcs[p, 1], nctx, nc, sv_gid[i], arcs[p, 3], ctx, ht_key, ht_tok, tl_state,
@@ -220,7 +217,7 @@ def _expand_arcs(ns, sv_state, sv_ctx, sv_cost, sv_gid, ac, adaptive_beam, state
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def _closure(cutoff, n, states, arcs, boost_keys, boost_costs, boost_bits, boosted, context, contextual,
+def _closure(cutoff, n, states, arcs, word_boosts, boosted, context, contextual,
              memo_key, memo_cost, memo_next, ht_key, ht_tok, tl_state, tl_ctx, tl_cost, tl_prev, tl_arc, tl_best,
              tl_pctx, tl_slot, stack):
     """Non-emitting closure of the frame's tokens; returns (n, overflow)."""
@@ -241,8 +238,8 @@ def _closure(cutoff, n, states, arcs, boost_keys, boost_costs, boost_bits, boost
         for p in range(states[s, 2], states[s + 1, 0]):
             nc = np.float32(c + arc_weight(arcs, p))
             nctx = ctx
-            if _needs_step(p >= states[s, 3], arcs[p, 4], boost_bits, boosted, contextual):
-                nc, nctx = _word_step(nc, ctx, arcs[p, 4], boost_keys, boost_costs, boost_bits, boosted, context,
+            if _needs_step(p >= states[s, 3], boosted, contextual):
+                nc, nctx = _word_step(nc, ctx, arcs[p, 4], word_boosts, boosted, context,
                                       contextual, memo_key, memo_cost, memo_next)
             if nc > cutoff:
                 continue
@@ -278,14 +275,15 @@ def _best_token(tl_state, tl_ctx, tl_cost, final, n, with_final, context, contex
     return keep
 
 
-def decode_one(states, arcs, boost_keys, boost_costs, boost_bits, boosted, context, contextual, start_ctx, final,
+def decode_one(states, arcs, word_boosts, boosted, context, contextual, start_ctx, final,
                start, log_probs, num_frames, num_columns, beam, max_active, min_active, beam_delta,
                acoustic_scale, blank_ilabel, blank_penalty, top_n, log_rel, capacity):
     """Viterbi beam search of one utterance.
 
     context: (P, lm, lm0, small_of, lm_map, lm0_map, phrases, rescoring, phrasing), the
     automata of `common.context_step`; tokens start in context start_ctx.  `boosted`: the
-    utterance boosts single words; `contextual`: rescoring or phrase boosting.
+    utterance boosts single words, word_boosts[w] being word w's cost (-reward; 0 for
+    words not boosted); `contextual`: rescoring or phrase boosting.
     Returns (status, path_arcs, path_steps, reached_final, tokens_per_frame): status is
     OK, OVERFLOW (capacity too small: grow and decode again) or EPS_CYCLE (a zero-cost
     epsilon cycle in the graph made the backpointers loop); the arc ids of the best path
@@ -294,7 +292,7 @@ def decode_one(states, arcs, boost_keys, boost_costs, boost_bits, boosted, conte
     pruning on each frame.
     """
     search = _SEARCHES[bool(boosted), bool(contextual)]
-    return search((states, arcs, final, start), (boost_keys, boost_costs, boost_bits), context, start_ctx,
+    return search((states, arcs, final, start), word_boosts, context, start_ctx,
                   (log_probs, num_frames, num_columns),
                   (beam, max_active, min_active, beam_delta, acoustic_scale, blank_ilabel, blank_penalty, top_n,
                    log_rel, capacity))
@@ -303,23 +301,23 @@ def decode_one(states, arcs, boost_keys, boost_costs, boost_bits, boosted, conte
 # Each combination of the two flags is its own machine code, compiled on first use: as
 # run-time flags, the word-step paths halved the speed of a plain search.
 @njit(nogil=True, cache=True)
-def _search_plain(graph, boost, context, start_ctx, utterance, settings):
-    return _search(False, False, graph, boost, context, start_ctx, utterance, settings)
+def _search_plain(graph, word_boosts, context, start_ctx, utterance, settings):
+    return _search(False, False, graph, word_boosts, context, start_ctx, utterance, settings)
 
 
 @njit(nogil=True, cache=True)
-def _search_boosted(graph, boost, context, start_ctx, utterance, settings):
-    return _search(True, False, graph, boost, context, start_ctx, utterance, settings)
+def _search_boosted(graph, word_boosts, context, start_ctx, utterance, settings):
+    return _search(True, False, graph, word_boosts, context, start_ctx, utterance, settings)
 
 
 @njit(nogil=True, cache=True)
-def _search_contextual(graph, boost, context, start_ctx, utterance, settings):
-    return _search(False, True, graph, boost, context, start_ctx, utterance, settings)
+def _search_contextual(graph, word_boosts, context, start_ctx, utterance, settings):
+    return _search(False, True, graph, word_boosts, context, start_ctx, utterance, settings)
 
 
 @njit(nogil=True, cache=True)
-def _search_boosted_contextual(graph, boost, context, start_ctx, utterance, settings):
-    return _search(True, True, graph, boost, context, start_ctx, utterance, settings)
+def _search_boosted_contextual(graph, word_boosts, context, start_ctx, utterance, settings):
+    return _search(True, True, graph, word_boosts, context, start_ctx, utterance, settings)
 
 
 _SEARCHES = {(False, False): _search_plain, (True, False): _search_boosted, (False, True): _search_contextual,
@@ -327,12 +325,11 @@ _SEARCHES = {(False, False): _search_plain, (True, False): _search_boosted, (Fal
 
 
 @njit(nogil=True, cache=True)
-def _search(boosted, contextual, graph, boost, context, start_ctx, utterance, settings):
+def _search(boosted, contextual, graph, word_boosts, context, start_ctx, utterance, settings):
     """decode_one for literal flag values."""
     literally(boosted)
     literally(contextual)
     states, arcs, final, start = graph
-    boost_keys, boost_costs, boost_bits = boost
     log_probs, num_frames, num_columns = utterance
     beam, max_active, min_active, beam_delta, acoustic_scale, blank_ilabel, blank_penalty, top_n, log_rel, capacity = \
         settings
@@ -377,8 +374,8 @@ def _search(boosted, contextual, graph, boost, context, start_ctx, utterance, se
     n = 0
     idx, n, _ = _recombine(start, start_ctx, np.float32(0.0), NO_TOKEN, -1, start_ctx, ht_key, ht_tok,
                            tl_state, tl_ctx, tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, n, contextual)
-    n, overflow = _closure(np.float32(np.finfo(np.float32).max), n, states, arcs, boost_keys, boost_costs,
-                           boost_bits, boosted, context, contextual, memo_key, memo_cost, memo_next, ht_key, ht_tok,
+    n, overflow = _closure(np.float32(np.finfo(np.float32).max), n, states, arcs, word_boosts, boosted, context,
+                           contextual, memo_key, memo_cost, memo_next, ht_key, ht_tok,
                            tl_state, tl_ctx, tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, stack)
     if overflow:
         return OVERFLOW, empty, empty, False, tokens_per_frame
@@ -454,13 +451,13 @@ def _search(boosted, contextual, graph, boost, context, start_ctx, utterance, se
         # ---- ExpandArcs: the frame's acoustic costs, the bound, then every survivor's arcs
         frame_acoustic_costs(log_probs, t, acoustic_scale, blank_ilabel, blank_penalty, top_n, log_rel, ac)
         n, bound, overflow = _expand_arcs(ns, sv_state, sv_ctx, sv_cost, sv_gid, ac, adaptive_beam, states, arcs,
-                                          boost_keys, boost_costs, boost_bits, boosted, context, contextual,
+                                          word_boosts, boosted, context, contextual,
                                           memo_key, memo_cost, memo_next, ht_key, ht_tok, tl_state, tl_ctx, tl_cost,
                                           tl_prev, tl_arc, tl_best, tl_pctx, tl_slot)
         if overflow:
             return OVERFLOW, empty, empty, False, tokens_per_frame
         # ---- non-emitting closure
-        n, overflow = _closure(bound, n, states, arcs, boost_keys, boost_costs, boost_bits, boosted, context,
+        n, overflow = _closure(bound, n, states, arcs, word_boosts, boosted, context,
                                contextual, memo_key, memo_cost, memo_next, ht_key, ht_tok, tl_state, tl_ctx,
                                tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, stack)
         if overflow:

@@ -73,6 +73,23 @@ def test_per_utterance_boosts(tiny_graph):
     assert each[2] == dec.decode(x[2:], boost={"ba": 4.0})[0]
 
 
+def test_word_cost_vectors_hold_each_utterances_map(tiny_graph):
+    """The CPU backend's dense form of B: cost -reward at boosted word ids, 0 elsewhere;
+    utterances given one mapping share one vector."""
+    from wfst.boost import boost_tables
+
+    g, _ = tiny_graph
+    shared = {"ab": 1.5, "ba": -0.5}
+    tables = boost_tables([shared, None, shared, {"ab": 2.0}], 4, g.words, beam=20.0)
+    ids = g.words.ids()
+    costs = [tables.word_costs(b, len(g.words)) for b in range(4)]
+    assert costs[0] is costs[2] and [tables.boosted(b) for b in range(4)] == [True, False, True, True]
+    expected = np.zeros(len(g.words), np.float32)
+    expected[ids["ab"]], expected[ids["ba"]] = -1.5, 0.5
+    assert (costs[0] == expected).all() and not costs[1].any()
+    assert np.flatnonzero(costs[3]).tolist() == [ids["ab"]] and costs[3][ids["ab"]] == -2.0
+
+
 @pytest.fixture(scope="module")
 def char_graph(demo, tmp_path_factory):
     out = tmp_path_factory.mktemp("boost")

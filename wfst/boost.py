@@ -43,6 +43,7 @@ class BoostTables:
     unknown: tuple[tuple[int, str], ...]  # (utterance, word or phrase) not in the graph's vocabulary
     maps: tuple[dict, ...]  # per utterance: word id -> cost (-reward)
     phrases: tuple  # per utterance: its phrase automaton (PhraseAutomaton), shared by equal mappings
+    _dense: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)  # see word_costs
 
     @property
     def active(self) -> bool:
@@ -51,6 +52,17 @@ class BoostTables:
     def boosted(self, b: int) -> bool:
         """Whether utterance b boosts any single word."""
         return bool(self.maps[b])
+
+    def word_costs(self, b: int, num_words: int) -> np.ndarray:
+        """Utterance b's map as a dense float32 vector word id -> cost (0: not boosted), the
+        CPU backend's form of B: a word arc adds one entry instead of testing the word.
+        Utterances sharing a mapping share the vector."""
+        m = self.maps[b]
+        if id(m) not in self._dense:
+            costs = np.zeros(max(num_words, 1), np.float32)
+            costs[list(m)] = list(m.values())
+            self._dense[id(m)] = costs
+        return self._dense[id(m)]
 
 
 def boost_tables(boost, batch: int, words: WordTable | None, beam: float) -> BoostTables:

@@ -201,6 +201,8 @@ class Decoder:
         self.check_memory(min(len(lengths), os.cpu_count() or 1), x.shape[1], available_host_bytes(), "host")
         g, c = self.graph, self.config
         threads = min(c.num_threads or os.cpu_count() or 1, max(len(lengths), 1))
+        num_words = int(g.olabel.max(initial=0)) + 1  # every output label indexes the boost vectors
+        word_boosts = [self._boost.word_costs(b, num_words) for b in range(len(lengths))]
 
         def one(b):
             T = int(lengths[b])
@@ -213,7 +215,7 @@ class Decoder:
             while True:
                 states, arcs_ = self._cpu_graph()
                 status, arcs, steps, final, per_frame = cpu.decode_one(
-                    states, arcs_, self._boost.keys[b], self._boost.costs[b], self._boost.bits[b], boosted, context,
+                    states, arcs_, word_boosts[b], boosted, context,
                     contextual, start_ctx, g.final, g.start,
                     x[b], T, x.shape[2], c.beam, c.max_active, c.min_active, c.beam_delta,
                     c.acoustic_scale, self._blank_ilabel, c.blank_penalty, *c.fltop(x.shape[2]), self._capacity)

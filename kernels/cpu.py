@@ -159,8 +159,9 @@ def _word_step(cost, ctx, word, word_boosts, boosted, context, contextual, memo_
     if boosted:  # one load and add: cheaper than testing the word (a branch that mispredicts)
         cost = np.float32(cost + word_boosts[np.uint32(word)])
     if contextual:
-        slot = hash_slot(token_key(word, ctx), memo_key.shape[0] - 1)
-        if memo_key[slot] != token_key(word, ctx):
+        key = token_key(word, ctx)
+        slot = hash_slot(key, memo_key.shape[0] - 1)
+        if memo_key[slot] != key:
             _memo_fill(ctx, word, context, memo_key, memo_cost, memo_next, slot)
         cost = np.float32(cost + memo_cost[slot])
         ctx = memo_next[slot]

@@ -19,6 +19,8 @@ capacity and decodes the utterance again, so no token is ever dropped silently.
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 from numba import literally, njit
 
@@ -51,8 +53,8 @@ def interleave_graph(e_indptr, ne_indptr, ilabel, olabel, weight, nextstate):
     """The CPU layout of a CSR graph: each state's emitting then epsilon arcs side by side,
     one 20-byte record per arc (ilabel, nextstate, weight bits, graph arc id, olabel), so
     that a token touches one or two cache lines of arcs instead of one per array.  In each
-    group the arcs without an output word come first: the search tests word arcs for
-    boosts and contexts by position, without a branch on each arc's label.
+    group the arcs without an output word come first: the search finds the word arcs that
+    step the contexts by position, without a branch on each arc's label.
 
     states[s] = (first arc, first emitting word arc, first epsilon arc, first epsilon word
     arc); the state's arcs end at states[s + 1, 0].  Arc order within a state does not
@@ -79,9 +81,45 @@ def interleave_graph(e_indptr, ne_indptr, ilabel, olabel, weight, nextstate):
     return states, arcs
 
 
+def word_arc_index(arcs):
+    """The CPU layout's word arcs grouped by word: (positions, bounds), word w's arcs being
+    positions[bounds[w]:bounds[w + 1]] (built once per graph, for `boosted_weights`)."""
+    words = arcs[:, 4]
+    positions = np.flatnonzero(words).astype(np.int64)
+    positions = positions[np.argsort(words[positions], kind="stable")]
+    bounds = np.searchsorted(words[positions], np.arange(int(words.max(initial=0)) + 2))
+    return positions, bounds
+
+
+@contextlib.contextmanager
+def boosted_weights(arcs, index, word_costs):
+    """B applied to the graph in place while the block runs: each arc of a boosted word gets
+    weight w + cost (float32, as composing TLG o B rounds it), restored on exit.  This is
+    the whole of TLG o B for a single-state B, in O(arcs of boosted words), and the search
+    then pays nothing per arc; `arc_weight` with word_costs is the same sum per arc, for
+    batches whose utterances boost different words."""
+    positions, bounds = index
+    words = np.flatnonzero(word_costs[:len(bounds) - 1])
+    boosted = np.concatenate([positions[bounds[w]:bounds[w + 1]] for w in words]) if len(words) else positions[:0]
+    saved = arcs[boosted, 2]
+    arcs[boosted, 2] = (saved.view(np.float32) + word_costs[arcs[boosted, 4]]).view(np.int32)
+    try:
+        yield
+    finally:
+        arcs[boosted, 2] = saved
+
+
 @njit(inline="always")
-def arc_weight(arcs, p):
-    return bits_f32(arcs[p, 2])
+def arc_weight(arcs, p, word_boosts, boosted):
+    """An arc's weight in TLG o B, B the utterance's single-state word-boost acceptor: the
+    graph weight plus the arc's word cost, rounded as OpenFST composes them (so that both
+    forms of B, this and `boosted_weights`, decode bit for bit like the composed graph).
+    The add is unconditional, word_boosts[0] = 0 for arcs without a word: a test of the
+    arc's label would mispredict on every state's boundary between word and other arcs."""
+    w = bits_f32(arcs[p, 2])
+    if boosted:
+        w = np.float32(w + word_boosts[arcs[p, 4]])
+    return w
 
 
 @njit(inline="always")  # call from NRT-free functions only (see _word_step)
@@ -141,31 +179,19 @@ def _memo_fill(ctx, word, context, memo_key, memo_cost, memo_next, slot):
 
 
 @njit(inline="always")
-def _needs_step(is_word_arc, boosted, contextual):
-    """Whether an arc may change a token's cost or context: a word arc, when the utterance
-    boosts words or has a context."""
-    return (boosted or contextual) and is_word_arc
-
-
-@njit(inline="always")
-def _word_step(cost, ctx, word, word_boosts, boosted, context, contextual, memo_key, memo_cost, memo_next):
-    """Cost and context after an arc that outputs `word` (> 0): the word's boost, then the
-    context automata (rescoring LM, phrase boosting).  Their steps are memoised per
-    (ctx, word) in a direct-mapped table: tokens of one context read the same words frame
-    after frame, and only a miss passes the automata (a large tuple) in a call.
+def _word_step(cost, ctx, word, context, memo_key, memo_cost, memo_next):
+    """Cost and context after an arc that outputs `word` (> 0) through the context automata
+    (rescoring LM, phrase boosting).  Their steps are memoised per (ctx, word) in a
+    direct-mapped table: tokens of one context read the same words frame after frame, and
+    only a miss passes the automata (a large tuple) in a call.
 
     Inline helpers taking arrays belong in `_nrt=False` functions only: elsewhere Numba
     reference-counts each array argument on every arc (that tripled ExpandArcs' time)."""
-    if boosted:  # one load and add: cheaper than testing the word (a branch that mispredicts)
-        cost = np.float32(cost + word_boosts[np.uint32(word)])
-    if contextual:
-        key = token_key(word, ctx)
-        slot = hash_slot(key, memo_key.shape[0] - 1)
-        if memo_key[slot] != key:
-            _memo_fill(ctx, word, context, memo_key, memo_cost, memo_next, slot)
-        cost = np.float32(cost + memo_cost[slot])
-        ctx = memo_next[slot]
-    return cost, ctx
+    key = token_key(word, ctx)
+    slot = hash_slot(key, memo_key.shape[0] - 1)
+    if memo_key[slot] != key:
+        _memo_fill(ctx, word, context, memo_key, memo_cost, memo_next, slot)
+    return np.float32(cost + memo_cost[slot]), memo_next[slot]
 
 
 @njit(nogil=True, cache=True, _nrt=False)
@@ -191,10 +217,9 @@ def _expand_arcs(ns, sv_state, sv_ctx, sv_cost, sv_gid, ac, adaptive_beam, state
         c = sv_cost[i]
         s = sv_state[i]
         for p in range(states[s, 0], states[s, 2]):
-            nc = np.float32(c + np.float32(arc_weight(arcs, p) + ac[arcs[p, 0]]))
-            if nc < INF and _needs_step(p >= states[s, 1], boosted, contextual):
-                nc, _ = _word_step(nc, sv_ctx[i], arcs[p, 4], word_boosts, boosted, context,
-                                   contextual, memo_key, memo_cost, memo_next)
+            nc = np.float32(c + np.float32(arc_weight(arcs, p, word_boosts, boosted) + ac[arcs[p, 0]]))
+            if contextual and nc < INF and p >= states[s, 1]:
+                nc, _ = _word_step(nc, sv_ctx[i], arcs[p, 4], context, memo_key, memo_cost, memo_next)
             if nc < min_new:
                 min_new = nc
     bound = np.float32(min_new + adaptive_beam)
@@ -204,11 +229,10 @@ def _expand_arcs(ns, sv_state, sv_ctx, sv_cost, sv_gid, ac, adaptive_beam, state
         ctx = sv_ctx[i]
         s = sv_state[i]
         for p in range(states[s, 0], states[s, 2]):
-            nc = np.float32(c + np.float32(arc_weight(arcs, p) + ac[arcs[p, 0]]))
+            nc = np.float32(c + np.float32(arc_weight(arcs, p, word_boosts, boosted) + ac[arcs[p, 0]]))
             nctx = ctx
-            if nc < INF and _needs_step(p >= states[s, 1], boosted, contextual):
-                nc, nctx = _word_step(nc, ctx, arcs[p, 4], word_boosts, boosted, context,
-                                      contextual, memo_key, memo_cost, memo_next)
+            if contextual and nc < INF and p >= states[s, 1]:
+                nc, nctx = _word_step(nc, ctx, arcs[p, 4], context, memo_key, memo_cost, memo_next)
             if nc < bound:
                 idx, n, _ = _recombine(arcs[p, 1], nctx, nc, sv_gid[i], arcs[p, 3], ctx, ht_key, ht_tok, tl_state,
                                        tl_ctx, tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, n, contextual)
@@ -237,11 +261,10 @@ def _closure(cutoff, n, states, arcs, word_boosts, boosted, context, contextual,
         s = tl_state[j]
         ctx = tl_ctx[j]
         for p in range(states[s, 2], states[s + 1, 0]):
-            nc = np.float32(c + arc_weight(arcs, p))
+            nc = np.float32(c + arc_weight(arcs, p, word_boosts, boosted))
             nctx = ctx
-            if _needs_step(p >= states[s, 3], boosted, contextual):
-                nc, nctx = _word_step(nc, ctx, arcs[p, 4], word_boosts, boosted, context,
-                                      contextual, memo_key, memo_cost, memo_next)
+            if contextual and p >= states[s, 3]:
+                nc, nctx = _word_step(nc, ctx, arcs[p, 4], context, memo_key, memo_cost, memo_next)
             if nc > cutoff:
                 continue
             idx, n, improved = _recombine(arcs[p, 1], nctx, nc, -(j + 2), arcs[p, 3], ctx, ht_key, ht_tok,
@@ -284,7 +307,8 @@ def decode_one(states, arcs, word_boosts, boosted, context, contextual, start_ct
     context: (P, lm, lm0, small_of, lm_map, lm0_map, phrases, rescoring, phrasing), the
     automata of `common.context_step`; tokens start in context start_ctx.  `boosted`: the
     utterance boosts single words, word_boosts[w] being word w's cost (-reward; 0 for
-    words not boosted); `contextual`: rescoring or phrase boosting.
+    words not boosted, and at w = 0), one entry for every output label of the graph;
+    `contextual`: rescoring or phrase boosting.
     Returns (status, path_arcs, path_steps, reached_final, tokens_per_frame): status is
     OK, OVERFLOW (capacity too small: grow and decode again) or EPS_CYCLE (a zero-cost
     epsilon cycle in the graph made the backpointers loop); the arc ids of the best path

@@ -274,14 +274,23 @@ def _context_final(b, ctx, context):
 
 
 @cuda.jit(device=True)
-def _word_step(b, cost, ctx, word, boost, context):
-    """cpu._word_step: cost and context after an arc that outputs `word` (0: none), the
-    word's boost first, then the context automata; and the arc cache's event."""
+def _arc_weight(b, a, weight, olabel, boost):
+    """cpu.arc_weight: arc a's weight in TLG o B, the word's boost (looked up in utterance
+    b's hash map only for boosted words) added to the graph weight."""
     boost_keys, boost_costs, boost_bits, boosted = boost
+    w = weight[a]
+    word = olabel[a]
+    if boosted and word != 0 and (boost_bits[b, word >> 5] >> uint32(word & 31)) & uint32(1) != 0:
+        w = float32(w + boost_cost(boost_keys[b], boost_costs[b], boost_bits[b], word))
+    return w
+
+
+@cuda.jit(device=True)
+def _word_step(b, cost, ctx, word, context):
+    """cpu._word_step: cost and context after an arc that outputs `word` (0: none) through
+    the context automata; and the arc cache's event."""
     if word == 0:
         return cost, ctx, NO_LOOKUP
-    if boosted and (boost_bits[b, word >> 5] >> uint32(word & 31)) & uint32(1) != 0:
-        cost = float32(cost + boost_cost(boost_keys[b], boost_costs[b], boost_bits[b], word))
     if _contextual(b, context):
         delta, ctx, event = _context_step(b, ctx, word, context)
         return float32(cost + delta), ctx, event
@@ -542,11 +551,11 @@ def _expanded_arc(b, k, scan, ns, e_indptr, sv_state, sv_ctx, sv_cost, ac, ilabe
     its arcs a) and the cost and context of the token it makes: (a, i, cost, ctx, event)."""
     i = find_segment(scan, ns, k)
     a = e_indptr[sv_state[b, i]] + (k - scan[i])
-    nc = float32(sv_cost[b, i] + float32(weight[a] + ac[b, ilabel[a]]))
+    nc = float32(sv_cost[b, i] + float32(_arc_weight(b, a, weight, olabel, boost) + ac[b, ilabel[a]]))
     ctx = sv_ctx[b, i]
     event = NO_LOOKUP
     if nc < np.inf:  # as on the CPU, arcs pruned by FLToP take no word step
-        nc, ctx, event = _word_step(b, nc, ctx, olabel[a], boost, context)
+        nc, ctx, event = _word_step(b, nc, ctx, olabel[a], context)
     return a, i, nc, ctx, event
 
 
@@ -705,7 +714,8 @@ def closure_kernel(t, lengths, status, ne_indptr, num_states, olabel, weight, ne
             s = tl_state[b, j]
             ctx = tl_ctx[b, j]
             for a in range(ne_indptr[s], ne_indptr[s + 1]):
-                nc, nctx, event = _word_step(b, float32(c + weight[a]), ctx, olabel[a], boost, context)
+                w = _arc_weight(b, a, weight, olabel, boost)
+                nc, nctx, event = _word_step(b, float32(c + w), ctx, olabel[a], context)
                 if event == ARC_FULL:
                     sh[2] = LM_OVERFLOW
                     break
@@ -741,7 +751,8 @@ def closure_kernel(t, lengths, status, ne_indptr, num_states, olabel, weight, ne
                 for a in range(ne_indptr[s], ne_indptr[s + 1]):
                     if olabel[a] == 0:
                         continue
-                    nc, nctx, event = _word_step(b, float32(c + weight[a]), ctx, olabel[a], boost, context)
+                    w = _arc_weight(b, a, weight, olabel, boost)
+                    nc, nctx, event = _word_step(b, float32(c + w), ctx, olabel[a], context)
                     if nc > cutoff:
                         continue
                     slot = _find_slot(ht_key, base, mask, token_key(nextstate[a], nctx))

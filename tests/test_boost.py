@@ -46,18 +46,26 @@ def tiny_graph(tiny):
 
 
 @pytest.mark.parametrize("boost", [{"ab": 1.5}, {"ba": 3.0, "abc": 0.7}, {"cab": 2.0, "a": -1.0}])
-def test_boost_equals_static_composition(tiny_graph, boost):
+@pytest.mark.parametrize("batch_wide", [True, False], ids=["in-graph", "per-arc"])
+def test_boost_equals_static_composition(tiny_graph, boost, batch_wide):
+    """The same paths: B's cost joins each word arc's weight as composing rounds it, whether the
+    CPU backend puts one batch-wide map into the graph's weights or adds each utterance's
+    map per arc (a batch with another mapping object for its last utterance)."""
     g, tlg = tiny_graph
     composed = fst.compose(tlg.copy().arcsort("olabel"), boost_acceptor(g.words, boost))
     composed.arcsort("ilabel")
     static = graph_from_fst(composed, g.tokens, g.words)
     x = random_log_probs(11, batch=6, frames=10, columns=5, sharpness=3.0)
-    boosted = Decoder(g, **WIDE).decode(x, boost=boost)
+    dec = Decoder(g, **WIDE)
+    weights = dec._cpu_graph()[1][:, 2].copy()
+    boosted = dec.decode(x, boost=boost if batch_wide else [boost] * 5 + [dict(boost)])
+    assert (dec._cpu_graph()[1][:, 2] == weights).all(), "the graph's weights are restored"
     reference = Decoder(static, **WIDE).decode(x)
     for b, (got, ref) in enumerate(zip(boosted, reference)):
         words, cost = shortest_decode(composed, x[b])
         assert got.word_ids == ref.word_ids == tuple(words)
-        assert got.cost == pytest.approx(ref.cost, abs=1e-4) and got.cost == pytest.approx(cost, abs=1e-4)
+        assert (got.word_frames, got.acoustic_cost) == (ref.word_frames, ref.acoustic_cost)  # the same path
+        assert got.cost == pytest.approx(ref.cost, abs=1e-5) and got.cost == pytest.approx(cost, abs=1e-4)
         expected = -sum(boost.get(g.words[w], 0.0) for w in got.word_ids)
         assert got.boost_cost == pytest.approx(expected)
         assert got.acoustic_cost + got.graph_cost + got.boost_cost == pytest.approx(got.cost)
@@ -88,6 +96,23 @@ def test_word_cost_vectors_hold_each_utterances_map(tiny_graph):
     expected[ids["ab"]], expected[ids["ba"]] = -1.5, 0.5
     assert (costs[0] == expected).all() and not costs[1].any()
     assert np.flatnonzero(costs[3]).tolist() == [ids["ab"]] and costs[3][ids["ab"]] == -2.0
+    assert not tables.batch_wide() and boost_tables(shared, 3, g.words, beam=20.0).batch_wide()
+    assert not boost_tables([shared, dict(shared)], 2, g.words, beam=20.0).batch_wide()  # another mapping
+
+
+def test_hash_maps_hold_each_utterances_map(tiny_graph):
+    """The GPU's form of B: one open-addressing row per utterance, probed like the kernels do."""
+    from wfst.kernels.common import boost_cost
+
+    from wfst.boost import boost_tables
+
+    g, _ = tiny_graph
+    maps = [{"ab": 1.5, "ba": -0.5, "abc": 2.0}, None, {"cab": 4.0}]
+    tables = boost_tables(maps, 3, g.words, beam=20.0)
+    keys, costs, bits = tables.hash_maps([2, 0, 1, 0])
+    for r, b in enumerate([2, 0, 1, 0]):
+        got = [boost_cost(keys[r], costs[r], bits[r], w) for w in range(len(g.words))]
+        assert got == [tables.maps[b].get(w, 0.0) for w in range(len(g.words))]
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +167,9 @@ def test_boost_input_is_checked_and_reported(tiny_graph):
     assert dec.stats.boost_unknown == ((0, "zzz"), (0, "a b"), (1, "zzz"), (1, "a b"))
     with pytest.warns(UserWarning, match="more than half the beam"):
         dec.decode(x, boost={"ab": 5.0})
-    for bad in [{"ab": math.nan}, {"ab": math.inf}, {"ab": "2"}]:
+    # NumPy numbers and padded words are what they look like
+    assert dec.decode(x, boost={" ab ": np.float32(1.0)}) == dec.decode(x, boost={"ab": 1.0})
+    for bad in [{"ab": math.nan}, {"ab": np.float32("nan")}, {"ab": math.inf}, {"ab": "2"}, {"ab": True}]:
         with pytest.raises(BoostError, match="finite number"):
             dec.decode(x, boost=bad)
     with pytest.raises(BoostError, match="2 utterances"):

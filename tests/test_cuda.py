@@ -79,6 +79,8 @@ def test_word_boosting_cuda_equals_cpu(tiny):
     x = random_log_probs(6, batch=3, frames=6, columns=5, sharpness=3.0)
     boost = [{"ab": 3.0, "ba": 1.0}, None, {"cab": 4.0, "a": -2.0}]
     assert_same(g, x, np.array([6, 5, 6]), boost=boost, beam=20.0, max_active=30, min_active=1)
+    # one map for the batch: the CPU backend puts it into the graph's weights
+    assert_same(g, x, np.array([6, 5, 6]), boost=boost[2], beam=20.0, max_active=30, min_active=1)
 
 
 def test_phrase_boosting_cuda_equals_cpu(tiny):

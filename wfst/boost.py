@@ -3,8 +3,11 @@ likely) for words or multi-word phrases of the graph's vocabulary.
 
 Single words: decoding with a boost map equals decoding TLG ∘ B, where B is a one-state
 acceptor with a loop for every word, of cost -reward for the boosted ones and 0 for the
-rest (the riva decoder paper, sec. 3.2): the decoder looks the word up in a small hash map
-per utterance instead of composing.
+rest (the riva decoder paper, sec. 3.2).  Nothing is composed: the GPU looks the word up
+in a small hash map per utterance at word arcs; the CPU adds a dense cost vector's entry
+at every arc, or, when the whole batch boosts one map, puts its costs into the word arcs'
+weights for the batch (for a one-state B that is all the composition does).  Either way
+the cost joins the arc's weight as OpenFST's composition rounds it.
 
 Phrases ("new york": 3.0, keys with several words): B is a word-level Aho-Corasick
 automaton with failure arcs, walked on the fly as an extra state per token (like
@@ -20,10 +23,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import warnings
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+from numba import njit
+
+from wfst.kernels.common import EMPTY_KEY, hash_slot
 
 from .errors import WfstError
 from .symbols import WordTable
@@ -35,23 +42,47 @@ class BoostError(WfstError, ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class BoostTables:
-    """One open-addressing map word id -> cost per utterance: keys (B, H) int32, costs (B, H) float32."""
+    """A batch's boosts: per utterance a map word id -> cost (-reward) and a phrase
+    automaton.  Each backend builds its own form of the word maps: the CPU a dense cost
+    vector (`word_costs`), the GPU an open-addressing hash map (`hash_maps`)."""
 
-    keys: np.ndarray
-    costs: np.ndarray
-    bits: np.ndarray  # (B, ceil(words / 32)) uint32: bit w set when word w is boosted
     unknown: tuple[tuple[int, str], ...]  # (utterance, word or phrase) not in the graph's vocabulary
-    maps: tuple[dict, ...]  # per utterance: word id -> cost (-reward)
-    phrases: tuple  # per utterance: its phrase automaton (PhraseAutomaton), shared by equal mappings
+    maps: tuple[dict, ...]  # per utterance: word id -> cost (-reward); utterances given one mapping share it
+    phrases: tuple  # per utterance: its phrase automaton (PhraseAutomaton), shared likewise
+    num_words: int  # the vocabulary's size (word ids < num_words)
     _dense: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)  # see word_costs
 
-    @property
-    def active(self) -> bool:
-        return bool((self.keys >= 0).any())
+    def hash_maps(self, utterances):
+        """The utterances' maps as rows of one open-addressing table (the GPU's form of B):
+        keys (n, H) int32 (EMPTY_KEY: free), costs (n, H) float32 and bits (n, ceil(words /
+        32)) uint32 with bit w set when word w is boosted (a hash probe only for those)."""
+        from wfst.kernels.common import EMPTY_KEY
+
+        maps = [self.maps[b] for b in utterances]
+        H = 1
+        while H < 2 * max((len(m) for m in maps), default=0):
+            H *= 2
+        keys = np.full((len(maps), H), EMPTY_KEY, np.int32)
+        costs = np.zeros((len(maps), H), np.float32)
+        bits = np.zeros((len(maps), (self.num_words + 31) // 32 or 1), np.uint32)
+        rows: dict[int, int] = {}
+        for r, m in enumerate(maps):
+            if id(m) in rows:  # the same map: copy its row
+                keys[r], costs[r], bits[r] = keys[rows[id(m)]], costs[rows[id(m)]], bits[rows[id(m)]]
+                continue
+            rows[id(m)] = r
+            ids = np.fromiter(m.keys(), np.int64, len(m))
+            _fill_hash_row(keys[r], costs[r], ids, np.fromiter(m.values(), np.float32, len(m)))
+            np.bitwise_or.at(bits[r], ids >> 5, (np.uint32(1) << (ids & 31).astype(np.uint32)))
+        return keys, costs, bits
 
     def boosted(self, b: int) -> bool:
         """Whether utterance b boosts any single word."""
         return bool(self.maps[b])
+
+    def batch_wide(self) -> bool:
+        """Whether every utterance boosts the same single words (one mapping for the batch)."""
+        return bool(self.maps and self.maps[0]) and all(m is self.maps[0] for m in self.maps)
 
     def word_costs(self, b: int, num_words: int) -> np.ndarray:
         """Utterance b's map as a dense float32 vector word id -> cost (0: not boosted), the
@@ -68,8 +99,6 @@ class BoostTables:
 def boost_tables(boost, batch: int, words: WordTable | None, beam: float) -> BoostTables:
     """Validate `boost` (None, one mapping for the batch, or one mapping or None per
     utterance) and build the per-utterance maps."""
-    from wfst.kernels.common import EMPTY_KEY, hash_slot
-
     if boost is None:
         per_utt: Sequence = [None] * batch
     elif isinstance(boost, Mapping):
@@ -94,9 +123,10 @@ def boost_tables(boost, batch: int, words: WordTable | None, beam: float) -> Boo
             for word, reward in m.items():
                 if not isinstance(word, str):
                     raise BoostError(f"utterance {b}: boost keys must be words or phrases (str); got {word!r}")
-                if not isinstance(reward, (int, float)) or isinstance(reward, bool) or not math.isfinite(reward):
+                if not isinstance(reward, numbers.Real) or isinstance(reward, bool) or not math.isfinite(reward):
                     raise BoostError(f"utterance {b}: boost of {word!r} is {reward!r}; it must be a finite number")
-                parts = word.split()
+                i = ids.get(word)
+                parts = [word] if i is not None else word.split()  # a plain word skips the split
                 if not parts or any(w not in ids or w in _NOT_WORDS for w in parts):
                     missing.append(word)
                     continue
@@ -104,7 +134,8 @@ def boost_tables(boost, batch: int, words: WordTable | None, beam: float) -> Boo
                     warnings.warn(f"boost {reward} for {word!r} is more than half the beam ({beam}); it can push "
                                   f"better paths out of the beam", stacklevel=3)
                 if len(parts) == 1:
-                    known[ids[word]] = known.get(ids[word], 0.0) - float(reward)
+                    i = ids[parts[0]]
+                    known[i] = known.get(i, 0.0) - float(reward)
                 else:
                     key = tuple(ids[w] for w in parts)
                     phrases[key] = phrases.get(key, 0.0) + float(reward)
@@ -113,33 +144,26 @@ def boost_tables(boost, batch: int, words: WordTable | None, beam: float) -> Boo
         unknown += [(b, w) for w in missing]
         maps.append(known)
         automata.append(automaton)
-    H = 1
-    while H < 2 * max((len(m) for m in maps), default=0):
-        H *= 2
-    keys = np.full((batch, H), EMPTY_KEY, np.int32)
-    costs = np.zeros((batch, H), np.float32)
-    bits = np.zeros((batch, (len(words or ()) + 31) // 32 or 1), np.uint32)
-    rows: dict[int, int] = {}
-    for b, m in enumerate(maps):
-        if id(m) in rows:  # the same map: copy its row
-            r = rows[id(m)]
-            keys[b], costs[b], bits[b] = keys[r], costs[r], bits[r]
-            continue
-        rows[id(m)] = b
-        for w, cost in m.items():
-            bits[b, w >> 5] |= np.uint32(1 << (w & 31))
-            slot = int(hash_slot(w, H - 1))
-            while keys[b, slot] != EMPTY_KEY:
-                slot = (slot + 1) & (H - 1)
-            keys[b, slot] = w
-            costs[b, slot] = cost
     if unknown:
         distinct = list(dict.fromkeys(w for _, w in unknown))
         shown = ", ".join(repr(w) for w in distinct[:10])
         warnings.warn(f"{len(distinct)} boosted word(s) or phrase(s) are not in the graph's vocabulary and are ignored "
                       f"(listed in Decoder.stats.boost_unknown): {shown}{' ...' if len(distinct) > 10 else ''}",
                       stacklevel=3)
-    return BoostTables(keys, costs, bits, tuple(unknown), tuple(maps), tuple(automata))
+    return BoostTables(tuple(unknown), tuple(maps), tuple(automata), len(words or ()))
+
+
+@njit(cache=True)
+def _fill_hash_row(keys, costs, ids, values):
+    """Insert word ids with their costs into one row of an open-addressing table (linear
+    probing from common.hash_slot, as the GPU's lookup probes)."""
+    mask = keys.shape[0] - 1
+    for i in range(ids.shape[0]):
+        slot = hash_slot(ids[i], mask)
+        while keys[slot] != EMPTY_KEY:
+            slot = (slot + 1) & mask
+        keys[slot] = ids[i]
+        costs[slot] = values[i]
 
 
 _NOT_WORDS = ("<eps>", "#0", "<s>", "</s>")

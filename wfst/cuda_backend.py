@@ -173,10 +173,9 @@ class CudaBackend:
         L = 2 * (T + 1) + 64
         path_arcs, path_gids, path_len = zeros((B, L), i32), zeros((B, L), i32), zeros(B, i32)
         ac = zeros((B, V + 1), np.float32)  # the frame's acoustic cost by input label
-        boost = decoder._boost
-        bw = (on_device(xp.asarray(np.ascontiguousarray(boost.keys[utterances]))),
-              on_device(xp.asarray(np.ascontiguousarray(boost.costs[utterances]))),
-              on_device(xp.asarray(np.ascontiguousarray(boost.bits[utterances]))), bool(boost.active))
+        keys, costs, bits = decoder._boost.hash_maps(utterances)
+        bw = (on_device(xp.asarray(keys)), on_device(xp.asarray(costs)), on_device(xp.asarray(bits)),
+              bool((keys >= 0).any()))
         context, start_ctx, contextual = self._context(decoder, utterances)
         rescoring = context[6]
         top_n, log_rel = c.fltop(V)
@@ -417,7 +416,7 @@ def _pinned_payload(weights: np.ndarray, nexts: np.ndarray, chunk: int = 1 << 24
 
 def _padded_automata(automata) -> tuple:
     """Each utterance's phrase automaton (offsets, labels, weights, nexts, backoff, bo_weight,
-    final) padded into (B, ...) arrays, one row per utterance (boost.keys is laid out alike)."""
+    final) padded into (B, ...) arrays, one row per utterance (as BoostTables.hash_maps)."""
     B = len(automata)
     N = max(a.num_states for a in automata)
     A = max(max(len(a.labels) for a in automata), 1)

@@ -12,9 +12,11 @@ a wide beam it finds OpenFST's shortest path of (emissions ∘ TLG).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -164,6 +166,8 @@ class Decoder:
         else:
             self._backend = None
         self._cpu_layout = None
+        self._cpu_word_arcs = None
+        self._lock = threading.Lock()  # one batch at a time: a batch-wide boost edits the CPU graph's weights
         self._boost = None  # the current batch's boost maps (wfst.boost.BoostTables)
         self.rescorer = _rescorer(graph, rescore_lm, graph_lm) if rescore_lm is not None else None
 
@@ -179,16 +183,17 @@ class Decoder:
         batch, or a list with one such mapping (or None) per utterance.  Boosted words that
         are not in the graph's vocabulary are warned about and listed in stats.boost_unknown.
         """
-        start = time.perf_counter()
-        if self.device == "cuda":
-            results, tokens, regrowths = self._backend.decode(self, log_probs, lengths, boost)
-        else:
-            results, tokens, regrowths = self._decode_cpu(log_probs, lengths, boost)
-        frames = sum(r.num_frames for r in results)
-        self.stats = DecodeStats(len(results), frames, time.perf_counter() - start,
-                                 tokens / frames if frames else 0.0, regrowths, self._boost.unknown,
-                                 dict(getattr(self._backend, "lm_stats", None) or {}))
-        return results
+        with self._lock:
+            start = time.perf_counter()
+            if self.device == "cuda":
+                results, tokens, regrowths = self._backend.decode(self, log_probs, lengths, boost)
+            else:
+                results, tokens, regrowths = self._decode_cpu(log_probs, lengths, boost)
+            frames = sum(r.num_frames for r in results)
+            self.stats = DecodeStats(len(results), frames, time.perf_counter() - start,
+                                     tokens / frames if frames else 0.0, regrowths, self._boost.unknown,
+                                     dict(getattr(self._backend, "lm_stats", None) or {}))
+            return results
 
     def _decode_cpu(self, log_probs, lengths, boost):
         from wfst.kernels import cpu
@@ -203,6 +208,10 @@ class Decoder:
         threads = min(c.num_threads or os.cpu_count() or 1, max(len(lengths), 1))
         num_words = int(g.olabel.max(initial=0)) + 1  # every output label indexes the boost vectors
         word_boosts = [self._boost.word_costs(b, num_words) for b in range(len(lengths))]
+        # one map for the whole batch goes into the graph's weights, at no cost per arc
+        in_graph = self._boost.batch_wide()
+        weights = (cpu.boosted_weights(self._cpu_graph()[1], self._word_arcs(), word_boosts[0]) if in_graph
+                   else contextlib.nullcontext())
 
         def one(b):
             T = int(lengths[b])
@@ -211,7 +220,7 @@ class Decoder:
             regrowths = 0
             context, start_ctx = self.context(b)
             contextual = bool(context[7] or context[8])
-            boosted = self._boost.boosted(b)
+            boosted = self._boost.boosted(b) and not in_graph
             while True:
                 states, arcs_ = self._cpu_graph()
                 status, arcs, steps, final, per_frame = cpu.decode_one(
@@ -230,11 +239,12 @@ class Decoder:
             result = self.make_result(T, arcs, steps, x[b][frames, columns], final, b)
             return result, int(per_frame.sum()), regrowths
 
-        if threads == 1:
-            outs = [one(b) for b in range(len(lengths))]
-        else:
-            with ThreadPoolExecutor(threads) as pool:
-                outs = list(pool.map(one, range(len(lengths))))
+        with weights:
+            if threads == 1:
+                outs = [one(b) for b in range(len(lengths))]
+            else:
+                with ThreadPoolExecutor(threads) as pool:
+                    outs = list(pool.map(one, range(len(lengths))))
         return [o[0] for o in outs], sum(o[1] for o in outs), sum(o[2] for o in outs)
 
     def _cpu_graph(self):
@@ -245,6 +255,14 @@ class Decoder:
             g = self.graph
             self._cpu_layout = cpu.interleave_graph(g.e_indptr, g.ne_indptr, g.ilabel, g.olabel, g.weight, g.nextstate)
         return self._cpu_layout
+
+    def _word_arcs(self):
+        """The CPU layout's word arcs by word (cpu.word_arc_index), built on first use."""
+        if self._cpu_word_arcs is None:
+            from wfst.kernels import cpu
+
+            self._cpu_word_arcs = cpu.word_arc_index(self._cpu_graph()[1])
+        return self._cpu_word_arcs
 
     def _grow(self, num_frames: int) -> None:
         self._capacity *= 2

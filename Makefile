@@ -18,7 +18,7 @@ GRAPH_ARGS = --tokens '$(TOKENS)' --lm '$(LM)' --topo '$(TOPO)' --out '$(GRAPH_D
 	$(if $(SPM),--spm '$(SPM)') $(if $(BOUNDARY),--word-boundary '$(BOUNDARY)') \
 	$(if $(BLANK),--blank '$(BLANK)') $(if $(EPSILON_FREE),--epsilon-free)
 
-.PHONY: demo test graph bench-graph bench-decode bench-fltop bench-rescore install install-test clean
+.PHONY: demo test graph bench-graph bench-decode bench-fltop bench-boost bench-rescore install install-test clean
 
 $(VENV)/.installed: setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,11 @@ bench-decode: install-test
 bench-fltop: install
 	$(PY) recipes/demo.py --graphs-only > /dev/null
 	$(PY) recipes/bench_fltop.py
+
+# Word boosting: what 1 and 1,000 boosted words cost in speed (needs make demo's graphs).
+bench-boost: install
+	$(PY) recipes/demo.py --graphs-only > /dev/null
+	$(PY) recipes/bench_boost.py --json build/bench/boost.json
 
 # On-the-fly rescoring: a bigram-LM graph rescored with the demo 3-gram, against the 3-gram graph.
 bench-rescore: install

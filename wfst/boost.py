@@ -118,6 +118,8 @@ def boost_tables(boost, batch: int, words: WordTable | None, beam: float) -> Boo
             continue
         if not isinstance(m, Mapping):
             raise BoostError(f"utterance {b}: boost must be a mapping word -> reward; got {type(m).__name__}")
+        if id(m) not in built and (known := _plain_words(m, ids, beam)) is not None:
+            built[id(m)] = (known, [], NO_PHRASES)
         if id(m) not in built:  # one mapping shared by many utterances is checked once
             known, missing, phrases = {}, [], {}
             for word, reward in m.items():
@@ -167,6 +169,19 @@ def _fill_hash_row(keys, costs, ids, values):
 
 
 _NOT_WORDS = ("<eps>", "#0", "<s>", "</s>")
+
+
+def _plain_words(m: Mapping, ids: dict, beam: float) -> dict | None:
+    """boost_tables' word map of a mapping whose keys are all words of the vocabulary and
+    whose rewards are all finite ints or floats up to beam / 2, checked in bulk (per-utterance
+    lists of many words); None for any other mapping, which the full check then explains."""
+    word_ids = list(map(ids.get, m))
+    if None in word_ids or not set(map(type, m.values())) <= {int, float} or any(w in m for w in _NOT_WORDS):
+        return None
+    rewards = np.fromiter(m.values(), np.float64, len(m))
+    if not (np.isfinite(rewards).all() and (rewards <= beam / 2).all()):
+        return None
+    return dict(zip(word_ids, (0.0 - rewards).tolist()))
 
 
 @dataclasses.dataclass(frozen=True)

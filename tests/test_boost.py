@@ -98,6 +98,10 @@ def test_word_cost_vectors_hold_each_utterances_map(tiny_graph):
     assert np.flatnonzero(costs[3]).tolist() == [ids["ab"]] and costs[3][ids["ab"]] == -2.0
     assert not tables.batch_wide() and boost_tables(shared, 3, g.words, beam=20.0).batch_wide()
     assert not boost_tables([shared, dict(shared)], 2, g.words, beam=20.0).batch_wide()  # another mapping
+    # the bulk check of plain words (Python numbers) and the full one (NumPy numbers) agree
+    bulk = boost_tables({"ab": 1.5, "ba": -0.5, "abc": 0}, 1, g.words, beam=20.0).maps[0]
+    full = boost_tables({"ab": np.float64(1.5), "ba": -0.5, "abc": 0}, 1, g.words, beam=20.0).maps[0]
+    assert bulk == full == {ids["ab"]: -1.5, ids["ba"]: 0.5, ids["abc"]: 0.0}
 
 
 def test_hash_maps_hold_each_utterances_map(tiny_graph):

@@ -28,6 +28,7 @@ import wfst
 from wfst.errors import MissingFileError, WfstError
 from wfst.files import atomic_path
 from wfst.graph import FST_NAME, INFO_NAME, graph_from_fst, write_graph_dir
+from wfst.memory import reset_peak_rss, rss_mb
 from wfst.symbols import BOS, EOS, TokenTable, WordTable
 
 from .grammar import arpa_vocabulary, grammar_fst
@@ -53,26 +54,6 @@ class GraphBuildError(WfstError, RuntimeError):
 
 # --------------------------------------------------------------------------- measuring
 
-def _rss_mb(field: str) -> float | None:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
-
-
-def _reset_peak_rss() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # resets VmHWM, the peak resident set size (Linux >= 4.0)
-        return True
-    except OSError:
-        return False
-
-
 class Stages:
     """Times each stage and records its peak resident memory; shows progress."""
 
@@ -85,11 +66,11 @@ class Stages:
 
     def run(self, name: str, fn, *args, **kwargs):
         self.bar.set_postfix_str(f"{name} ...", refresh=True)
-        per_stage = _reset_peak_rss()
+        per_stage = reset_peak_rss()
         t0 = time.perf_counter()
         result = fn(*args, **kwargs)
         seconds = time.perf_counter() - t0
-        peak = _rss_mb("VmHWM") if per_stage else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        peak = rss_mb("VmHWM:") if per_stage else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         self.records[name] = {"seconds": round(seconds, 3), "peak_rss_mb": round(max(peak or 0, child), 1)}
         self._say(f"  {name:<28} {seconds:8.2f} s  peak {self.records[name]['peak_rss_mb']:8.1f} MB")

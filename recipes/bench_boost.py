@@ -20,15 +20,12 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from demo_data import emission_options, sentences
 
 import wfst
 from wfst import synthetic
 from wfst.bench import machine
 from wfst.scoring import rtfx, word_errors
-
-ROOT = Path(__file__).resolve().parent
-DATA = ROOT / "demo" / "data"
-GRAPHS = {"char_compact": dict(word_boundary="|"), "bpe_compact": dict(spm=DATA / "bpe.model")}
 
 
 def settings(graph, num_utterances: int, seed: int) -> dict:
@@ -46,14 +43,15 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=5, help="best of this many timed runs per setting")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
-    texts = [t for t in (DATA / "test.txt").read_text(encoding="utf-8").splitlines() if t.strip()]
+    texts = sentences("test")
     m = machine()
     print(f"Word boosting on SYNTHETIC emissions of {len(texts)} held-out sentences (seed {args.seed}); "
           f"beam 16; {args.device} backend" + (", 1 thread" if args.device == "cpu" else "") + f"; {m['cpu']}\n")
     report = {"machine": m, "device": args.device, "graphs": {}}
-    for name, kw in GRAPHS.items():
+    for token_set in ("char", "bpe"):
+        name = f"{token_set}_compact"
         graph = wfst.load_graph(Path(args.graphs) / name)
-        x, lengths = synthetic.from_texts(texts, graph.tokens, seed=args.seed, **kw)
+        x, lengths = synthetic.from_texts(texts, graph.tokens, seed=args.seed, **emission_options(token_set))
         frames = int(lengths.sum())
         dec = wfst.Decoder(graph, device=args.device, num_threads=1)
         cases = settings(graph, len(texts), args.seed)

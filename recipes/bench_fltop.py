@@ -12,14 +12,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from demo_data import emission_options, sentences
+
 import wfst
 from wfst import synthetic
 from wfst.bench import machine
 from wfst.scoring import rtfx, word_errors
 
-ROOT = Path(__file__).resolve().parent
-DATA = ROOT / "demo" / "data"
-GRAPHS = {"char_compact": dict(word_boundary="|"), "bpe_compact": dict(spm=DATA / "bpe.model")}
 TOP_N = (1, 2, 4, 8, None)
 REL = (0.0, 1e-3, 7e-3, 5e-2)
 
@@ -30,13 +29,14 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=3, help="best of this many timed runs per cell")
     args = ap.parse_args()
-    texts = [t for t in (DATA / "test.txt").read_text(encoding="utf-8").splitlines() if t.strip()]
+    texts = sentences("test")
     m = machine()
     print(f"FLToP on SYNTHETIC emissions of {len(texts)} held-out sentences (seed {args.seed}); beam 16, "
           f"max_active 7000; CPU backend, 1 thread; {m['cpu']}\n")
-    for name, kw in GRAPHS.items():
+    for token_set in ("char", "bpe"):
+        name = f"{token_set}_compact"
         graph = wfst.load_graph(Path(args.graphs) / name)
-        x, lengths = synthetic.from_texts(texts, graph.tokens, seed=args.seed, **kw)
+        x, lengths = synthetic.from_texts(texts, graph.tokens, seed=args.seed, **emission_options(token_set))
         frames = int(lengths.sum())
         rows = []
         for top_n in TOP_N:

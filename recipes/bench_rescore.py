@@ -18,6 +18,7 @@ import json
 import sys
 from pathlib import Path
 
+from demo_data import LM, TOKEN_SETS, emission_options, sentences
 from wfst.graphs import compile_graph
 
 import wfst
@@ -27,9 +28,6 @@ from wfst.cuda_backend import lm_device_arrays
 from wfst.lm import open_lm, truncate_arpa
 from wfst.scoring import rtfx, word_errors
 
-ROOT = Path(__file__).resolve().parent
-DATA = ROOT / "demo" / "data"
-GRAPHS = {"char_compact": dict(word_boundary="|"), "bpe_compact": dict(spm=DATA / "bpe.model")}
 EMISSIONS = {"default": {}, "harder": dict(confusion=0.15, noise=1.5)}
 
 
@@ -51,18 +49,19 @@ def main() -> int:
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    big_lm = DATA / "lm.arpa"
+    big_lm = LM
     small_lm = truncate_arpa(big_lm, out / "lm_2gram.arpa", 2)
-    texts = [t for t in (DATA / "test.txt").read_text(encoding="utf-8").splitlines() if t.strip()]
+    texts = sentences("test")
     m = machine()
     print(f"On-the-fly rescoring on SYNTHETIC emissions of {len(texts)} held-out sentences; small LM: the "
           f"demo 3-gram cut to 2-grams; big LM: the 3-gram; beam 16, max_active 7000; CPU backend, 1 thread; "
           f"{m['cpu']}\n")
     rows = []
-    for name, kw in GRAPHS.items():
+    for token_set, options in TOKEN_SETS.items():
+        name = f"{token_set}_compact"
         small_dir = out / f"{name}_2gram"
-        compile_graph(small_dir, tokens=DATA / ("chars_tokens.txt" if "char" in name else "bpe_tokens.txt"),
-                      lm=small_lm, topology="compact", cache_dir=out / ".cache", **kw)
+        compile_graph(small_dir, lm=small_lm, topology="compact", cache_dir=out / ".cache", **options)
+        kw = emission_options(token_set)
         small, big = wfst.load_graph(small_dir), wfst.load_graph(Path(args.graphs) / name)
         for setting, noise in EMISSIONS.items():
             x, lengths = synthetic.from_texts(texts, small.tokens, seed=0, **kw, **noise)

@@ -16,20 +16,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from demo_data import LM, TOKEN_SETS, emission_options, sentences
 from wfst.graphs import compile_graph
 
 from wfst import compare
-
-DATA = Path(__file__).resolve().parent / "demo" / "data"
-TOKEN_SETS = {
-    "char": dict(tokens=DATA / "chars_tokens.txt", word_boundary="|"),
-    "bpe": dict(tokens=DATA / "bpe_tokens.txt", spm=DATA / "bpe.model"),
-}
-
-
-def sentences(path: Path, limit: int | None) -> list[str]:
-    texts = [t for t in path.read_text(encoding="utf-8").splitlines() if t.strip()]
-    return texts[:limit] if limit else texts
 
 
 def main() -> int:
@@ -57,12 +47,12 @@ def main() -> int:
 
     targets = []
     for name, kw in TOKEN_SETS.items():
-        r = compile_graph(graphs / f"{name}_{args.topology}", lm=DATA / "lm.arpa", topology=args.topology,
+        r = compile_graph(graphs / f"{name}_{args.topology}", lm=LM, topology=args.topology,
                           cache_dir=graphs / ".wfst-cache", **kw)
-        targets.append(compare.Target(f"{name}_{args.topology}", r.directory, name, args.topology, DATA / "lm.arpa",
-                                      spm=kw.get("spm"), word_boundary=kw.get("word_boundary")))
-    res = compare.compare_decoders(args.out, targets, dev_texts=sentences(DATA / "dev.txt", n_dev),
-                                   test_texts=sentences(DATA / "test.txt", n_test),
+        targets.append(compare.Target(f"{name}_{args.topology}", r.directory, name, args.topology, LM,
+                                      **emission_options(name)))
+    res = compare.compare_decoders(args.out, targets, dev_texts=sentences("dev", n_dev),
+                                   test_texts=sentences("test", n_test),
                                    profiles=args.profiles.split(","), seed=args.seed, repeat=args.repeat,
                                    quick=args.quick, progress=not args.no_progress, force=args.force,
                                    retime=args.retime,

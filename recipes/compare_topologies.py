@@ -15,20 +15,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from demo_data import LM, TOKEN_SETS, emission_options, sentences
 from wfst.graphs import TOPOLOGIES, compile_graph
 
 from wfst import compare
-
-DATA = Path(__file__).resolve().parent / "demo" / "data"
-TOKEN_SETS = {
-    "char": dict(tokens=DATA / "chars_tokens.txt", word_boundary="|"),
-    "bpe": dict(tokens=DATA / "bpe_tokens.txt", spm=DATA / "bpe.model"),
-}
-
-
-def sentences(path: Path, limit: int | None) -> list[str]:
-    texts = [t for t in path.read_text(encoding="utf-8").splitlines() if t.strip()]
-    return texts[:limit] if limit else texts
 
 
 def main() -> int:
@@ -55,12 +45,12 @@ def main() -> int:
     targets = []
     for name, kw in TOKEN_SETS.items():
         for topo in TOPOLOGIES:
-            r = compile_graph(graphs / f"{name}_{topo}", lm=DATA / "lm.arpa", topology=topo,
+            r = compile_graph(graphs / f"{name}_{topo}", lm=LM, topology=topo,
                               cache_dir=graphs / ".cache" / f"{name}_{topo}", **kw)
-            targets.append(compare.Target(f"{name}_{topo}", r.directory, name, topo, DATA / "lm.arpa",
-                                          spm=kw.get("spm"), word_boundary=kw.get("word_boundary")))
-    res = compare.compare_topologies(out, targets, dev_texts=sentences(DATA / "dev.txt", n_dev),
-                                     test_texts=sentences(DATA / "test.txt", n_test),
+            targets.append(compare.Target(f"{name}_{topo}", r.directory, name, topo, LM,
+                                          **emission_options(name)))
+    res = compare.compare_topologies(out, targets, dev_texts=sentences("dev", n_dev),
+                                     test_texts=sentences("test", n_test),
                                      profiles=args.profiles.split(","), seed=args.seed, repeat=args.repeat,
                                      quick=args.quick, progress=not args.no_progress, force=args.force,
                                      retime=args.retime)

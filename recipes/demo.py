@@ -13,17 +13,12 @@ import os
 import sys
 from pathlib import Path
 
+from demo_data import LM, TOKEN_SETS, emission_options, sentences
 from wfst.graphs import TOPOLOGIES, compile_graph
 
 import wfst
 from wfst import synthetic
 from wfst.scoring import rtfx, word_errors
-
-DATA = Path(__file__).resolve().parent / "demo" / "data"
-TOKEN_SETS = {
-    "char": dict(tokens=DATA / "chars_tokens.txt", word_boundary="|"),
-    "bpe": dict(tokens=DATA / "bpe_tokens.txt", spm=DATA / "bpe.model"),
-}
 
 
 def main() -> int:
@@ -41,7 +36,7 @@ def main() -> int:
     results = {}
     for name, kw in TOKEN_SETS.items():
         for topo in TOPOLOGIES:
-            results[name, topo] = compile_graph(out / f"{name}_{topo}", lm=DATA / "lm.arpa", topology=topo,
+            results[name, topo] = compile_graph(out / f"{name}_{topo}", lm=LM, topology=topo,
                                                 cache_dir=out / ".wfst-cache", force=args.force, **kw)
 
     print("\nDemo graphs (recipes/demo/data: 3-gram LM from a public-domain text)\n")
@@ -55,8 +50,7 @@ def main() -> int:
 
     if args.graphs_only:
         return 0
-    texts = [ln for ln in (DATA / "test.txt").read_text(encoding="utf-8").splitlines() if ln.strip()]
-    texts = texts[: args.sentences]
+    texts = sentences("test", args.sentences)
     threads = os.cpu_count() or 1
     print(f"\nDecoding SYNTHETIC emissions of {len(texts)} held-out sentences (wfst.synthetic, seed "
           f"{args.seed}; 40 ms frames; beam {args.beam}, max_active {args.max_active}, CPU, {threads} threads)\n")
@@ -64,9 +58,8 @@ def main() -> int:
     examples = []
     for (name, topo), r in results.items():
         graph = wfst.load_graph(r.directory)
-        kw = TOKEN_SETS[name]
-        x, lengths = synthetic.from_texts(texts, graph.tokens, spm=kw.get("spm"),
-                                          word_boundary=kw.get("word_boundary"), seed=args.seed)
+        kw = emission_options(name)
+        x, lengths = synthetic.from_texts(texts, graph.tokens, seed=args.seed, **kw)
         greedy = [synthetic.detokenize(c, graph.tokens, word_boundary=kw.get("word_boundary"))
                   for c in synthetic.greedy_ctc(x, lengths, graph.tokens.blank)]
         decoder = wfst.Decoder(graph, beam=args.beam, max_active=args.max_active)

@@ -25,6 +25,7 @@ import numpy as np
 from .decoder import Decoder, DecoderConfig
 from .errors import WfstError
 from .graph import FST_NAME, load_graph
+from .memory import reset_peak_rss, rss_mb
 from .scoring import FRAME_SECONDS, rtfx, word_errors
 from .synthetic import detokenize, from_texts, greedy_ctc, load_npz
 
@@ -55,24 +56,6 @@ def gpu_name() -> str | None:
         return None
 
 
-def _reset_peak_rss() -> None:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
-
-
-def _peak_rss_mb() -> float | None:
-    try:
-        for line in open("/proc/self/status"):
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
-
-
 def run(graph_dir, log_probs, lengths, refs, *, decoders=DECODERS, config: DecoderConfig | None = None,
         batch_size: int = 64, word_boundary: str | None = None, progress: bool = True) -> list[dict]:
     """One row per decoder: WER, RTFx, frames/s, tokens/frame, peak memory (or why it was skipped)."""
@@ -84,7 +67,7 @@ def run(graph_dir, log_probs, lengths, refs, *, decoders=DECODERS, config: Decod
     rows = []
     for name in tqdm(decoders, desc="decoders", disable=not progress, file=sys.stderr):
         row = {"decoder": name}
-        _reset_peak_rss()
+        reset_peak_rss()
         try:
             hyps, seconds, tokens, peak = _run_one(name, graph, graph_dir, log_probs, lengths, config,
                                                    batch_size, word_boundary)
@@ -109,7 +92,7 @@ def _run_one(name, graph, graph_dir, log_probs, lengths, config, batch_size, wor
         seqs = greedy_ctc(log_probs, lengths, graph.tokens.blank)
         seconds = time.perf_counter() - start
         hyps = [detokenize(s, graph.tokens, word_boundary=word_boundary).split() for s in seqs]
-        return hyps, seconds, None, _peak_rss_mb()
+        return hyps, seconds, None, rss_mb("VmHWM:")
     if name == "kaldi":
         from .kaldi_reference import KaldiFasterDecoder
 
@@ -123,7 +106,7 @@ def _run_one(name, graph, graph_dir, log_probs, lengths, config, batch_size, wor
         out = kd.decode(log_probs, lengths)
         words = graph.words
         hyps = [[words[w] for w in r.word_ids] for r in out]
-        return hyps, kd.seconds, None, _peak_rss_mb()
+        return hyps, kd.seconds, None, rss_mb("VmHWM:")
     if name in ("cpu", "cpu1"):
         dec = Decoder(graph, config, device="cpu", num_threads=1 if name == "cpu1" else None)
         dec.decode(log_probs[:1], lengths[:1])  # compile outside the timing
@@ -147,7 +130,7 @@ def _run_one(name, graph, graph_dir, log_probs, lengths, config, batch_size, wor
         results += dec.decode(x, n)
         seconds += time.perf_counter() - start
         token_frames += dec.stats.tokens_per_frame * dec.stats.frames
-    peak = _peak_rss_mb()
+    peak = rss_mb("VmHWM:")
     if name == "cuda":
         import cupy
 

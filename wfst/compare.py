@@ -51,11 +51,11 @@ from pathlib import Path
 import numpy as np
 
 from .files import atomic_path, write_text_atomic
+from .memory import PeakMemory
 from .peers import (
     DecodeRun,
     FlashlightDecoder,
     FlashlightSettings,
-    PeakMemory,
     PeerUnavailable,
     PyctcdecodeDecoder,
     PyctcdecodeSettings,

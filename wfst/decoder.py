@@ -25,6 +25,7 @@ import numpy as np
 
 from .errors import WfstError
 from .graph import Graph, load_graph
+from .memory import available_host_bytes
 from .symbols import column_of_ilabel
 
 
@@ -438,12 +439,3 @@ def host_array(x) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(x))
 
 
-def available_host_bytes() -> int | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None

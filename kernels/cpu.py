@@ -169,29 +169,31 @@ def _recombine(state, ctx, cost, prev, arc, pctx, ht_key, ht_tok, tl_state, tl_c
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def _memo_fill(ctx, word, context, memo_key, memo_cost, memo_next, slot):
+def _memo_fill(ctx, word, context, memo, slot):
     """Compute the context step of (ctx, word) into the memo's `slot` (see _word_step)."""
     P, lm, lm0, small_of, lm_map, lm0_map, phrases, rescoring, phrasing = context
     delta, nxt = context_step(ctx, word, P, lm, lm0, small_of, lm_map, lm0_map, phrases, rescoring, phrasing)
-    memo_key[slot] = token_key(word, ctx)
-    memo_cost[slot] = delta
-    memo_next[slot] = nxt
+    memo[slot, 0] = token_key(word, ctx)
+    memo[slot, 1] = (np.int64(np.uint32(f32_bits(delta))) << np.int64(32)) | np.int64(np.uint32(nxt))
 
 
 @njit(inline="always")
-def _word_step(cost, ctx, word, context, memo_key, memo_cost, memo_next):
+def _word_step(cost, ctx, word, context, memo):
     """Cost and context after an arc that outputs `word` (> 0) through the context automata
     (rescoring LM, phrase boosting).  Their steps are memoised per (ctx, word) in a
     direct-mapped table: tokens of one context read the same words frame after frame, and
-    only a miss passes the automata (a large tuple) in a call.
+    only a miss passes the automata (a large tuple) in a call.  A slot is one 16-byte
+    record, (key, cost bits << 32 | next ctx): a probe touches one cache line.
 
     Inline helpers taking arrays belong in `_nrt=False` functions only: elsewhere Numba
     reference-counts each array argument on every arc (that tripled ExpandArcs' time)."""
     key = token_key(word, ctx)
-    slot = hash_slot(key, memo_key.shape[0] - 1)
-    if memo_key[slot] != key:
-        _memo_fill(ctx, word, context, memo_key, memo_cost, memo_next, slot)
-    return np.float32(cost + memo_cost[slot]), memo_next[slot]
+    slot = hash_slot(key, memo.shape[0] - 1)
+    if memo[slot, 0] != key:
+        _memo_fill(ctx, word, context, memo, slot)
+    step = memo[slot, 1]
+    return (np.float32(cost + bits_f32(np.uint32(step >> np.int64(32)))),
+            np.int32(np.uint32(step & np.int64(0xFFFFFFFF))))
 
 
 @njit(nogil=True, cache=True, _nrt=False)
@@ -205,7 +207,7 @@ def _final_cost(state, ctx, final, context, contextual):
 
 @njit(nogil=True, cache=True, _nrt=False)
 def _expand_arcs(ns, sv_state, sv_ctx, sv_cost, sv_gid, ac, adaptive_beam, states, arcs, word_boosts, boosted,
-                 context, contextual, memo_key, memo_cost, memo_next, ht_key, ht_tok, tl_state,
+                 context, contextual, memo, ht_key, ht_tok, tl_state,
                  tl_ctx, tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot):
     """ExpandArcs: the survivors' emitting arcs (ac: acoustic cost by input label).  The
     best new cost + adaptive_beam bounds the frame; new tokens below it are recombined into
@@ -219,7 +221,7 @@ def _expand_arcs(ns, sv_state, sv_ctx, sv_cost, sv_gid, ac, adaptive_beam, state
         for p in range(states[s, 0], states[s, 2]):
             nc = np.float32(c + np.float32(arc_weight(arcs, p, word_boosts, boosted) + ac[arcs[p, 0]]))
             if contextual and nc < INF and p >= states[s, 1]:
-                nc, _ = _word_step(nc, sv_ctx[i], arcs[p, 4], context, memo_key, memo_cost, memo_next)
+                nc, _ = _word_step(nc, sv_ctx[i], arcs[p, 4], context, memo)
             if nc < min_new:
                 min_new = nc
     bound = np.float32(min_new + adaptive_beam)
@@ -232,7 +234,7 @@ def _expand_arcs(ns, sv_state, sv_ctx, sv_cost, sv_gid, ac, adaptive_beam, state
             nc = np.float32(c + np.float32(arc_weight(arcs, p, word_boosts, boosted) + ac[arcs[p, 0]]))
             nctx = ctx
             if contextual and nc < INF and p >= states[s, 1]:
-                nc, nctx = _word_step(nc, ctx, arcs[p, 4], context, memo_key, memo_cost, memo_next)
+                nc, nctx = _word_step(nc, ctx, arcs[p, 4], context, memo)
             if nc < bound:
                 idx, n, _ = _recombine(arcs[p, 1], nctx, nc, sv_gid[i], arcs[p, 3], ctx, ht_key, ht_tok, tl_state,
                                        tl_ctx, tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, n, contextual)
@@ -243,7 +245,7 @@ def _expand_arcs(ns, sv_state, sv_ctx, sv_cost, sv_gid, ac, adaptive_beam, state
 
 @njit(nogil=True, cache=True, _nrt=False)
 def _closure(cutoff, n, states, arcs, word_boosts, boosted, context, contextual,
-             memo_key, memo_cost, memo_next, ht_key, ht_tok, tl_state, tl_ctx, tl_cost, tl_prev, tl_arc, tl_best,
+             memo, ht_key, ht_tok, tl_state, tl_ctx, tl_cost, tl_prev, tl_arc, tl_best,
              tl_pctx, tl_slot, stack):
     """Non-emitting closure of the frame's tokens; returns (n, overflow)."""
     literally(boosted)  # compiled per flag value, as _search
@@ -264,7 +266,7 @@ def _closure(cutoff, n, states, arcs, word_boosts, boosted, context, contextual,
             nc = np.float32(c + arc_weight(arcs, p, word_boosts, boosted))
             nctx = ctx
             if contextual and p >= states[s, 3]:
-                nc, nctx = _word_step(nc, ctx, arcs[p, 4], context, memo_key, memo_cost, memo_next)
+                nc, nctx = _word_step(nc, ctx, arcs[p, 4], context, memo)
             if nc > cutoff:
                 continue
             idx, n, improved = _recombine(arcs[p, 1], nctx, nc, -(j + 2), arcs[p, 3], ctx, ht_key, ht_tok,
@@ -299,7 +301,7 @@ def _best_token(tl_state, tl_ctx, tl_cost, final, n, with_final, context, contex
     return keep
 
 
-def decode_one(states, arcs, word_boosts, boosted, context, contextual, start_ctx, final,
+def decode_one(states, arcs, word_boosts, boosted, context, contextual, memo, start_ctx, final,
                start, log_probs, num_frames, num_columns, beam, max_active, min_active, beam_delta,
                acoustic_scale, blank_ilabel, blank_penalty, top_n, log_rel, capacity):
     """Viterbi beam search of one utterance.
@@ -320,29 +322,29 @@ def decode_one(states, arcs, word_boosts, boosted, context, contextual, start_ct
     return search((states, arcs, final, start), word_boosts, context, start_ctx,
                   (log_probs, num_frames, num_columns),
                   (beam, max_active, min_active, beam_delta, acoustic_scale, blank_ilabel, blank_penalty, top_n,
-                   log_rel, capacity))
+                   log_rel, capacity), memo)
 
 
 # Each combination of the two flags is its own machine code, compiled on first use: as
 # run-time flags, the word-step paths halved the speed of a plain search.
 @njit(nogil=True, cache=True)
-def _search_plain(graph, word_boosts, context, start_ctx, utterance, settings):
-    return _search(False, False, graph, word_boosts, context, start_ctx, utterance, settings)
+def _search_plain(graph, word_boosts, context, start_ctx, utterance, settings, memo):
+    return _search(False, False, graph, word_boosts, context, start_ctx, utterance, settings, memo)
 
 
 @njit(nogil=True, cache=True)
-def _search_boosted(graph, word_boosts, context, start_ctx, utterance, settings):
-    return _search(True, False, graph, word_boosts, context, start_ctx, utterance, settings)
+def _search_boosted(graph, word_boosts, context, start_ctx, utterance, settings, memo):
+    return _search(True, False, graph, word_boosts, context, start_ctx, utterance, settings, memo)
 
 
 @njit(nogil=True, cache=True)
-def _search_contextual(graph, word_boosts, context, start_ctx, utterance, settings):
-    return _search(False, True, graph, word_boosts, context, start_ctx, utterance, settings)
+def _search_contextual(graph, word_boosts, context, start_ctx, utterance, settings, memo):
+    return _search(False, True, graph, word_boosts, context, start_ctx, utterance, settings, memo)
 
 
 @njit(nogil=True, cache=True)
-def _search_boosted_contextual(graph, word_boosts, context, start_ctx, utterance, settings):
-    return _search(True, True, graph, word_boosts, context, start_ctx, utterance, settings)
+def _search_boosted_contextual(graph, word_boosts, context, start_ctx, utterance, settings, memo):
+    return _search(True, True, graph, word_boosts, context, start_ctx, utterance, settings, memo)
 
 
 _SEARCHES = {(False, False): _search_plain, (True, False): _search_boosted, (False, True): _search_contextual,
@@ -350,7 +352,7 @@ _SEARCHES = {(False, False): _search_plain, (True, False): _search_boosted, (Fal
 
 
 @njit(nogil=True, cache=True)
-def _search(boosted, contextual, graph, word_boosts, context, start_ctx, utterance, settings):
+def _search(boosted, contextual, graph, word_boosts, context, start_ctx, utterance, settings, memo):
     """decode_one for literal flag values."""
     literally(boosted)
     literally(contextual)
@@ -389,18 +391,12 @@ def _search(boosted, contextual, graph, word_boosts, context, start_ctx, utteran
     empty = np.empty(0, np.int32)
     reached_final = False
     keep = -1
-    M = 1  # the memo of context steps: rescoring meets far more (ctx, word) pairs than phrases
-    if contextual:
-        M = 1 << 18 if context[7] else 1 << 15
-    memo_key = np.full(M, EMPTY_KEY, np.int64)  # (ctx, word) -> context step, see _word_step
-    memo_cost = np.zeros(M, np.float32)
-    memo_next = np.zeros(M, np.int32)
 
     n = 0
     idx, n, _ = _recombine(start, start_ctx, np.float32(0.0), NO_TOKEN, -1, start_ctx, ht_key, ht_tok,
                            tl_state, tl_ctx, tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, n, contextual)
     n, overflow = _closure(np.float32(np.finfo(np.float32).max), n, states, arcs, word_boosts, boosted, context,
-                           contextual, memo_key, memo_cost, memo_next, ht_key, ht_tok,
+                           contextual, memo, ht_key, ht_tok,
                            tl_state, tl_ctx, tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, stack)
     if overflow:
         return OVERFLOW, empty, empty, False, tokens_per_frame
@@ -477,13 +473,13 @@ def _search(boosted, contextual, graph, word_boosts, context, start_ctx, utteran
         frame_acoustic_costs(log_probs, t, acoustic_scale, blank_ilabel, blank_penalty, top_n, log_rel, ac)
         n, bound, overflow = _expand_arcs(ns, sv_state, sv_ctx, sv_cost, sv_gid, ac, adaptive_beam, states, arcs,
                                           word_boosts, boosted, context, contextual,
-                                          memo_key, memo_cost, memo_next, ht_key, ht_tok, tl_state, tl_ctx, tl_cost,
+                                          memo, ht_key, ht_tok, tl_state, tl_ctx, tl_cost,
                                           tl_prev, tl_arc, tl_best, tl_pctx, tl_slot)
         if overflow:
             return OVERFLOW, empty, empty, False, tokens_per_frame
         # ---- non-emitting closure
         n, overflow = _closure(bound, n, states, arcs, word_boosts, boosted, context,
-                               contextual, memo_key, memo_cost, memo_next, ht_key, ht_tok, tl_state, tl_ctx,
+                               contextual, memo, ht_key, ht_tok, tl_state, tl_ctx,
                                tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, stack)
         if overflow:
             return OVERFLOW, empty, empty, False, tokens_per_frame

@@ -127,6 +127,8 @@ def test_rescoring_equals_exact_composition(small_graph):
         assert got.rescore_cost == pytest.approx(expected, abs=1e-4)
         changed += got.words != plain[b].words or got.cost != pytest.approx(plain[b].cost)
     assert changed, "the big LM should change some result"
+    # the LM's memo of steps is kept from call to call: a second batch decodes as if alone
+    assert dec.decode(x[::-1].copy()) == results[::-1]
 
 
 def test_graph_lm_is_found_through_graph_json(small_graph):
@@ -172,6 +174,7 @@ def test_rescoring_with_phrases_and_words_together(small_graph):
     plain = Decoder(g, rescore_lm=big, graph_lm=small, **WIDE).decode(x)
     for a, b in zip(got, plain):  # a boost only ever lowers the best cost
         assert a.cost <= b.cost + 1e-4
+    assert dec.decode(x) == plain  # the phrases' memos were the utterances' own
 
 
 def test_demo_rescoring_finds_the_big_lm_graphs_words(demo, tmp_path_factory):

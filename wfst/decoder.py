@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import math
 import os
+import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -168,6 +169,7 @@ class Decoder:
             self._backend = None
         self._cpu_layout = None
         self._cpu_word_arcs = None
+        self._lm_memos = queue.SimpleQueue()  # see _memo
         self._lock = threading.Lock()  # one batch at a time: a batch-wide boost edits the CPU graph's weights
         self._boost = None  # the current batch's boost maps (wfst.boost.BoostTables)
         self.rescorer = _rescorer(graph, rescore_lm, graph_lm) if rescore_lm is not None else None
@@ -224,11 +226,12 @@ class Decoder:
             boosted = self._boost.boosted(b) and not in_graph
             while True:
                 states, arcs_ = self._cpu_graph()
-                status, arcs, steps, final, per_frame = cpu.decode_one(
-                    states, arcs_, word_boosts[b], boosted, context,
-                    contextual, start_ctx, g.final, g.start,
-                    x[b], T, x.shape[2], c.beam, c.max_active, c.min_active, c.beam_delta,
-                    c.acoustic_scale, self._blank_ilabel, c.blank_penalty, *c.fltop(x.shape[2]), self._capacity)
+                with self._memo(context) as memo:
+                    status, arcs, steps, final, per_frame = cpu.decode_one(
+                        states, arcs_, word_boosts[b], boosted, context,
+                        contextual, memo, start_ctx, g.final, g.start,
+                        x[b], T, x.shape[2], c.beam, c.max_active, c.min_active, c.beam_delta,
+                        c.acoustic_scale, self._blank_ilabel, c.blank_penalty, *c.fltop(x.shape[2]), self._capacity)
                 if status != cpu.OVERFLOW:
                     break
                 self._grow(T)
@@ -247,6 +250,25 @@ class Decoder:
                 with ThreadPoolExecutor(threads) as pool:
                     outs = list(pool.map(one, range(len(lengths))))
         return [o[0] for o in outs], sum(o[1] for o in outs), sum(o[2] for o in outs)
+
+    @contextlib.contextmanager
+    def _memo(self, context):
+        """The CPU search's memo of context steps (ctx, word) -> (cost, next ctx), see
+        cpu._word_step.  With the rescoring LM alone a step depends on the LM only, so the
+        memos are kept from one utterance and call to the next (one per utterance decoded
+        at a time); phrase automata are the utterance's own, and their memo starts empty."""
+        rescoring, phrasing = context[7], context[8]
+        if phrasing or not rescoring:
+            yield cpu_memo(1 << 18 if rescoring else 1 << 15) if phrasing else _NO_MEMO
+            return
+        try:
+            memo = self._lm_memos.get_nowait()
+        except queue.Empty:
+            memo = cpu_memo(1 << 21)  # 32 MiB; on BPE 2^20 was 10% slower, 2^22 5% faster
+        try:
+            yield memo
+        finally:
+            self._lm_memos.put(memo)
 
     def _cpu_graph(self):
         """The graph in the CPU backend's interleaved layout (built once, on first use)."""
@@ -420,6 +442,17 @@ def _rescorer(graph: Graph, rescore_lm, graph_lm):
 
 
 # ---------------------------------------------------------------------- array interop
+
+def cpu_memo(size: int) -> np.ndarray:
+    """An empty memo of context steps for the CPU search (see cpu._word_step): `size` slots
+    of (key, packed step), keys EMPTY_KEY."""
+    from wfst.kernels.common import EMPTY_KEY
+
+    return np.full((size, 2), EMPTY_KEY, np.int64)
+
+
+_NO_MEMO = cpu_memo(1)
+
 
 def host_array(x) -> np.ndarray:
     """A C-contiguous NumPy view or copy of NumPy / torch / CuPy / DLPack input (GPU data is copied)."""

@@ -8,7 +8,6 @@ ARPA file, so it runs in a child process and its message becomes an
 """
 from __future__ import annotations
 
-import gzip
 import os
 import re
 import shutil
@@ -20,7 +19,8 @@ from pathlib import Path
 
 import pywrapfst as fst
 
-from wfst.errors import InputFileError, MissingFileError
+from wfst.arpa import ArpaReader, open_arpa
+from wfst.errors import InputFileError
 from wfst.symbols import WORD_DISAMBIG
 
 _ERROR = re.compile(r"\[E\] line (\d+) \[(.*?)\]: (.*)")
@@ -28,84 +28,25 @@ _ERROR_NO_LINE = re.compile(r"\[E\] (.*)")
 _WARNING = re.compile(r"\[W\] (.*)")
 
 
-def _open_arpa(path):
-    path = Path(path)
-    if not path.is_file():
-        raise MissingFileError(path, "ARPA language model")
-    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")
-
-
 def arpa_vocabulary(path: str | os.PathLike) -> tuple[list[str], list[int]]:
     """The unigram words of an ARPA file and its n-gram counts per order.
 
-    Checks the structure (header, section order, counts against the header, unigram
-    lines) with line numbers; kaldilm parses the higher-order lines.
+    Checks the structure (wfst.arpa.ArpaReader) and the unigram lines, with line numbers;
+    kaldilm parses the higher-order lines.
     """
-    counts: dict[int, int] = {}
-    found: dict[int, int] = {}
-    header_line: dict[int, int] = {}
+    reader = ArpaReader(path)
     words: list[str] = []
-    section = None  # None, "data", an order, or "end"
-    try:
-        with _open_arpa(path) as f:
-            for no, raw in enumerate(f, start=1):
-                line = raw.strip()
-                if not line:
-                    continue
-                if section == "end":
-                    raise InputFileError(path, no, f"text after \\end\\: {line!r}")
-                if line.startswith("\\"):
-                    m = re.fullmatch(r"\\(\d+)-grams:", line)
-                    if line == "\\data\\" and section is None:
-                        section = "data"
-                    elif m and counts:
-                        order = int(m.group(1))
-                        expected = 1 if section == "data" else section + 1
-                        if order != expected:
-                            raise InputFileError(path, no, f"found {line} where \\{expected}-grams: was expected")
-                        section = order
-                        found[order] = 0
-                    elif line == "\\end\\" and counts:
-                        section = "end"
-                    else:
-                        raise InputFileError(path, no, f"unexpected section line {line!r}")
-                    continue
-                if section == "data":
-                    m = re.fullmatch(r"ngram\s+(\d+)\s*=\s*(\d+)", line)
-                    if not m:
-                        raise InputFileError(path, no, f"bad \\data\\ line {line!r}")
-                    counts[int(m.group(1))] = int(m.group(2))
-                    header_line[int(m.group(1))] = no
-                elif section is None:
-                    raise InputFileError(path, no, f"text before the \\data\\ header: {line!r}")
-                else:
-                    found[section] += 1
-                    if section == 1:
-                        fields = line.split()
-                        try:
-                            if len(fields) not in (2, 3):
-                                raise ValueError
-                            float(fields[0]), len(fields) == 3 and float(fields[2])
-                        except ValueError:
-                            raise InputFileError(path, no, f"invalid unigram line {line!r}") from None
-                        words.append(fields[1])
-    except UnicodeDecodeError as e:
-        raise InputFileError(path, None, f"not UTF-8 text ({e.reason})") from None
-    except MissingFileError:
-        raise
-    except (OSError, EOFError) as e:
-        raise InputFileError(path, None, f"cannot read: {e}") from None
-    if not counts:
-        raise InputFileError(path, None, "no \\data\\ header: not an ARPA file")
-    if sorted(counts) != list(range(1, max(counts) + 1)):
-        raise InputFileError(path, None, f"n-gram orders {sorted(counts)} are not 1..N")
-    if section != "end":
-        raise InputFileError(path, None, "no \\end\\ line: the file is truncated")
-    for order, n in counts.items():
-        if found.get(order, 0) != n:
-            raise InputFileError(path, header_line[order], f"the header says {n} {order}-grams, "
-                                 f"the \\{order}-grams: section has {found.get(order, 0)}")
-    return words, [counts[k] for k in sorted(counts)]
+    for no, order, line in reader:
+        if order == 1:
+            fields = line.split()
+            try:
+                if len(fields) not in (2, 3):
+                    raise ValueError
+                float(fields[0]), len(fields) == 3 and float(fields[2])
+            except ValueError:
+                raise InputFileError(path, no, f"invalid unigram line {line!r}") from None
+            words.append(fields[1])
+    return words, [reader.counts[k] for k in sorted(reader.counts)]
 
 
 _CHILD = """
@@ -124,7 +65,7 @@ def grammar_fst(arpa_path: str | os.PathLike, words_txt: str | os.PathLike,
         plain = arpa_path
         if arpa_path.suffix == ".gz":
             plain = Path(tmp) / "lm.arpa"
-            with _open_arpa(arpa_path) as src, open(plain, "w", encoding="utf-8") as dst:
+            with open_arpa(arpa_path) as src, open(plain, "w", encoding="utf-8") as dst:
                 shutil.copyfileobj(src, dst)
         out = Path(tmp) / "G.fst"
         proc = subprocess.run([sys.executable, "-c", _CHILD, str(plain), str(out), str(words_txt),

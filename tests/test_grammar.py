@@ -8,6 +8,7 @@ import pywrapfst as fst
 from wfst.graphs.grammar import arpa_vocabulary, grammar_fst
 
 from wfst import InputFileError, MissingFileError, WordTable
+from wfst.lm import read_arpa
 
 kenlm = pytest.importorskip("kenlm", reason="kenlm is a test dependency: pip install -e '.[test]'")
 
@@ -99,15 +100,20 @@ def corrupt(tiny, old, new):
     return p
 
 
-@pytest.mark.parametrize("old,new,message", [
-    ("-0.45\ta cab", "-0.45 a", r"bad.arpa:22: Invalid n-gram data line"),
-    ("-0.45\ta cab", "x\ta cab", r"bad.arpa:22: invalid n-gram logprob 'x'"),
-    ("-0.8\ta\t-0.30", "-0.8", r"bad.arpa:10: invalid unigram line '-0.8'"),
+STRUCTURE_FAULTS = [  # wfst.arpa.ArpaReader's checks, shared by the graph compiler and the LM store
     ("ngram 2=7", "ngram 2=8", r"bad.arpa:3: the header says 8 2-grams, the \\2-grams: section has 7"),
     ("ngram 2=7", "ngram 2 seven", r"bad.arpa:3: bad \\data\\ line"),
     ("\\end\\", "", r"bad.arpa: no \\end\\ line: the file is truncated"),
     ("\\data\\", "hello", r"bad.arpa:1: text before the \\data\\ header"),
     ("\\2-grams:", "\\3-grams:", r"bad.arpa:\d+: found \\3-grams: where \\2-grams: was expected"),
+]
+
+
+@pytest.mark.parametrize("old,new,message", [
+    ("-0.45\ta cab", "-0.45 a", r"bad.arpa:22: Invalid n-gram data line"),
+    ("-0.45\ta cab", "x\ta cab", r"bad.arpa:22: invalid n-gram logprob 'x'"),
+    ("-0.8\ta\t-0.30", "-0.8", r"bad.arpa:10: invalid unigram line '-0.8'"),
+    *STRUCTURE_FAULTS,
 ])
 def test_malformed_arpa_names_file_and_line(tiny, tmp_path, old, new, message):
     bad = corrupt(tiny, old, new)
@@ -116,6 +122,19 @@ def test_malformed_arpa_names_file_and_line(tiny, tmp_path, old, new, message):
         words = WordTable.from_words(["a", "ab", "ba", "abc", "cab", "<unk>"])
         words.write(tmp_path / "words.txt")
         grammar_fst(bad, tmp_path / "words.txt")  # kaldilm finds what the scan does not
+
+
+@pytest.mark.parametrize("old,new,message", [
+    *STRUCTURE_FAULTS,
+    ("-0.45\ta cab", "-0.45 a", r"bad.arpa:22: a 2-gram line needs 3 or 4 fields"),
+    ("-0.45\ta cab", "x\ta cab", r"bad.arpa:22: not a number"),
+    ("-0.45\ta cab", "-0.45\tab ba", r"bad.arpa:22: 2-gram 'ab ba' listed twice"),
+    ("-0.45\ta cab", "-0.45\ta zz", r"bad.arpa:22: word 'zz' is not a unigram"),
+])
+def test_malformed_arpa_for_the_lm_store(tiny, old, new, message):
+    with pytest.raises(InputFileError, match=message):
+        read_arpa(corrupt(tiny, old, new))
+
 
 
 def test_not_an_arpa_file(tmp_path):

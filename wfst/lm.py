@@ -22,17 +22,16 @@ when every small-LM history is also a big-LM history (checked).
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import hashlib
 import json
 import math
 import os
-import re
 import warnings
 from pathlib import Path
 
 import numpy as np
 
+from .arpa import ArpaReader
 from .errors import InputFileError, MissingFileError, WfstError
 from .files import atomic_path
 
@@ -113,10 +112,6 @@ class LmStore:
 
 # ---------------------------------------------------------------------- ARPA -> store
 
-def _open_text(path: Path):
-    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")
-
-
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -126,90 +121,40 @@ def _sha256(path: Path) -> str:
 
 
 def read_arpa(path: str | os.PathLike, *, progress: bool = False) -> LmStore:
-    """Parse an ARPA file (plain or .gz) into an LmStore held in memory."""
+    """Parse an ARPA file (plain or .gz) into an LmStore held in memory (the structure is
+    checked by wfst.arpa.ArpaReader, the n-gram lines here)."""
     path = Path(path)
-    if not path.is_file():
-        raise MissingFileError(path, "ARPA language model")
-    counts: dict[int, int] = {}
-    ngrams: list[dict] = [None]  # ngrams[k]: word-id tuple -> (log10 p, log10 backoff)
+    reader = ArpaReader(path, progress=progress)
+    ngrams: dict[int, dict] = {}  # ngrams[k]: word-id tuple -> (log10 p, log10 backoff)
     words: list[str] = []
     ids: dict[str, int] = {}
-    section = None
-    bar = None
-    if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=path.stat().st_size, unit="B", unit_scale=True, desc=f"reading {path.name}")
-    try:
-        with _open_text(path) as f:
-            for no, raw in enumerate(f, start=1):
-                if bar is not None and no % 65536 == 0:
-                    bar.n = f.buffer.tell() if hasattr(f, "buffer") and path.suffix != ".gz" else bar.n
-                    bar.refresh()
-                line = raw.strip()
-                if not line:
-                    continue
-                if line.startswith("\\"):
-                    m = re.fullmatch(r"\\(\d+)-grams:", line)
-                    if line == "\\data\\" and section is None:
-                        section = "data"
-                    elif m and counts and int(m.group(1)) == (1 if section == "data" else section + 1):
-                        section = int(m.group(1))
-                        ngrams.append({})
-                    elif line == "\\end\\" and counts and section == max(counts):
-                        section = "end"
-                        break
-                    else:
-                        raise InputFileError(path, no, f"unexpected section line {line!r}")
-                    continue
-                if section == "data":
-                    m = re.fullmatch(r"ngram\s+(\d+)\s*=\s*(\d+)", line)
-                    if not m:
-                        raise InputFileError(path, no, f"bad \\data\\ line {line!r}")
-                    counts[int(m.group(1))] = int(m.group(2))
-                    continue
-                if not isinstance(section, int):
-                    raise InputFileError(path, no, f"text outside an n-gram section: {line!r}")
-                fields = line.split()
-                k = section
-                if len(fields) not in (k + 1, k + 2):
-                    raise InputFileError(path, no, f"a {k}-gram line needs {k + 1} or {k + 2} fields: {line!r}")
-                try:
-                    logp = float(fields[0])
-                    bo = float(fields[k + 1]) if len(fields) == k + 2 else 0.0
-                except ValueError:
-                    raise InputFileError(path, no, f"not a number in {line!r}") from None
-                if not (math.isfinite(bo) and (math.isfinite(logp) or logp == -math.inf)):
-                    raise InputFileError(path, no, f"NaN or infinite value in {line!r}")
-                if k == 1:
-                    if fields[1] in ids:
-                        raise InputFileError(path, no, f"unigram {fields[1]!r} listed twice")
-                    ids[fields[1]] = len(words)
-                    words.append(fields[1])
-                    key = (ids[fields[1]],)
-                else:
-                    try:
-                        key = tuple(ids[w] for w in fields[1:k + 1])
-                    except KeyError as e:
-                        raise InputFileError(path, no, f"word {e.args[0]!r} is not a unigram") from None
-                ngrams[k][key] = (logp, bo)
-    except UnicodeDecodeError as e:
-        raise InputFileError(path, None, f"not UTF-8 text ({e.reason})") from None
-    except (OSError, EOFError) as e:
-        raise InputFileError(path, None, f"cannot read: {e}") from None
-    finally:
-        if bar is not None:
-            bar.close()
-    if not counts:
-        raise InputFileError(path, None, "no \\data\\ header: not an ARPA file")
-    if section != "end":
-        raise InputFileError(path, None, "no \\end\\ line: the file is truncated")
-    for k, n in counts.items():
-        if len(ngrams[k]) != n:
-            raise InputFileError(path, None, f"the header says {n} {k}-grams, the file has {len(ngrams[k])}")
+    for no, k, line in reader:
+        fields = line.split()
+        if len(fields) not in (k + 1, k + 2):
+            raise InputFileError(path, no, f"a {k}-gram line needs {k + 1} or {k + 2} fields: {line!r}")
+        try:
+            logp = float(fields[0])
+            bo = float(fields[k + 1]) if len(fields) == k + 2 else 0.0
+        except ValueError:
+            raise InputFileError(path, no, f"not a number in {line!r}") from None
+        if not (math.isfinite(bo) and (math.isfinite(logp) or logp == -math.inf)):
+            raise InputFileError(path, no, f"NaN or infinite value in {line!r}")
+        if k == 1 and fields[1] not in ids:
+            ids[fields[1]] = len(words)
+            words.append(fields[1])
+        try:
+            key = tuple(ids[w] for w in fields[1:k + 1])
+        except KeyError as e:
+            raise InputFileError(path, no, f"word {e.args[0]!r} is not a unigram") from None
+        table = ngrams.setdefault(k, {})
+        if key in table:
+            raise InputFileError(path, no, f"{k}-gram {' '.join(fields[1:k + 1])!r} listed twice")
+        table[key] = (logp, bo)
     if "<s>" not in ids:
         raise InputFileError(path, None, "no <s> unigram: the LM has no sentence start")
-    return _build(words, ngrams, len(counts), {"path": str(path.resolve()), "sha256": _sha256(path),
-                                               "bytes": path.stat().st_size})
+    order = len(reader.counts)
+    return _build(words, [None] + [ngrams.get(k, {}) for k in range(1, order + 1)], order,
+                  {"path": str(path.resolve()), "sha256": _sha256(path), "bytes": path.stat().st_size})
 
 
 def _build(words, ngrams, order, source) -> LmStore:
@@ -382,28 +327,17 @@ def truncate_arpa(src: str | os.PathLike, dst: str | os.PathLike, order: int) ->
     the kept orders' probabilities and backoffs are unchanged; the top kept order's
     backoff weights are dropped).  Makes the small LM of the rescoring demo."""
     src, dst = Path(src), Path(dst)
-    with _open_text(src) as f, atomic_path(dst) as tmp, open(tmp, "w", encoding="utf-8") as out:
-        section = None
-        for raw in f:
-            line = raw.strip()
-            m = re.fullmatch(r"ngram\s+(\d+)\s*=\s*(\d+)", line)
-            if m and int(m.group(1)) > order:
-                continue
-            g = re.fullmatch(r"\\(\d+)-grams:", line)
-            if g:
-                section = int(g.group(1))
-                if section > order:
-                    continue
-            elif line == "\\end\\":
-                section = None
-                out.write("\n\\end\\\n")
-                break
-            if isinstance(section, int) and section > order:
-                continue
-            if section == order and line and not g:
-                fields = line.split()
-                line = " ".join(fields[:order + 1])
-            out.write(line + "\n")
+    reader = ArpaReader(src)
+    sections: dict[int, list[str]] = {}
+    for _, k, line in reader:
+        if k <= order:
+            sections.setdefault(k, []).append(" ".join(line.split()[:order + 1]) if k == order else line)
+    kept = [k for k in sorted(reader.counts) if k <= order]
+    with atomic_path(dst) as tmp, open(tmp, "w", encoding="utf-8") as out:
+        out.write("\\data\\\n" + "".join(f"ngram {k}={reader.counts[k]}\n" for k in kept))
+        for k in kept:
+            out.write(f"\n\\{k}-grams:\n" + "".join(line + "\n" for line in sections.get(k, [])))
+        out.write("\n\\end\\\n")
     return dst
 
 

@@ -71,6 +71,21 @@ def test_boost_equals_static_composition(tiny_graph, boost, batch_wide):
         assert got.acoustic_cost + got.graph_cost + got.boost_cost == pytest.approx(got.cost)
 
 
+def test_concurrent_calls_with_batch_wide_boosts(tiny_graph):
+    """A batch-wide map edits the CPU graph's weights during its call: calls from other
+    threads wait, and each gets what it would alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    g, _ = tiny_graph
+    x = random_log_probs(4, batch=4, frames=10, columns=5, sharpness=3.0)
+    dec = Decoder(g, **WIDE)
+    boosts = [{"ab": 4.0}, {"ba": 4.0}, None, {"cab": 3.0, "a": -2.0}] * 4
+    alone = [dec.decode(x, boost=b) for b in boosts]
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(lambda b: dec.decode(x, boost=b), boosts))
+    assert together == alone
+
+
 def test_per_utterance_boosts(tiny_graph):
     g, _ = tiny_graph
     x = random_log_probs(3, batch=3, frames=8, columns=5, sharpness=3.0)

@@ -56,8 +56,6 @@ class BoostTables:
         """The utterances' maps as rows of one open-addressing table (the GPU's form of B):
         keys (n, H) int32 (EMPTY_KEY: free), costs (n, H) float32 and bits (n, ceil(words /
         32)) uint32 with bit w set when word w is boosted (a hash probe only for those)."""
-        from wfst.kernels.common import EMPTY_KEY
-
         maps = [self.maps[b] for b in utterances]
         H = 1
         while H < 2 * max((len(m) for m in maps), default=0):

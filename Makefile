@@ -18,7 +18,8 @@ GRAPH_ARGS = --tokens '$(TOKENS)' --lm '$(LM)' --topo '$(TOPO)' --out '$(GRAPH_D
 	$(if $(SPM),--spm '$(SPM)') $(if $(BOUNDARY),--word-boundary '$(BOUNDARY)') \
 	$(if $(BLANK),--blank '$(BLANK)') $(if $(EPSILON_FREE),--epsilon-free)
 
-.PHONY: demo test graph bench-graph bench-decode bench-fltop bench-boost bench-rescore install install-test clean
+.PHONY: demo test graph bench-graph bench-decode bench-fltop bench-boost bench-rescore install install-test \
+	install-bench clean
 
 $(VENV)/.installed: setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,8 +34,16 @@ $(VENV)/.installed-test: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e '.[$(TEST_EXTRAS)]'
 	touch $@
 
+# The benchmarks and experiments (wfst_bench, in benchmarks/): what they need beyond the runtime
+# (matplotlib, Kaldi's FasterDecoder, flashlight-text), and CuPy for their CUDA rows on a GPU machine.
+BENCH_EXTRAS := $(if $(wildcard /dev/nvidia0),bench$(,)cuda,bench)
+$(VENV)/.installed-bench: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[$(BENCH_EXTRAS)]'
+	touch $@
+
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
+install-bench: $(VENV)/.installed-bench
 
 demo: install
 	$(PY) recipes/demo.py
@@ -42,16 +51,18 @@ demo: install
 graph: install
 	$(VENV)/bin/wfst-make-graph $(GRAPH_ARGS)
 
+# The linter (ruff, configured in pyproject.toml), then the suite.
 test: install-test
+	$(VENV)/bin/ruff check wfst kernels graphs benchmarks recipes tests
 	$(VENV)/bin/pytest
 
 bench-graph: install
 	$(PY) recipes/bench_graph.py
 
 # Decoders side by side on synthetic emissions of the demo's held-out sentences (needs the
-# demo graphs: make demo).  Kaldi's FasterDecoder comes with the test extras.
+# demo graphs: make demo).  Kaldi's FasterDecoder comes with the bench extras.
 BENCH_SEEDS ?= 4
-bench-decode: install-test
+bench-decode: install-bench
 	$(PY) recipes/demo.py --graphs-only > /dev/null
 	mkdir -p build/bench
 	$(VENV)/bin/wfst-bench --graph build/demo/char_compact --texts $(DEMO)/test.txt --word-boundary '|' \
@@ -60,17 +71,17 @@ bench-decode: install-test
 		--seeds $(BENCH_SEEDS) --json build/bench/bpe_compact.json
 
 # Frame-level token pruning (FLToP): top-N x relative threshold on the demo (needs make demo's graphs).
-bench-fltop: install
+bench-fltop: install-bench
 	$(PY) recipes/demo.py --graphs-only > /dev/null
-	$(PY) recipes/bench_fltop.py
+	$(PY) recipes/bench_fltop.py --json build/bench/fltop.json
 
 # Word boosting: what 1 and 1,000 boosted words cost in speed (needs make demo's graphs).
-bench-boost: install
+bench-boost: install-bench
 	$(PY) recipes/demo.py --graphs-only > /dev/null
 	$(PY) recipes/bench_boost.py --json build/bench/boost.json
 
 # On-the-fly rescoring: a bigram-LM graph rescored with the demo 3-gram, against the 3-gram graph.
-bench-rescore: install
+bench-rescore: install-bench
 	$(PY) recipes/demo.py --graphs-only > /dev/null
 	$(PY) recipes/bench_rescore.py --json build/rescore/bench.json
 
@@ -80,11 +91,22 @@ clean:
 # Comparison experiments (SYNTHETIC emissions of the demo's held-out sentences; LM weights tuned
 # on dev.txt, figures on test.txt).  Results, tables and plots in build/compare-*/; a run resumes
 # where it stopped.  COMPARE_ARGS=--quick for a smoke test of a minute or two.
-.PHONY: compare-topologies compare-decoders
+.PHONY: compare-topologies compare-decoders pyctcdecode-venv
 COMPARE_ARGS ?=
-compare-topologies: install
+compare-topologies: install-bench
 	$(PY) recipes/compare_topologies.py $(COMPARE_ARGS)
 
-# pyctcdecode pins numpy<2: the recipe makes it a venv of its own in build/peers/.
-compare-decoders: install-test
-	$(PY) recipes/compare_decoders.py $(COMPARE_ARGS)
+# pyctcdecode pins numpy<2: a venv of its own, made here (remade when its requirements change;
+# the file copied in last marks it complete).  If it cannot be made, compare-decoders still runs
+# and pyctcdecode's rows say why they are empty.
+PYCTCDECODE_VENV ?= build/peers/pyctcdecode-venv
+PYCTCDECODE_REQS := benchmarks/pyctcdecode-requirements.txt
+$(PYCTCDECODE_VENV)/.wfst-requirements: $(PYCTCDECODE_REQS)
+	$(PYTHON) -m venv --clear '$(PYCTCDECODE_VENV)'
+	'$(PYCTCDECODE_VENV)/bin/python' -m pip install --quiet --disable-pip-version-check -r $(PYCTCDECODE_REQS)
+	cp $(PYCTCDECODE_REQS) $@
+pyctcdecode-venv: $(PYCTCDECODE_VENV)/.wfst-requirements
+
+compare-decoders: install-bench
+	-$(MAKE) --no-print-directory pyctcdecode-venv
+	$(PY) recipes/compare_decoders.py --venv '$(PYCTCDECODE_VENV)' $(COMPARE_ARGS)

@@ -1,5 +1,13 @@
-"""Install the `wfst` package; `wfst.graphs` and `wfst.kernels` live in top-level folders."""
+"""Install the `wfst` package; `wfst.graphs` and `wfst.kernels` live in top-level folders, and the
+benchmarks and comparison experiments are the package `wfst_bench` in `benchmarks/`."""
 from setuptools import setup
+
+# What the benchmarks and experiments (wfst_bench) need and the runtime does not.
+BENCH = [
+    "matplotlib>=3.5",  # plots of make compare-topologies / compare-decoders
+    "kaldi-decoder", "kaldifst",  # Kaldi's FasterDecoder, the reference decoder
+    "flashlight-text",  # a peer decoder of make compare-decoders
+]
 
 setup(
     name="wfst-ctc",
@@ -8,8 +16,8 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=["wfst", "wfst.graphs", "wfst.kernels"],
-    package_dir={"wfst": "wfst", "wfst.graphs": "graphs", "wfst.kernels": "kernels"},
+    packages=["wfst", "wfst.graphs", "wfst.kernels", "wfst_bench"],
+    package_dir={"wfst": "wfst", "wfst.graphs": "graphs", "wfst.kernels": "kernels", "wfst_bench": "benchmarks"},
     install_requires=[
         "numpy>=1.24",
         "pynini>=2.1.6",  # brings pywrapfst (OpenFST)
@@ -18,21 +26,22 @@ setup(
         "tqdm>=4.60",
         "numba>=0.60",  # the CPU backend
         "kaldialign>=0.9",  # WER in wfst-decode and the benchmarks
-        "matplotlib>=3.5",  # plots of make compare-topologies / compare-decoders
     ],
     extras_require={
         # device="cuda": Numba-CUDA kernels on CuPy arrays (pick the CuPy wheel of your CUDA)
         "cuda": ["numba-cuda>=0.20", "cupy-cuda12x"],
-        # tests: references (kenlm, Kaldi's FasterDecoder), the CUDA simulator, and NVRTC to
-        # compile the kernels to PTX on a machine without a GPU
-        "test": ["pytest>=7", "hypothesis>=6", "kenlm", "kaldi-decoder", "kaldifst", "numba-cuda>=0.20",
-                 "nvidia-cuda-nvrtc-cu12", "flashlight-text"],
+        # make bench-* / compare-*: see BENCH
+        "bench": BENCH,
+        # tests: references (kenlm, Kaldi's FasterDecoder), the CUDA simulator, NVRTC to compile
+        # the kernels to PTX on a machine without a GPU, what wfst_bench needs (its tests), the linter
+        "test": ["pytest>=7", "hypothesis>=6", "kenlm", "numba-cuda>=0.20", "nvidia-cuda-nvrtc-cu12", "ruff>=0.4",
+                 *BENCH],
     },
     entry_points={
         "console_scripts": [
             "wfst-make-graph=wfst.graphs.cli:main",
             "wfst-decode=wfst.cli:decode_main",
-            "wfst-bench=wfst.bench:main",
+            "wfst-bench=wfst_bench.cli:main",
         ],
     },
 )

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 from demo_data import emission_options, sentences
+from wfst_bench.machine import machine
 
 import wfst
 from wfst import synthetic
-from wfst.bench import machine
 from wfst.scoring import rtfx, word_errors
 
 

@@ -5,10 +5,12 @@ Uses the demo's compact graphs (built as make demo builds them; skipped when up 
 date), the demo's ARPA and the graphs' lexicons, and SYNTHETIC emissions (wfst.synthetic)
 of the demo's held-out sentences in two profiles.  Every decoder's LM weight and word
 insertion knob are tuned on dev.txt, then test.txt is decoded at several beam settings.
-pyctcdecode runs in its own venv (made on first use under build/peers/).  A decoder that
-cannot be installed or run gets a row saying why.  Writes a results folder (results.md,
-results.csv, tuning.csv, wer_vs_rtfx.png, run.json, cells/); an interrupted run resumes
-where it stopped.  All the work is in wfst.compare and wfst.peers.
+pyctcdecode runs in its own venv (--venv), which `make pyctcdecode-venv` makes under
+build/peers/ (make compare-decoders does that first).  A decoder that cannot be installed or
+run gets a row saying why.  Writes a results folder (results.md, results.csv, tuning.csv,
+wer_vs_rtfx.png, run.json, cells/); an interrupted run resumes where it stopped.  All the
+work is in wfst_bench.compare and wfst_bench.peers; this script only finds the commit it
+runs (git) and hands it in, so that results.md says which code made the cells.
 """
 from __future__ import annotations
 
@@ -16,10 +18,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from code_state import code_state
 from demo_data import LM, TOKEN_SETS, emission_options, sentences
 from wfst.graphs import compile_graph
-
-from wfst import compare
+from wfst_bench import compare
+from wfst_bench.peers import PYCTCDECODE_VENV
 
 
 def main() -> int:
@@ -35,13 +38,15 @@ def main() -> int:
     ap.add_argument("--test-sentences", type=int, help="first N of test.txt (default: all; --quick: 20)")
     ap.add_argument("--repeat", type=int, default=2, help="timed passes per test cell (best is kept)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--venv", default="build/peers/pyctcdecode-venv", help="pyctcdecode's own venv")
+    ap.add_argument("--venv", default=str(PYCTCDECODE_VENV),
+                    help="pyctcdecode's own venv (make pyctcdecode-venv makes it)")
     ap.add_argument("--force", action="store_true", help="recompute every cell")
     ap.add_argument("--retime", action="store_true", help="measure the test cells again (keeps the tuning)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args()
     args.out = args.out or ("build/compare-decoders-quick" if args.quick else "build/compare-decoders")
     graphs = Path(args.graphs)
+    code = code_state()  # before the run: the code imported now is the code that runs
     n_dev = args.dev_sentences or (20 if args.quick else None)
     n_test = args.test_sentences or (20 if args.quick else None)
 
@@ -56,7 +61,8 @@ def main() -> int:
                                    profiles=args.profiles.split(","), seed=args.seed, repeat=args.repeat,
                                    quick=args.quick, progress=not args.no_progress, force=args.force,
                                    retime=args.retime,
-                                   venv=args.venv, include=args.decoders.split(",") if args.decoders else None)
+                                   venv=args.venv, include=args.decoders.split(",") if args.decoders else None,
+                                   code=code)
     print(res["markdown"])
     print(f"\n{res['ran']} cells run, {res['skipped']} reused; results in {args.out}/results.md")
     return 0

@@ -7,7 +7,8 @@ held-out sentences in two profiles, tunes our decoder's LM weight and blank pena
 dev.txt per graph and decodes test.txt at several beam / max_active settings.  Writes a
 results folder (results.md, results.csv, tuning.csv, graphs.csv, wer_vs_rtfx.png,
 graph_size.png, run.json, cells/); an interrupted run resumes where it stopped.
-All the work is in wfst.compare.
+All the work is in wfst_bench.compare; this script only finds the commit it runs (git) and
+hands it in, so that results.md says which code made the cells.
 """
 from __future__ import annotations
 
@@ -15,10 +16,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from code_state import code_state
 from demo_data import LM, TOKEN_SETS, emission_options, sentences
 from wfst.graphs import TOPOLOGIES, compile_graph
-
-from wfst import compare
+from wfst_bench import compare
 
 
 def main() -> int:
@@ -39,6 +40,7 @@ def main() -> int:
     args.out = args.out or ("build/compare-topologies-quick" if args.quick else "build/compare-topologies")
     out = Path(args.out)
     graphs = Path(args.graphs)
+    code = code_state()  # before the run: the code imported now is the code that runs
     n_dev = args.dev_sentences or (20 if args.quick else None)
     n_test = args.test_sentences or (20 if args.quick else None)
 
@@ -53,7 +55,7 @@ def main() -> int:
                                      test_texts=sentences("test", n_test),
                                      profiles=args.profiles.split(","), seed=args.seed, repeat=args.repeat,
                                      quick=args.quick, progress=not args.no_progress, force=args.force,
-                                     retime=args.retime)
+                                     retime=args.retime, code=code)
     print(res["markdown"])
     print(f"\n{res['ran']} cells run, {res['skipped']} reused; results in {out}/results.md")
     return 0

@@ -1,4 +1,4 @@
-"""wfst.compare and wfst.peers: resumable cells, tuning on dev only, tables, peers, goal checks."""
+"""wfst_bench.compare, .systems and .peers: resumable cells, tuning on dev only, tables, peers, goal checks."""
 from __future__ import annotations
 
 import csv
@@ -6,17 +6,18 @@ import io
 import json
 import math
 import os
-import stat
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from wfst.graphs import compile_graph
+from wfst_bench import compare, peers, systems
+from wfst_bench.machine import gpu_name
+from wfst_bench.peers import DecodeRun, PeerUnavailable
 
 import wfst
-from wfst import compare, peers, synthetic
-from wfst.peers import DecodeRun, PeerUnavailable
+from wfst import synthetic
 
 TEXTS = ["ab ba", "abc", "a cab", "ba abc"]
 
@@ -25,7 +26,7 @@ TEXTS = ["ab ba", "abc", "a cab", "ba abc"]
 def tiny_target(tiny, tmp_path):
     r = compile_graph(tmp_path / "g", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=tiny / "lexicon.txt",
                       word_boundary="|", topology="compact")
-    return compare.Target("tiny_compact", r.directory, "char", "compact", tiny / "lm.arpa", word_boundary="|")
+    return systems.Target("tiny_compact", r.directory, "char", "compact", tiny / "lm.arpa", word_boundary="|")
 
 
 # --------------------------------------------------------------------------- cells and resume
@@ -61,7 +62,7 @@ def test_cell_runner_skips_finished_cells(tmp_path):
     assert calls == [0, 1, 2, 0, 1, 2]  # second run: nothing; third (force): everything again
 
 
-class FakeSystem(compare.System):
+class FakeSystem(systems.System):
     """Hypotheses chosen by `param`: on dev, only param=2 is right; on test, only param=3.
     Tuning must pick 2: the test split is never looked at to choose."""
 
@@ -137,7 +138,7 @@ def test_a_tuning_grid_grows_while_the_best_value_is_on_its_edge(tiny_target, tm
 
 
 def test_an_unavailable_peer_gets_a_row_with_the_reason(tiny_target, tmp_path):
-    class Missing(compare.System):
+    class Missing(systems.System):
         def setup(self, target, workdir):
             raise PeerUnavailable("nothing to import here")
 
@@ -152,24 +153,17 @@ def test_an_unavailable_peer_gets_a_row_with_the_reason(tiny_target, tmp_path):
     assert table.splitlines()[-1] == "| a missing peer | not measured: nothing to import here |  |"
 
 
-def test_ensure_venv_reports_why_it_failed(tmp_path):
-    with pytest.raises(PeerUnavailable, match="cannot run"):
-        peers.ensure_venv(tmp_path / "v1", ["x"], base_python=str(tmp_path / "no-such-python"))
-    fake = tmp_path / "fakepython"
-    fake.write_text("#!/bin/sh\necho 'pip says: no matching distribution' >&2\nexit 3\n")
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    with pytest.raises(PeerUnavailable, match=r"exit 3.*no matching distribution"):
-        peers.ensure_venv(tmp_path / "v2", ["x"], base_python=str(fake))
-
-
-def test_ensure_venv_reuses_a_venv_with_the_same_requirements(tmp_path):
-    venv = tmp_path / "v"
+def test_pyctcdecode_venv_is_only_used_and_its_absence_names_the_make_target(tmp_path):
+    with pytest.raises(PeerUnavailable, match=r"venv .*v1 is missing.*`make pyctcdecode-venv PYCTCDECODE_VENV="):
+        peers.pyctcdecode_python(tmp_path / "v1")
+    venv = tmp_path / "v2"
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").write_text("")
-    (venv / ".wfst-requirements").write_text("a==1\nb\n")
-    assert peers.ensure_venv(venv, ["a==1", "b"], base_python="/no/such/python") == venv / "bin" / "python"
-    with pytest.raises(PeerUnavailable):  # other requirements: it must be made again
-        peers.ensure_venv(venv, ["a==2"], base_python=str(tmp_path / "no-such-python"))
+    with pytest.raises(PeerUnavailable, match="incomplete"):  # pip did not finish: no marker
+        peers.pyctcdecode_python(venv)
+    (venv / peers.VENV_MARKER).write_text("pyctcdecode==0.5.0\n")
+    assert peers.pyctcdecode_python(venv) == venv / "bin" / "python"
+    assert not (tmp_path / "v1").exists()  # nothing was made
 
 
 # --------------------------------------------------------------------------- tables
@@ -283,7 +277,7 @@ PYCTC_VENV = Path(__file__).resolve().parent.parent / "build" / "peers" / "pyctc
 
 
 @pytest.mark.skipif(not (PYCTC_VENV / ".wfst-requirements").is_file(),
-                    reason="no pyctcdecode venv (make compare-decoders makes build/peers/pyctcdecode-venv)")
+                    reason="no pyctcdecode venv (make pyctcdecode-venv makes build/peers/pyctcdecode-venv)")
 def test_pyctcdecode_worker_decodes_the_right_words(tiny, tmp_path):
     tokens = wfst.TokenTable.read(tiny / "tokens.txt")
     texts = ["ab ba", "abc", "a cab"]
@@ -299,28 +293,35 @@ def test_pyctcdecode_worker_decodes_the_right_words(tiny, tmp_path):
 # --------------------------------------------------------------------------- end to end
 
 def test_compare_decoders_end_to_end_on_the_tiny_graph(tiny_target, tmp_path):
-    include = ["greedy", "ours-cpu1", "ours-cuda", "kaldi", "flashlight"]
+    include = ["greedy", "ours-cpu1", "ours-cuda", "kaldi", "flashlight", "pyctcdecode"]
     out = tmp_path / "results"
+    code = {"commit": "abc1234", "uncommitted": ["wfst/decoder.py"]}
     res = compare.compare_decoders(out, [tiny_target], dev_texts=TEXTS, test_texts=TEXTS, profiles=["peaky"],
-                                   quick=True, repeat=1, progress=False, include=include)
+                                   quick=True, repeat=1, progress=False, include=include,
+                                   venv=tmp_path / "no-venv", code=code)
     rows = {r["system"]: r for r in res["rows"] if r.get("setting") in (None, "-", "beam=16.0,max_active=7000")}
     assert rows["ours-cpu1"]["wer"] == 0.0 and rows["ours-cpu1"]["tuned"].startswith("acoustic_scale=")
     if "kaldi" in rows and rows["kaldi"]["status"] == "ok":
         assert rows["kaldi"]["wer"] == 0.0
-    if wfst.bench.gpu_name() is None:
+    if gpu_name() is None:
         assert rows["ours-cuda"]["status"] == "not measured: no GPU on this machine"
+    assert rows["pyctcdecode"]["status"].startswith("not measured: pyctcdecode's venv ")
+    assert "make pyctcdecode-venv" in rows["pyctcdecode"]["status"]
+    assert rows["ours-cpu1"]["code"] == code
     flash = [r for r in res["rows"] if r["system"] == "flashlight"]
     assert flash and all(r["status"] == "ok" or r["status"].startswith("not measured: ") for r in flash)
     for name in ("results.md", "results.csv", "tuning.csv", "run.json", "wer_vs_rtfx.png"):
         assert (out / name).is_file(), name
     md = (out / "results.md").read_text()
     assert "SYNTHETIC" in md and "## Goals" in md and "| ours, CPU, 1 thread |" in md
-    if wfst.bench.gpu_name() is None:
+    if gpu_name() is None:
         assert "| ours, CUDA | not measured: no GPU on this machine |" in md
+    assert "commit abc1234;" in md and "Code of the cells: abc1234 + uncommitted changes to wfst/decoder.py (" in md
     assert json.loads((out / "run.json").read_text())["machine"]["cores"] == os.cpu_count()
     # everything again: nothing is recomputed
     again = compare.compare_decoders(out, [tiny_target], dev_texts=TEXTS, test_texts=TEXTS, profiles=["peaky"],
-                                     quick=True, repeat=1, progress=False, include=include)
+                                     quick=True, repeat=1, progress=False, include=include,
+                                     venv=tmp_path / "no-venv", code=code)
     assert again["ran"] == 0 and again["skipped"] == res["ran"]
 
 
@@ -330,7 +331,7 @@ def test_compare_topologies_end_to_end_on_the_tiny_graphs(tiny, tmp_path):
         r = compile_graph(tmp_path / topo, tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa",
                           lexicon=tiny / "lexicon.txt", word_boundary="|", topology=topo,
                           cache_dir=tmp_path / f".cache-{topo}")
-        targets.append(compare.Target(f"tiny_{topo}", r.directory, "char", topo, tiny / "lm.arpa",
+        targets.append(systems.Target(f"tiny_{topo}", r.directory, "char", topo, tiny / "lm.arpa",
                                       word_boundary="|"))
     out = tmp_path / "results"
     res = compare.compare_topologies(out, targets, dev_texts=TEXTS, test_texts=TEXTS, profiles=["demo"],

@@ -1,6 +1,6 @@
 """This process's memory, read from Linux's /proc: resident size, its peak, and what the
 host has available.  Elsewhere every reading is None (and the checks that use it pass).
-(wfst/_pyctcdecode_worker.py has its own copy of rss_mb: it runs in another environment.)"""
+(benchmarks/pyctcdecode_worker.py has its own copy of rss_mb: it runs in another environment.)"""
 from __future__ import annotations
 
 

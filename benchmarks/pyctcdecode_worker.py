@@ -1,9 +1,9 @@
-"""Child process of wfst.peers.PyctcdecodeDecoder, run by the Python of pyctcdecode's own venv.
+"""Child process of wfst_bench.peers.PyctcdecodeDecoder, run by the Python of pyctcdecode's own venv.
 
-    python _pyctcdecode_worker.py job.json
+    python pyctcdecode_worker.py job.json
 
-Imports only the standard library, NumPy and pyctcdecode (never `wfst`: the venv has
-numpy<2 and not this package).  The job names an ``.npz`` with ``frames`` (every
+Imports only the standard library, NumPy and pyctcdecode (never `wfst` or `wfst_bench`: the
+venv has numpy<2 and neither package).  The job names an ``.npz`` with ``frames`` (every
 utterance's frames one after another, (ΣT, V) log-probabilities) and ``lengths``,
 pyctcdecode's labels, the ARPA file, a unigram file and the settings; the result (JSON)
 holds one hypothesis per utterance, the decoding seconds (best of ``repeat`` passes,

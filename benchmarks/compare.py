@@ -1,8 +1,9 @@
 """Comparison experiments: topologies and decoders side by side, tuned on dev, measured on test.
 
 `make compare-topologies` and `make compare-decoders` (``recipes/compare_*.py``) call
-:func:`run_experiment` with a list of :class:`Target` graphs and a list of
-:class:`System` decoders, then write a results folder (:func:`write_results`):
+:func:`run_experiment` with a list of :class:`~wfst_bench.systems.Target` graphs and a list
+of :class:`~wfst_bench.systems.System` decoders (the adapters ``wfst-bench`` uses too), then
+write a results folder (:func:`write_results`):
 
     results.md      settings, machine, tuned values, the tables, the goal checks
     results.csv     one row per measured (graph, emissions, decoder, setting)
@@ -18,6 +19,8 @@
 again (:class:`CellStore`), so an interrupted run goes on where it stopped and a finished
 one only redraws its tables.  Settings include the graph's fingerprint, a digest of the
 emissions and the decoder's version, so a changed input reruns the cells it touches.
+Every cell also records the code that made it (commit and uncommitted changes), as the
+recipe passes it in (``code=``): nothing here runs git.
 
 **Tuning.** Each system's LM weight and word-insertion knob are chosen on the dev split
 (``recipes/demo/data/dev.txt``): every combination of its grid is decoded at the system's
@@ -34,15 +37,12 @@ from __future__ import annotations
 import csv
 import dataclasses
 import datetime
-import hashlib
 import io
 import json
 import math
 import os
-import platform
 import re
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -50,23 +50,23 @@ from pathlib import Path
 
 import numpy as np
 
-from .files import atomic_path, write_text_atomic
-from .memory import PeakMemory
-from .peers import (
-    DecodeRun,
-    FlashlightDecoder,
-    FlashlightSettings,
-    PeerUnavailable,
-    PyctcdecodeDecoder,
-    PyctcdecodeSettings,
-    ensure_venv,
-    graph_lexicon,
-    lm_weight_for,
-    pyctcdecode_labels,
-    save_frames_npz,
+import wfst
+from wfst.files import atomic_path, write_text_atomic
+from wfst.scoring import rtfx, word_errors
+from wfst.synthetic import from_texts
+
+from .machine import machine_info
+from .peers import PYCTCDECODE_VENV, DecodeRun, PeerUnavailable, lm_weight_for
+from .systems import (
+    EmissionSet,
+    FlashlightSystem,
+    GreedySystem,
+    KaldiSystem,
+    OursSystem,
+    PyctcdecodeSystem,
+    System,
+    Target,
 )
-from .scoring import rtfx, word_errors
-from .synthetic import detokenize, from_texts, greedy_ctc
 
 PROFILES = {
     "demo": {},  # wfst.synthetic's defaults: 1-3 frames per token, 0-2 blank frames after it
@@ -161,354 +161,22 @@ class CellRunner:
         self.bar.close()
 
 
-# --------------------------------------------------------------------------- inputs
-
-@dataclasses.dataclass(frozen=True)
-class Target:
-    """A graph to decode with, and how its token set spells text."""
-
-    name: str  # e.g. "char_compact"
-    graph_dir: Path
-    token_set: str  # "char" or "bpe"
-    topology: str
-    arpa: Path  # the LM the graph was built from (peers read it directly)
-    spm: Path | None = None
-    word_boundary: str | None = None
-
-
-@dataclasses.dataclass(eq=False)
-class EmissionSet:
-    """SYNTHETIC emissions of one split's sentences for one token set and profile."""
-
-    split: str
-    profile: str
-    texts: list[str]
-    log_probs: np.ndarray
-    lengths: np.ndarray
-    digest: str
-    in_vocabulary: np.ndarray | None = None  # per utterance: every word is in the graph's vocabulary
-    npz: Path | None = None
-
-    @property
-    def frames(self) -> int:
-        return int(np.sum(self.lengths))
-
+# --------------------------------------------------------------------------- the experiment
 
 def make_emissions(target: Target, tokens, texts: Sequence[str], split: str, profile: str, seed: int,
                    vocabulary: set[str] | None = None) -> EmissionSet:
+    """SYNTHETIC emissions of `texts` in `profile`, spelled as `target`'s token set spells them."""
     log_probs, lengths = from_texts(list(texts), tokens, spm=target.spm, word_boundary=target.word_boundary,
                                     seed=seed, **PROFILES[profile])
-    h = hashlib.sha256()
-    h.update(np.ascontiguousarray(log_probs).tobytes())
-    h.update(np.ascontiguousarray(lengths).tobytes())
     iv = None if vocabulary is None else np.array([all(w in vocabulary for w in t.split()) for t in texts])
-    return EmissionSet(split, profile, list(texts), log_probs, lengths, h.hexdigest()[:20], iv)
+    return EmissionSet.of(split, profile, texts, log_probs, lengths, iv)
 
-
-def write_emissions_npz(em: EmissionSet, folder: Path) -> Path:
-    """The emissions as an .npz for a decoder in another process (:func:`wfst.peers.save_frames_npz`), written once."""
-    path = Path(folder) / f"{em.split}_{em.profile}_{em.digest}.npz"
-    if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        save_frames_npz(path, em.log_probs, em.lengths)
-    em.npz = path
-    return path
-
-
-# --------------------------------------------------------------------------- systems
-
-class System:
-    """A decoder with a tuning grid (dev), a tuning setting and test settings.
-
-    Subclasses implement :meth:`setup` (may raise :class:`PeerUnavailable`) and
-    :meth:`decode`.  `tuned_like` names another system whose tuned values this one
-    reuses (the same decoder with more threads, say) instead of tuning again."""
-
-    family = ""
-
-    def __init__(self, key: str, label: str, *, grid: dict[str, Sequence] | None = None,
-                 grid_kind: dict[str, str] | None = None, max_extend: int = 3,
-                 tune_point: dict | None = None, points: Sequence[dict] = ({},), tuned_like: str | None = None,
-                 fixed: dict | None = None):
-        self.key, self.label = key, label
-        self.grid = dict(grid or {})
-        # How a grid dimension grows when the best value is on its edge: "geometric" (weights,
-        # scales) or "arithmetic" (insertion scores); at most `max_extend` steps a side.
-        self.grid_kind = dict(grid_kind or {})
-        self.max_extend = max_extend
-        self.tune_point = dict(tune_point or (points[0] if points else {}))
-        self.points = [dict(p) for p in points]
-        self.tuned_like = tuned_like
-        self.fixed = dict(fixed or {})
-
-    def grid_points(self, grid: dict[str, Sequence] | None = None) -> list[dict]:
-        grid = self.grid if grid is None else grid
-        names = list(grid)
-        combos = [{}]
-        for n in names:
-            combos = [{**c, n: v} for c in combos for v in grid[n]]
-        return combos if names else []
-
-    def setup(self, target: Target, workdir: Path) -> None:
-        """Load what the system needs for `target`; raise PeerUnavailable if it cannot run."""
-
-    def identity(self) -> dict:
-        """What, besides the settings, decides this system's output (versions)."""
-        return {"family": self.family, "fixed": self.fixed}
-
-    def decode(self, em: EmissionSet, params: dict, *, timed: bool, repeat: int = 1) -> DecodeRun:
-        raise NotImplementedError
-
-    def teardown(self) -> None:
-        pass
-
-
-def _versions(*packages) -> dict:
-    from importlib import metadata
-
-    out = {}
-    for p in packages:
-        try:
-            out[p] = metadata.version(p)
-        except metadata.PackageNotFoundError:
-            out[p] = None
-    return out
-
-
-class GreedySystem(System):
-    """Best-path CTC: per-frame argmax, repeats merged, blanks dropped (no LM)."""
-
-    family = "greedy"
-
-    def setup(self, target, workdir):
-        from .graph import load_graph
-
-        self.tokens = load_graph(target.graph_dir).tokens
-        self.word_boundary = target.word_boundary
-
-    def decode(self, em, params, *, timed, repeat=1):
-        best = None
-        with PeakMemory() as mem:
-            for _ in range(max(1, repeat)):
-                start = time.perf_counter()
-                seqs = greedy_ctc(em.log_probs, em.lengths, self.tokens.blank)
-                seconds = time.perf_counter() - start
-                best = seconds if best is None else min(best, seconds)
-        hyps = [detokenize(s, self.tokens, word_boundary=self.word_boundary).split() for s in seqs]
-        return DecodeRun(hyps, best, None, mem.mb)
-
-
-class OursSystem(System):
-    """Our decoder, CPU (``threads`` threads; None: all cores) or CUDA."""
-
-    family = "ours"
-
-    def __init__(self, key, label, *, device: str = "cpu", threads: int | None = 1, batch_size: int = 64, **kw):
-        super().__init__(key, label, **kw)
-        self.device, self.threads, self.batch_size = device, threads, batch_size
-        self.fixed.update(device=device, batch_size=batch_size, **({"threads": threads} if device == "cpu" else {}))
-
-    def setup(self, target, workdir):
-        from .bench import gpu_name
-        from .graph import load_graph
-
-        if self.device == "cuda":
-            self.gpu = gpu_name()
-            if self.gpu is None:
-                raise PeerUnavailable("no GPU on this machine")
-            try:
-                import cupy  # noqa: F401
-            except ImportError as e:
-                raise PeerUnavailable(f"CuPy is not installed (pip install '.[cuda]'): {e}") from None
-        self.graph_dir = target.graph_dir
-        self.graph = load_graph(target.graph_dir)
-        self.fixed["graph"] = self.graph.info.get("fingerprint")
-
-    def identity(self):
-        return {**super().identity(), **_versions("wfst-ctc", "numba")}
-
-    def _decoder(self, graph, params, threads):
-        from .decoder import Decoder
-
-        opts = {k: v for k, v in {**self.fixed, **params}.items()
-                if k in ("beam", "max_active", "min_active", "acoustic_scale", "blank_penalty", "token_top_n")}
-        if self.device == "cpu":
-            opts["num_threads"] = threads
-        return Decoder(graph, device=self.device, **opts)
-
-    def decode(self, em, params, *, timed, repeat=1):
-        from .graph import load_graph
-
-        x, n = em.log_probs, em.lengths
-        chunks = [(lo, min(lo + self.batch_size, len(n))) for lo in range(0, len(n), self.batch_size)]
-        if self.device == "cuda":
-            import cupy
-
-            batches = [(cupy.asarray(x[lo:hi]), n[lo:hi]) for lo, hi in chunks]
-            cupy.cuda.Device().synchronize()
-        else:
-            batches = [(np.ascontiguousarray(x[lo:hi]), n[lo:hi]) for lo, hi in chunks]
-        # Timed cells load the graph inside the memory measurement, so that it counts.
-        with PeakMemory() as mem:
-            graph = load_graph(self.graph_dir) if timed else self.graph
-            # Untimed (tuning) cells only need the words: they use every core.
-            dec = self._decoder(graph, params, self.threads if timed else None)
-            dec.decode(batches[0][0][:1], batches[0][1][:1])  # compile / warm up outside the timing
-            best = None
-            for _ in range(max(1, repeat)):
-                results, seconds, token_frames = [], 0.0, 0.0
-                for xb, nb in batches:
-                    results += dec.decode(xb, nb)
-                    seconds += dec.stats.seconds
-                    token_frames += dec.stats.tokens_per_frame * dec.stats.frames
-                best = seconds if best is None else min(best, seconds)
-            del dec, graph
-        if self.device == "cuda":
-            import cupy
-
-            peak = cupy.get_default_memory_pool().total_bytes() / 2**20
-        else:
-            peak = mem.mb
-        return DecodeRun([list(r.words) for r in results], best, token_frames / max(em.frames, 1), peak)
-
-
-class KaldiSystem(System):
-    """Kaldi's FasterDecoder (``kaldi-decoder``) on the same TLG, one utterance at a time."""
-
-    family = "kaldi"
-
-    def setup(self, target, workdir):
-        from .graph import FST_NAME, load_graph
-
-        try:
-            import kaldi_decoder  # noqa: F401
-            import kaldifst  # noqa: F401
-        except ImportError as e:
-            raise PeerUnavailable(f"kaldi-decoder is not installed (pip install kaldi-decoder kaldifst): {e}") from None
-        g = load_graph(target.graph_dir)
-        self.words, self.blank = g.words, g.tokens.blank
-        self.fst = Path(target.graph_dir) / FST_NAME
-        self.fixed["graph"] = g.info.get("fingerprint")
-        self._cache = {}
-
-    def identity(self):
-        return {**super().identity(), **_versions("kaldi-decoder", "kaldifst")}
-
-    def _make(self, p):
-        from .kaldi_reference import KaldiFasterDecoder
-
-        return KaldiFasterDecoder(self.fst, beam=p["beam"], max_active=p["max_active"],
-                                  min_active=p.get("min_active", 20), acoustic_scale=p.get("acoustic_scale", 1.0),
-                                  blank_penalty=p.get("blank_penalty", 0.0), blank_column=self.blank)
-
-    def decode(self, em, params, *, timed, repeat=1):
-        p = {**self.fixed, **params}
-        with PeakMemory() as mem:
-            if timed:
-                kd = self._make(p)
-            else:  # tuning: keep the FST loaded per beam setting, change the scales
-                k = (p["beam"], p["max_active"], p.get("min_active", 20))
-                kd = self._cache.get(k) or self._cache.setdefault(k, self._make(p))
-                kd.acoustic_scale, kd.blank_penalty = p.get("acoustic_scale", 1.0), p.get("blank_penalty", 0.0)
-            best = None
-            for _ in range(max(1, repeat)):
-                before = kd.seconds
-                out = kd.decode(em.log_probs, em.lengths)
-                seconds = kd.seconds - before
-                best = seconds if best is None else min(best, seconds)
-            del kd
-        return DecodeRun([[self.words[w] for w in r.word_ids] for r in out], best, None, mem.mb)
-
-    def teardown(self):
-        self._cache = {}
-
-
-class FlashlightSystem(System):
-    """flashlight-text's LexiconDecoder + KenLM on the ARPA, over the graph's lexicon."""
-
-    family = "flashlight"
-
-    def setup(self, target, workdir):
-        from .graph import load_graph
-
-        try:
-            import flashlight.lib.text.decoder  # noqa: F401
-        except ImportError as e:
-            raise PeerUnavailable(f"flashlight-text is not installed (pip install flashlight-text): {e}") from None
-        g = load_graph(target.graph_dir)
-        self.lexicon = graph_lexicon(g.words.symbols, g.tokens, spm=target.spm, word_boundary=target.word_boundary)
-        self.args = (target.arpa, self.lexicon, g.tokens.num_columns, g.tokens.blank,
-                     g.tokens.symbols.index(target.word_boundary) if target.word_boundary else None)
-        self.fixed["lexicon_words"] = len(self.lexicon)
-        self.fixed["lm"] = _file_digest(target.arpa)
-        self.decoder = FlashlightDecoder(*self.args)
-
-    def identity(self):
-        return {**super().identity(), **_versions("flashlight-text")}
-
-    def decode(self, em, params, *, timed, repeat=1):
-        s = FlashlightSettings(**{k: v for k, v in {**self.fixed, **params}.items()
-                                  if k in {f.name for f in dataclasses.fields(FlashlightSettings)}})
-        with PeakMemory() as mem:
-            dec = FlashlightDecoder(*self.args) if timed else self.decoder
-            best = None
-            for _ in range(max(1, repeat)):
-                run = dec.decode(em.log_probs, em.lengths, s)
-                best = run.seconds if best is None else min(best, run.seconds)
-            del dec
-        return DecodeRun(run.hyps, best, None, mem.mb)
-
-    def teardown(self):
-        self.decoder = None
-
-
-class PyctcdecodeSystem(System):
-    """pyctcdecode 0.5.0 + kenlm in its own venv (numpy<2), in a child process."""
-
-    family = "pyctcdecode"
-
-    def __init__(self, key, label, *, venv: str | os.PathLike = "build/peers/pyctcdecode-venv", **kw):
-        super().__init__(key, label, **kw)
-        self.venv = Path(venv)
-
-    def setup(self, target, workdir):
-        from .graph import load_graph
-
-        g = load_graph(target.graph_dir)
-        python = ensure_venv(self.venv)
-        words = list(graph_lexicon(g.words.symbols, g.tokens, spm=target.spm, word_boundary=target.word_boundary))
-        self.workdir = workdir
-        self.decoder = PyctcdecodeDecoder(self.venv, target.arpa, pyctcdecode_labels(g.tokens, target.word_boundary),
-                                          words, python=python, workdir=workdir / "work" / f"pyctcdecode-{target.name}")
-        self.fixed["lm"] = _file_digest(target.arpa)
-        self.fixed["unigrams"] = len(words)
-        self.target_name = target.name
-
-    def identity(self):
-        return {**super().identity(), **self.decoder.version}
-
-    def decode(self, em, params, *, timed, repeat=1):
-        s = PyctcdecodeSettings(**{k: v for k, v in {**self.fixed, **params}.items()
-                                   if k in {f.name for f in dataclasses.fields(PyctcdecodeSettings)}})
-        npz = em.npz or write_emissions_npz(em, self.workdir / "work" / "emissions")
-        return self.decoder.decode(npz, s, repeat=repeat)
-
-
-def _file_digest(path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()[:20]
-
-
-# --------------------------------------------------------------------------- the experiment
 
 def _fmt_params(params: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in params.items()) or "-"
 
 
-def _result(em: EmissionSet, run: DecodeRun) -> dict:
+def _result(em: EmissionSet, run: DecodeRun, code: dict | None) -> dict:
     e = word_errors(em.texts, run.hyps)
     iv_wer = None
     if em.in_vocabulary is not None and em.in_vocabulary.any():
@@ -519,7 +187,7 @@ def _result(em: EmissionSet, run: DecodeRun) -> dict:
             "rtfx": rtfx(em.frames, run.seconds) if run.seconds > 0 else None,
             "tokens_per_frame": run.tokens_per_frame, "peak_mb": run.peak_mb,
             "load_average": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
-            "code": code_state(), "example": " ".join(run.hyps[0]) if run.hyps else ""}
+            "code": code, "example": " ".join(run.hyps[0]) if run.hyps else ""}
 
 
 def extend_value(values: Sequence[float], side: str, kind: str) -> float | None:
@@ -566,18 +234,16 @@ def choose(tuning: list[tuple[dict, dict]]) -> tuple[dict, dict] | None:
 def run_experiment(out: str | os.PathLike, targets: Sequence[Target], systems: Callable[[Target], list[System]], *,
                    dev_texts: Sequence[str], test_texts: Sequence[str], profiles: Sequence[str] = tuple(PROFILES),
                    seed: int = 0, repeat: int = 2, progress: bool = True, force: bool = False,
-                   retime: bool = False, desc: str = "cells") -> dict:
+                   retime: bool = False, desc: str = "cells", code: dict | None = None) -> dict:
     """Tune every system on dev and measure it on test, for every target and profile.
 
-    `systems(target)` returns the systems to run on that target.  Returns ``{"rows":
-    [...], "tuning": [...], "ran": n, "skipped": n}``: one row per test cell (or one per
-    system that could not run, with ``status``), one tuning row per dev cell.
+    `systems(target)` returns the systems to run on that target.  `code` (the commit and
+    the uncommitted changes, as the recipe found them) is recorded in every cell run now.
+    Returns ``{"rows": [...], "tuning": [...], "ran": n, "skipped": n}``: one row per test
+    cell (or one per system that could not run, with ``status``), one tuning row per dev cell.
     """
-    from .graph import load_graph
-
     out = Path(out)
     store = CellStore(out / "cells")
-    code_state()  # the code imported now is the code that runs
     plan = []
     total = 0
     # Grouped by token set and profile: the topologies of a token set decode the same emissions.
@@ -596,7 +262,7 @@ def run_experiment(out: str | os.PathLike, targets: Sequence[Target], systems: C
         for t, profile, sys_list in plan:
             key = (t.token_set, profile)
             if key not in emissions:  # same token set, same emissions: every topology decodes the same input
-                g = load_graph(t.graph_dir)
+                g = wfst.load_graph(t.graph_dir)
                 vocab = set(g.words.symbols) if g.words is not None else None
                 emissions.clear()
                 emissions[key] = (make_emissions(t, g.tokens, dev_texts, "dev", profile, seed, vocab),
@@ -633,7 +299,7 @@ def run_experiment(out: str | os.PathLike, targets: Sequence[Target], systems: C
                                         "identity": ident, "fixed": s.fixed, "point": s.tune_point, "params": gp}
                             res = runner(f"{t.name}/{profile}/dev/{s.key}/{k}", settings,
                                          lambda gp=gp: _result(dev, s.decode(dev, {**s.tune_point, **gp},
-                                                                             timed=False)))
+                                                                             timed=False), code))
                             results.append((gp, res))
                             tuning_rows.append({**base, "split": "dev", "setting": _fmt_params(s.tune_point),
                                                 "params": k, **_brief(res)})
@@ -652,7 +318,7 @@ def run_experiment(out: str | os.PathLike, targets: Sequence[Target], systems: C
                                 "fixed": s.fixed, "point": point, "params": params, "repeat": repeat}
                     res = runner(f"{t.name}/{profile}/test/{s.key}/{_fmt_params(point)}", settings,
                                  lambda point=point: _result(test, s.decode(test, {**point, **params}, timed=True,
-                                                                            repeat=repeat)), timed=True)
+                                                                            repeat=repeat), code), timed=True)
                     rows.append({**base, "status": "ok", "setting": _fmt_params(point), "point": point,
                                  "tuned": _fmt_params(params), "params": params, "dev_wer": dev_wer, **res})
                 s.teardown()
@@ -672,12 +338,10 @@ def _load_range(rows: Sequence[dict]) -> list[float] | None:
 
 def _iv_count(texts: Sequence[str], targets: Sequence[Target]) -> int | None:
     """How many of `texts` have every word in the first target graph's vocabulary."""
-    from .symbols import WordTable
-
     words = Path(targets[0].graph_dir) / "words.txt" if targets else None
     if words is None or not words.is_file():
         return None
-    vocab = set(WordTable.read(words).symbols)
+    vocab = set(wfst.WordTable.read(words).symbols)
     return sum(all(w in vocab for w in t.split()) for t in texts)
 
 
@@ -685,55 +349,16 @@ def _brief(res: dict) -> dict:
     return {k: res.get(k) for k in ("wer", "sub", "ins", "del", "seconds", "rtfx", "code")}
 
 
-# --------------------------------------------------------------------------- machine
+# --------------------------------------------------------------------------- code state
 
-_CODE_STATE: dict | None = None
-
-
-def code_state() -> dict:
-    """The checkout's commit and its uncommitted changes to the library (once per process).
-
-    Recorded in every cell, since a long run may reuse cells made by an earlier version."""
-    global _CODE_STATE
-    if _CODE_STATE is None:
-        root = Path(__file__).resolve().parent.parent
-
-        def git(*args):
-            try:
-                p = subprocess.run(["git", *args], capture_output=True, text=True, cwd=root, timeout=20)
-                return p.stdout if p.returncode == 0 else None
-            except (OSError, subprocess.SubprocessError):
-                return None
-
-        commit = (git("rev-parse", "--short", "HEAD") or "").strip() or None
-        status = git("status", "--porcelain", "--untracked-files=no", "--", "wfst", "kernels", "graphs")
-        _CODE_STATE = {"commit": commit,
-                       "uncommitted": sorted(line[3:] for line in (status or "").splitlines() if line.strip())}
-    return _CODE_STATE
+def _machine(code: dict | None) -> dict:
+    """The machine, and the commit the report is written at (None: not told)."""
+    return {**machine_info(), "commit": (code or {}).get("commit")}
 
 
 def _code_text(state: dict) -> str:
     extra = state.get("uncommitted") or []
     return f"{state.get('commit')}" + (f" + uncommitted changes to {', '.join(extra)}" if extra else "")
-
-
-def machine_info() -> dict:
-    from .bench import machine
-
-    m = machine()
-    commit = code_state()["commit"]
-    mem = None
-    try:
-        for line in open("/proc/meminfo"):
-            if line.startswith("MemTotal:"):
-                mem = round(int(line.split()[1]) / 2**20, 1)
-    except OSError:
-        pass
-    return {**m, "memory_gib": mem, "platform": platform.platform(), "python": platform.python_version(),
-            "commit": commit, "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg")
-            else None, "date": datetime.datetime.now().isoformat(timespec="seconds"),
-            "versions": _versions("wfst-ctc", "numpy", "numba", "kaldi-decoder", "kaldifst", "flashlight-text",
-                                  "kenlm")}
 
 
 # --------------------------------------------------------------------------- tables
@@ -1019,7 +644,7 @@ def topology_systems(quick: bool = False) -> Callable[[Target], list[System]]:
     return make
 
 
-def decoder_systems(quick: bool = False, venv: str | os.PathLike = "build/peers/pyctcdecode-venv",
+def decoder_systems(quick: bool = False, venv: str | os.PathLike = PYCTCDECODE_VENV,
                     include: Sequence[str] | None = None) -> Callable[[Target], list[System]]:
     """greedy; ours (CPU 1 thread, with FLToP top-4, all cores, CUDA); Kaldi; flashlight; pyctcdecode."""
     def make(target: Target) -> list[System]:
@@ -1143,25 +768,35 @@ def systems_markdown(systems: Sequence[System]) -> str:
     return "\n".join(lines)
 
 
-def compare_topologies(out: str | os.PathLike, targets: Sequence[Target], *, dev_texts: Sequence[str],
-                       test_texts: Sequence[str], profiles: Sequence[str] = tuple(PROFILES), seed: int = 0,
-                       repeat: int = 2, quick: bool = False, progress: bool = True, force: bool = False,
-                       retime: bool = False) -> dict:
-    """normal / compact / minimal TLGs side by side: sizes, build costs, WER, RTFx, tokens/frame, memory."""
+def _run(experiment: str, out, targets: Sequence[Target], systems, *, dev_texts, test_texts, profiles, seed, repeat,
+         quick, progress, force, retime, code) -> tuple[dict, dict]:
+    """:func:`run_experiment`, and what run.json and results.md say about the run: (result, run_info)."""
     t0 = time.time()
-    machine = machine_info()
-    systems = topology_systems(quick)
+    machine = _machine(code)
     res = run_experiment(out, targets, systems, dev_texts=dev_texts, test_texts=test_texts, profiles=profiles,
-                         seed=seed, repeat=repeat, progress=progress, force=force, retime=retime,
-                         desc="compare-topologies")
-    graphs = {t.name: graph_row(t) for t in targets}
-    rows = _pct([{**graphs[r["target"]], **r} for r in res["rows"]])
-    run_info = {"experiment": "compare-topologies", "machine": machine, "seed": seed, "repeat": repeat,
+                         seed=seed, repeat=repeat, progress=progress, force=force, retime=retime, desc=experiment,
+                         code=code)
+    run_info = {"experiment": experiment, "machine": machine, "seed": seed, "repeat": repeat,
                 "quick": quick, "profiles": list(profiles), "dev_utterances": len(dev_texts),
                 "test_utterances": len(test_texts), "test_in_vocabulary": res["test_in_vocabulary"],
                 "ran": res["ran"], "skipped": res["skipped"], "code_states": code_states(res),
                 "measured": res["measured"], "timed_load": _load_range(res["rows"]),
                 "seconds": time.time() - t0, "targets": [dataclasses.asdict(t) for t in targets]}
+    return res, run_info
+
+
+def compare_topologies(out: str | os.PathLike, targets: Sequence[Target], *, dev_texts: Sequence[str],
+                       test_texts: Sequence[str], profiles: Sequence[str] = tuple(PROFILES), seed: int = 0,
+                       repeat: int = 2, quick: bool = False, progress: bool = True, force: bool = False,
+                       retime: bool = False, code: dict | None = None) -> dict:
+    """normal / compact / minimal TLGs side by side: sizes, build costs, WER, RTFx, tokens/frame, memory.
+    `code`: the commit (and uncommitted changes) the recipe runs, recorded per cell and in results.md."""
+    systems = topology_systems(quick)
+    res, run_info = _run("compare-topologies", out, targets, systems, dev_texts=dev_texts, test_texts=test_texts,
+                         profiles=profiles, seed=seed, repeat=repeat, quick=quick, progress=progress, force=force,
+                         retime=retime, code=code)
+    graphs = {t.name: graph_row(t) for t in targets}
+    rows = _pct([{**graphs[r["target"]], **r} for r in res["rows"]])
     graph_cols = [Column("target", "graph"), Column("columns", "tokens"), Column("states", "TLG states", "{:,}"),
                   Column("arcs", "TLG arcs", "{:,}"), Column("epsilon_arcs", "epsilon arcs", "{:,}"),
                   Column("file_mb", "TLG.fst MiB", "{:.1f}"), Column("build_seconds", "build s", "{:.1f}"),
@@ -1206,22 +841,15 @@ def compare_topologies(out: str | os.PathLike, targets: Sequence[Target], *, dev
 def compare_decoders(out: str | os.PathLike, targets: Sequence[Target], *, dev_texts: Sequence[str],
                      test_texts: Sequence[str], profiles: Sequence[str] = tuple(PROFILES), seed: int = 0,
                      repeat: int = 2, quick: bool = False, progress: bool = True, force: bool = False,
-                     retime: bool = False, venv: str | os.PathLike = "build/peers/pyctcdecode-venv",
-                     include: Sequence[str] | None = None) -> dict:
-    """greedy, ours (CPU, CUDA), Kaldi, flashlight-text, pyctcdecode on the same emissions, LM and lexicon."""
-    t0 = time.time()
-    machine = machine_info()
+                     retime: bool = False, venv: str | os.PathLike = PYCTCDECODE_VENV,
+                     include: Sequence[str] | None = None, code: dict | None = None) -> dict:
+    """greedy, ours (CPU, CUDA), Kaldi, flashlight-text, pyctcdecode on the same emissions, LM and lexicon.
+    `venv`: pyctcdecode's (``make pyctcdecode-venv``); `code`: as for :func:`compare_topologies`."""
     systems = decoder_systems(quick, venv, include)
-    res = run_experiment(out, targets, systems, dev_texts=dev_texts, test_texts=test_texts, profiles=profiles,
-                         seed=seed, repeat=repeat, progress=progress, force=force, retime=retime,
-                         desc="compare-decoders")
+    res, run_info = _run("compare-decoders", out, targets, systems, dev_texts=dev_texts, test_texts=test_texts,
+                         profiles=profiles, seed=seed, repeat=repeat, quick=quick, progress=progress, force=force,
+                         retime=retime, code=code)
     rows = _pct(res["rows"])
-    run_info = {"experiment": "compare-decoders", "machine": machine, "seed": seed, "repeat": repeat,
-                "quick": quick, "profiles": list(profiles), "dev_utterances": len(dev_texts),
-                "test_utterances": len(test_texts), "test_in_vocabulary": res["test_in_vocabulary"],
-                "ran": res["ran"], "skipped": res["skipped"], "code_states": code_states(res),
-                "measured": res["measured"], "timed_load": _load_range(res["rows"]),
-                "seconds": time.time() - t0, "targets": [dataclasses.asdict(t) for t in targets]}
     cols = [Column("target", "graph"), Column("profile", "emissions"), Column("label", "decoder"),
             Column("setting", "setting"), Column("wer_pct", "WER %", "{:.2f}"),
             Column("iv_wer_pct", "in-vocab WER %", "{:.2f}"), Column("rtfx", "RTFx", "{:,.0f}"),

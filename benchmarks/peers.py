@@ -5,9 +5,11 @@
   graph's own lexicon (:func:`graph_lexicon`), in this process.
 * :class:`PyctcdecodeDecoder` — pyctcdecode's beam search with the same ARPA through
   ``kenlm``.  pyctcdecode 0.5.0 pins ``numpy<2``, so it runs in a virtual environment of
-  its own (:func:`ensure_venv`, made on first use) and decodes in a child process
-  (``wfst/_pyctcdecode_worker.py``, which imports nothing from this package); emissions
-  travel as an ``.npz`` file.
+  its own, which ``make pyctcdecode-venv`` makes (``make compare-decoders`` runs it first;
+  nothing here installs anything: :func:`pyctcdecode_python` only finds it), and decodes
+  in a child process (``pyctcdecode_worker.py`` beside this file, which imports nothing
+  from ``wfst``); emissions travel as an ``.npz`` file.
+* Kaldi's FasterDecoder is in :mod:`wfst_bench.kaldi`.
 
 A peer that cannot be installed or run raises :class:`PeerUnavailable` with the reason, so
 that tables can say why its row is empty instead of leaving it out.
@@ -26,7 +28,6 @@ import json
 import math
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -34,13 +35,16 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import WfstError
-from .symbols import BOS, EOS, EPSILON, WORD_DISAMBIG, TokenTable
-from .synthetic import tokenize
+from wfst import TokenTable, WfstError
+from wfst.files import atomic_path
+from wfst.synthetic import tokenize
 
-PYCTCDECODE_REQUIREMENTS = ("pyctcdecode==0.5.0", "numpy<2", "kenlm")
-_WORKER = Path(__file__).resolve().parent / "_pyctcdecode_worker.py"
-_WORD_SPECIALS = {EPSILON, WORD_DISAMBIG, BOS, EOS}
+_WORKER = Path(__file__).resolve().parent / "pyctcdecode_worker.py"
+_WORD_SPECIALS = {"<eps>", "#0", "<s>", "</s>"}  # words.txt's entries that are not words
+# The venv `make pyctcdecode-venv` makes, and the file it writes there once pip has installed
+# benchmarks/pyctcdecode-requirements.txt (a copy of it).
+PYCTCDECODE_VENV = Path("build/peers/pyctcdecode-venv")
+VENV_MARKER = ".wfst-requirements"
 
 
 class PeerUnavailable(WfstError, RuntimeError):
@@ -67,7 +71,8 @@ class DecodeRun:
     hyps: list[list[str]]
     seconds: float
     tokens_per_frame: float | None = None
-    peak_mb: float | None = None  # peak resident memory above what the process held before
+    peak_mb: float | None = None  # peak resident memory above what the process held before (CUDA: GPU pool)
+    process_peak_mb: float | None = None  # the process's whole peak resident memory meanwhile (VmHWM)
 
 
 # --------------------------------------------------------------------------- lexicon
@@ -196,44 +201,23 @@ def pyctcdecode_labels(tokens: TokenTable, word_boundary: str | None = None) -> 
 def save_frames_npz(path: str | os.PathLike, log_probs: np.ndarray, lengths: Sequence[int]) -> None:
     """Emissions for a decoder in another process: ``frames`` (each utterance's frames one
     after another, no padding: float32 (ΣT, V)) and ``lengths``, written atomically."""
-    from .files import atomic_path
-
     lengths = np.asarray(lengths, dtype=np.int32)
     frames = np.concatenate([np.asarray(log_probs[b, :int(n)], dtype=np.float32) for b, n in enumerate(lengths)])
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         np.savez(f, frames=frames, lengths=lengths)
 
 
-def _venv_python(venv: Path) -> Path:
-    return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+def pyctcdecode_python(venv: str | os.PathLike = PYCTCDECODE_VENV) -> Path:
+    """The Python of pyctcdecode's venv at `venv`, made by ``make pyctcdecode-venv``.
 
-
-def ensure_venv(venv: str | os.PathLike, requirements: Sequence[str] = PYCTCDECODE_REQUIREMENTS, *,
-                base_python: str | None = None, quiet: bool = True) -> Path:
-    """A virtual environment at `venv` with `requirements` installed; made on first use.
-
-    The requirements installed are recorded in the venv, which is reused while they match.
-    Returns its Python.  Raises :class:`PeerUnavailable` with pip's last words if it cannot
-    be made."""
+    Raises :class:`PeerUnavailable`, naming that make target, when it is missing or was
+    left half made (pip did not finish: no marker file)."""
     venv = Path(venv)
-    marker = venv / ".wfst-requirements"
-    want = "\n".join(requirements) + "\n"
-    python = _venv_python(venv)
-    if python.is_file() and marker.is_file() and marker.read_text() == want:
-        return python
-    base = base_python or sys.executable
-    steps = [[base, "-m", "venv", "--clear", os.fspath(venv)],
-             [os.fspath(python), "-m", "pip", "install", "--disable-pip-version-check",
-              *(["--quiet"] if quiet else []), *requirements]]
-    for cmd in steps:
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True)
-        except OSError as e:
-            raise PeerUnavailable(f"cannot run {cmd[0]}: {e}") from None
-        if p.returncode != 0:
-            tail = " ".join((p.stderr or p.stdout).strip().splitlines()[-3:])
-            raise PeerUnavailable(f"`{' '.join(cmd[1:4])} ...` failed (exit {p.returncode}): {tail}")
-    marker.write_text(want)
+    python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    if not python.is_file() or not (venv / VENV_MARKER).is_file():
+        raise PeerUnavailable(f"pyctcdecode's venv {venv} is missing or incomplete: `make pyctcdecode-venv"
+                              + ("" if venv == PYCTCDECODE_VENV else f" PYCTCDECODE_VENV={venv}")
+                              + "` makes it (make compare-decoders runs that first)")
     return python
 
 
@@ -248,7 +232,7 @@ class PyctcdecodeSettings:
 
 
 class PyctcdecodeDecoder:
-    """pyctcdecode 0.5.0 with KenLM on an ARPA file, in its own venv, in a child process.
+    """pyctcdecode 0.5.0 with KenLM on an ARPA file, in its own venv (or with `python`), in a child process.
 
     `unigrams` are the words pyctcdecode knows (the graph's vocabulary); others get its
     ``unk_score_offset``.  Each :meth:`decode` starts one child that loads the LM, decodes
@@ -257,7 +241,7 @@ class PyctcdecodeDecoder:
 
     def __init__(self, venv: str | os.PathLike, arpa: str | os.PathLike, labels: Sequence[str],
                  unigrams: Sequence[str], *, python: str | os.PathLike | None = None, workdir=None):
-        self.python = Path(python) if python else ensure_venv(venv)
+        self.python = Path(python) if python else pyctcdecode_python(venv)
         self.arpa = os.fspath(Path(arpa).resolve())
         self.labels = list(labels)
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="wfst-pyctcdecode-"))

@@ -1,6 +1,6 @@
 """Kaldi's FasterDecoder on the same TLG: the reference our decoder is checked and timed against.
 
-Uses PyPI ``kaldi-decoder`` + ``kaldifst`` (test/benchmark extras).  Its DecodableCtc
+Uses PyPI ``kaldi-decoder`` + ``kaldifst`` (the ``bench`` and ``test`` extras).  Its DecodableCtc
 reads logp[t, ilabel - 1], the same column convention as ours, and applies no acoustic
 scale, so the scale (and blank penalty) are applied to the matrix before it is handed over.
 """
@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from .errors import WfstError
+from .peers import PeerUnavailable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +32,7 @@ class KaldiFasterDecoder:
             import kaldi_decoder
             import kaldifst
         except ImportError as e:
-            raise WfstError(f"Kaldi's FasterDecoder needs `pip install kaldi-decoder kaldifst` ({e})") from None
+            raise PeerUnavailable(f"kaldi-decoder is not installed (pip install kaldi-decoder kaldifst): {e}") from None
         self._kd, self._kf = kaldi_decoder, kaldifst
         self.fst = kaldifst.StdVectorFst.read(os.fspath(tlg_path))
         opts = kaldi_decoder.FasterDecoderOptions(beam=beam, max_active=max_active, min_active=min_active,

@@ -1,0 +1,165 @@
+"""wfst-bench: decode the same emissions with several decoders and compare WER and speed.
+
+    wfst-bench --graph build/demo/char_compact --texts recipes/demo/data/test.txt \\
+               --word-boundary '|' --decoders greedy,cpu1,cpu,kaldi,cuda
+
+Decoders: greedy (best-path CTC, NumPy), cpu1 (our CPU backend, one thread), cpu (all
+cores), kaldi (Kaldi's FasterDecoder via kaldi-decoder, one thread, same TLG and beam /
+max_active / min_active), cuda (our CUDA backend; skipped with a note where no GPU).
+RTFx counts decoding only (emissions already in memory, on the GPU for cuda), at 40 ms
+per frame.  Emissions come from --emissions (.npz) or are SYNTHETIC, made from --texts
+(wfst.synthetic); the table says which.  Peak memory is the process's peak resident
+memory while a decoder ran (cuda: CuPy's memory pool on the GPU).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+import wfst
+from wfst.cli import CliParser, fail
+from wfst.files import read_lines
+from wfst.scoring import FRAME_SECONDS, rtfx, word_errors
+from wfst.synthetic import from_texts, load_npz
+
+from .machine import machine
+from .peers import PeerUnavailable
+from .systems import EmissionSet, GreedySystem, KaldiSystem, OursSystem, System, Target
+
+# name: (label in the table, its system given (name, label, batch size)): the comparison experiments' adapters.
+DECODERS: dict[str, tuple[str, Callable[[str, str, int], System]]] = {
+    "greedy": ("greedy CTC", lambda key, label, batch: GreedySystem(key, label)),
+    "cpu1": ("ours, CPU, 1 thread", lambda key, label, batch: OursSystem(key, label, threads=1, batch_size=batch)),
+    "cpu": (f"ours, CPU, {os.cpu_count()} threads",
+            lambda key, label, batch: OursSystem(key, label, threads=None, batch_size=batch)),
+    "kaldi": ("Kaldi FasterDecoder (1 thread)", lambda key, label, batch: KaldiSystem(key, label)),
+    "cuda": ("ours, CUDA", lambda key, label, batch: OursSystem(key, label, device="cuda", batch_size=batch)),
+}
+
+
+def run(graph_dir, log_probs, lengths, refs, *, decoders: Sequence[str] = tuple(DECODERS),
+        settings: dict | None = None, batch_size: int = 64, word_boundary: str | None = None,
+        progress: bool = True) -> list[dict]:
+    """One row per decoder: WER, RTFx, frames/s, tokens/frame, peak memory (or why it was skipped).
+    `settings`: beam, max_active, min_active ... (our decoder's defaults where not given)."""
+    from tqdm import tqdm
+
+    unknown = [d for d in decoders if d not in DECODERS]
+    if unknown:
+        raise ValueError(f"unknown decoder {unknown[0]!r}; choose from {', '.join(DECODERS)}")
+    target = Target(Path(graph_dir).name, Path(graph_dir), word_boundary=word_boundary)
+    em = EmissionSet.of("test", "bench", refs or [], log_probs, lengths)
+    rows = []
+    for name in tqdm(decoders, desc="decoders", disable=not progress, file=sys.stderr):
+        label, make = DECODERS[name]
+        system = make(name, label, batch_size)
+        try:
+            system.setup(target, None)
+        except PeerUnavailable as e:
+            rows.append({"decoder": name, "skipped": str(e)})
+            continue
+        out = system.decode(em, dict(settings or {}), timed=True)
+        system.teardown()
+        on_gpu = getattr(system, "device", "cpu") == "cuda"
+        rows.append({"decoder": name, "wer": word_errors(refs, out.hyps).rate if refs is not None else None,
+                     "seconds": out.seconds, "rtfx": rtfx(em.frames, out.seconds),
+                     "frames_per_second": em.frames / out.seconds, "tokens_per_frame": out.tokens_per_frame,
+                     "peak_mb": out.peak_mb if on_gpu else out.process_peak_mb})
+    return rows
+
+
+def format_table(rows: list[dict], title: str) -> str:
+    lines = [title, "", "| decoder | WER % | RTFx | frames/s | tokens/frame | peak memory MB |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        name = DECODERS[r["decoder"]][0] if r["decoder"] in DECODERS else r["decoder"]
+        if "skipped" in r:
+            lines.append(f"| {name} | not measured: {r['skipped']} | | | | |")
+            continue
+        wer = f"{100 * r['wer']:.2f}" if r["wer"] is not None else "-"
+        tok = f"{r['tokens_per_frame']:.0f}" if r["tokens_per_frame"] is not None else "-"
+        peak = f"{r['peak_mb']:.0f}" if r["peak_mb"] is not None else "-"
+        lines.append(f"| {name} | {wer} | {r['rtfx']:.0f} | {r['frames_per_second']:.0f} | {tok} | {peak} |")
+    return "\n".join(lines)
+
+
+def _parse(argv) -> argparse.Namespace:
+    d = wfst.DecoderConfig()
+    ap = CliParser(prog="wfst-bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--graph", required=True)
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--emissions", help=".npz with log_probs, lengths (and texts as references)")
+    src.add_argument("--texts", help="make SYNTHETIC emissions of these sentences (one per line)")
+    ap.add_argument("--spm", help="sentencepiece model of a BPE graph (with --texts)")
+    ap.add_argument("--word-boundary", help="word-boundary token of a character graph, e.g. '|'")
+    ap.add_argument("--seeds", type=int, default=1, help="synthetic copies of each sentence (seeds 0..N-1)")
+    ap.add_argument("--decoders", default=",".join(DECODERS), help=f"comma-separated, of: {', '.join(DECODERS)}")
+    ap.add_argument("--beam", type=float, default=d.beam)
+    ap.add_argument("--max-active", type=int, default=d.max_active)
+    ap.add_argument("--min-active", type=int, default=d.min_active)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--json", help="write the rows and settings here")
+    args = ap.parse_args(argv)
+    args.decoders = [s.strip() for s in args.decoders.split(",") if s.strip()]
+    unknown = [s for s in args.decoders if s not in DECODERS]
+    if unknown or not args.decoders:
+        what = f"unknown decoder {unknown[0]!r}" if unknown else "none given"
+        ap.error(f"argument --decoders: {what}; choose from {', '.join(DECODERS)}")
+    if args.seeds < 1:
+        ap.error(f"argument --seeds: must be >= 1, got {args.seeds}")
+    if args.batch_size < 1:
+        ap.error(f"argument --batch-size: must be >= 1, got {args.batch_size}")
+    try:
+        wfst.DecoderConfig(beam=args.beam, max_active=args.max_active, min_active=args.min_active)
+    except ValueError as e:
+        ap.error(str(e))
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    try:
+        graph = wfst.load_graph(args.graph)
+        if args.emissions:
+            em = load_npz(args.emissions)
+            log_probs, lengths, refs, synthetic = em.log_probs, em.lengths, em.texts, em.synthetic
+        else:
+            texts = [t for t in read_lines(args.texts, "texts file") if t.strip()]
+            parts = [from_texts(texts, graph.tokens, spm=args.spm, word_boundary=args.word_boundary, seed=s)
+                     for s in range(args.seeds)]
+            T = max(p[0].shape[1] for p in parts)
+            log_probs = np.concatenate([np.pad(x, ((0, 0), (0, T - x.shape[1]), (0, 0)), constant_values=0.0)
+                                        for x, _ in parts])
+            lengths = np.concatenate([n for _, n in parts])
+            refs, synthetic = texts * args.seeds, True
+        del graph
+    except (wfst.WfstError, ValueError) as e:  # unreadable inputs, text the token set cannot spell
+        return fail("wfst-bench", e)
+    settings = {"beam": args.beam, "max_active": args.max_active, "min_active": args.min_active}
+    rows = run(args.graph, log_probs, lengths, refs, decoders=args.decoders, settings=settings,
+               batch_size=args.batch_size, word_boundary=args.word_boundary)
+    frames = int(np.sum(lengths))
+    m = machine()
+    title = (f"{args.graph}: {len(lengths)} utterances, {frames} frames = {frames * FRAME_SECONDS / 3600:.2f} h "
+             f"at 40 ms/frame{' of SYNTHETIC emissions' if synthetic else ''}; beam {args.beam}, max_active "
+             f"{args.max_active}, min_active {args.min_active}, batch {args.batch_size}; {m['cpu']}, "
+             f"{m['cores']} cores" + (f", {m['gpu']}" if m["gpu"] else ", no GPU"))
+    print(format_table(rows, title))
+    by = {r["decoder"]: r for r in rows if "skipped" not in r}
+    if "cpu1" in by and "kaldi" in by:
+        print(f"\nours CPU 1 thread / Kaldi FasterDecoder: {by['cpu1']['rtfx'] / by['kaldi']['rtfx']:.2f}x RTFx")
+    if "cuda" in by and "kaldi" in by:
+        print(f"ours CUDA / Kaldi FasterDecoder: {by['cuda']['rtfx'] / by['kaldi']['rtfx']:.1f}x RTFx")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"title": title, "machine": m, "rows": rows}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

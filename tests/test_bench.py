@@ -1,0 +1,112 @@
+"""wfst-bench (wfst_bench.cli) end to end on the tiny graph: the table, the JSON rows, bad options."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+from wfst.graphs import compile_graph
+from wfst_bench.cli import main
+from wfst_bench.machine import gpu_name
+
+import wfst
+from wfst import synthetic
+
+TEXTS = ["ab ba", "abc", "a cab", "ba abc"]
+
+
+@pytest.fixture
+def bench_inputs(tiny, tmp_path):
+    """The tiny compact graph, its sentences as a text file, and clean emissions of them as an .npz."""
+    graph = compile_graph(tmp_path / "g", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa",
+                          lexicon=tiny / "lexicon.txt", word_boundary="|", topology="compact").directory
+    (tmp_path / "texts.txt").write_text("\n".join(TEXTS) + "\n")
+    x, n = synthetic.from_texts(TEXTS, wfst.load_graph(graph).tokens, word_boundary="|", seed=0, confusion=0.0)
+    synthetic.save_npz(tmp_path / "em.npz", x, n, TEXTS)
+    return graph, tmp_path / "texts.txt", tmp_path / "em.npz"
+
+
+def _has_kaldi() -> bool:
+    try:
+        import kaldi_decoder  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+def test_bench_compares_decoders(bench_inputs, tmp_path, capsys):
+    graph, _, em = bench_inputs
+    decoders = "greedy,cpu1,cpu,kaldi,cuda" if _has_kaldi() else "greedy,cpu1,cpu,cuda"
+    assert main(["--graph", str(graph), "--emissions", str(em), "--decoders", decoders,
+                 "--json", str(tmp_path / "b.json")]) == 0
+    out = capsys.readouterr().out
+    assert "| ours, CPU, 1 thread | 0.00 |" in out and "SYNTHETIC" in out
+    assert "| decoder | WER % | RTFx | frames/s | tokens/frame | peak memory MB |" in out
+    report = json.loads((tmp_path / "b.json").read_text())
+    assert set(report) == {"title", "machine", "rows"} and report["machine"]["cores"] > 0
+    rows = {r["decoder"]: r for r in report["rows"]}
+    assert list(rows) == decoders.split(",")
+    assert rows["cpu1"]["wer"] == 0.0 and rows["cpu1"]["rtfx"] > 0 and rows["cpu1"]["tokens_per_frame"] > 0
+    assert rows["greedy"]["tokens_per_frame"] is None
+    if sys.platform == "linux":
+        assert rows["cpu1"]["peak_mb"] > 0  # the process's peak resident memory while it ran
+    if "kaldi" in rows:
+        assert rows["kaldi"]["wer"] == rows["cpu1"]["wer"]
+        assert re.search(r"^ours CPU 1 thread / Kaldi FasterDecoder: \d+\.\d\dx RTFx$", out, re.M)
+    if gpu_name() is None:
+        assert rows["cuda"] == {"decoder": "cuda", "skipped": "no GPU on this machine"}
+        assert "| ours, CUDA | not measured: no GPU on this machine | | | | |" in out
+
+
+def test_bench_makes_synthetic_emissions_from_texts(bench_inputs, tmp_path, capsys):
+    graph, texts, _ = bench_inputs
+    assert main(["--graph", str(graph), "--texts", str(texts), "--word-boundary", "|", "--seeds", "2",
+                 "--decoders", "greedy,cpu1", "--batch-size", "3", "--json", str(tmp_path / "b.json")]) == 0
+    out = capsys.readouterr().out
+    assert f"{graph}: 8 utterances" in out and "of SYNTHETIC emissions" in out and "batch 3" in out
+    rows = json.loads((tmp_path / "b.json").read_text())["rows"]
+    assert [r["decoder"] for r in rows] == ["greedy", "cpu1"] and all(r["rtfx"] > 0 for r in rows)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--decoders", "foo"], "argument --decoders: unknown decoder 'foo'; choose from greedy, cpu1, cpu, kaldi, cuda"),
+    (["--decoders", "greedy,cpu2"], "unknown decoder 'cpu2'"),
+    (["--decoders", ","], "argument --decoders: none given"),
+    (["--seeds", "0"], "argument --seeds: must be >= 1"),
+    (["--batch-size", "0"], "argument --batch-size: must be >= 1"),
+    (["--beam", "-1"], "beam"),
+    (["--beam", "nan"], "beam"),
+    (["--min-active", "9000"], "min_active"),
+    (["--max-active", "x"], "argument --max-active: invalid int value"),
+])
+def test_bad_options_give_one_line_and_status_2(bench_inputs, capsys, argv, message):
+    graph, texts, _ = bench_inputs
+    with pytest.raises(SystemExit) as e:
+        main(["--graph", str(graph), "--texts", str(texts), *argv])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("wfst-bench: error: ") and err.count("\n") == 1 and message in err
+
+
+def test_missing_inputs_give_one_line_and_status_2(bench_inputs, tmp_path, capsys):
+    graph, texts, _ = bench_inputs
+    assert main(["--graph", str(tmp_path / "none"), "--texts", str(texts)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("wfst-bench: error: cannot read graph") and err.count("\n") == 1
+    assert main(["--graph", str(graph), "--texts", str(tmp_path / "none.txt")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("wfst-bench: error: cannot read texts file") and err.count("\n") == 1
+    with pytest.raises(SystemExit) as e:  # neither --texts nor --emissions
+        main(["--graph", str(graph)])
+    assert e.value.code == 2 and capsys.readouterr().err.count("\n") == 1
+
+
+def test_the_command_prints_no_traceback(bench_inputs):
+    graph, texts, _ = bench_inputs
+    p = subprocess.run([sys.executable, "-m", "wfst_bench.cli", "--graph", str(graph), "--texts", str(texts),
+                        "--decoders", "foo"], capture_output=True, text=True)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.splitlines() == ["wfst-bench: error: argument --decoders: unknown decoder 'foo'; choose from "
+                                     "greedy, cpu1, cpu, kaldi, cuda (see wfst-bench --help)"]

@@ -1,18 +1,25 @@
-"""``wfst-make-graph``: compile a TLG graph directory from tokens, a lexicon and an ARPA LM."""
+"""``wfst-make-graph``: compile a TLG graph directory from tokens, a lexicon and an ARPA LM.
+
+A bad option or a bad input is one line on stderr (``wfst-make-graph: error: ...``) and
+exit status 2; a traceback means a bug.
+"""
 from __future__ import annotations
 
 import argparse
 import sys
 
+from wfst.cli import CliParser, fail
 from wfst.errors import WfstError
 
 from .compile import compile_graph
 from .topology import TOPOLOGIES
 
+PROG = "wfst-make-graph"
+
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="wfst-make-graph",
+    p = CliParser(
+        prog=PROG,
         description="Build TLG = T ∘ min(det(L ∘ G)) for a CTC model and write a graph directory "
                     "(TLG.fst, tokens.txt, words.txt, graph.json, TLG.csr.npz). Rebuilds only when stale.")
     p.add_argument("--tokens", required=True, help="the model's tokens (symbol [column] per line) with a blank")
@@ -35,9 +42,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    conflict = None
     if args.spm and args.lexicon:
-        print("wfst-make-graph: error: --spm spells a word list; it cannot be used with --lexicon",
-              file=sys.stderr)
+        conflict = "--spm spells a word list; it cannot be used with --lexicon"
+    elif args.spm and args.word_boundary is not None:
+        conflict = (f"--word-boundary {args.word_boundary!r} is for per-character spelling; it cannot be used "
+                    f"with --spm (sentencepiece pieces mark word starts themselves)")
+    if conflict:
+        print(f"{PROG}: error: {conflict}", file=sys.stderr)
         return 2
     try:
         result = compile_graph(
@@ -46,8 +58,7 @@ def main(argv=None) -> int:
             epsilon_free=args.epsilon_free, cache_dir=args.cache_dir, force=args.force,
             progress=not args.quiet)
     except (WfstError, ValueError, OSError) as e:
-        print(f"wfst-make-graph: error: {e}", file=sys.stderr)
-        return 2
+        return fail(PROG, e)
     if args.quiet:  # otherwise compile_graph has printed it already
         print(result.summary())
     return 0

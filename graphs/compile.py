@@ -25,7 +25,13 @@ import pywrapfst as fst
 from tqdm.auto import tqdm
 
 import wfst
-from wfst.errors import MissingFileError, WfstError
+from wfst.errors import (
+    GraphBuildError,
+    InputFileError,
+    MissingFileError,
+    OptionError,
+    OutputFileError,
+)
 from wfst.files import atomic_path
 from wfst.graph import FST_NAME, INFO_NAME, graph_from_fst, write_graph_dir
 from wfst.memory import reset_peak_rss, rss_mb
@@ -46,10 +52,6 @@ from .topology import check_topology, ctc_topology, topology_size
 GRAPH_FORMAT = 1
 # Bump when a change to the compiler changes the graphs it writes.
 COMPILER_REVISION = 3
-
-
-class GraphBuildError(WfstError, RuntimeError):
-    """The inputs are individually valid but do not make a usable graph."""
 
 
 # --------------------------------------------------------------------------- measuring
@@ -123,7 +125,23 @@ def _input_record(path, what: str) -> dict:
     path = Path(path)
     if not path.is_file():
         raise MissingFileError(path, what, "not found" if not path.exists() else "not a file")
-    return {"path": str(path.resolve()), "sha256": _sha256(path), "bytes": path.stat().st_size}
+    try:
+        return {"path": str(path.resolve()), "sha256": _sha256(path), "bytes": path.stat().st_size}
+    except OSError as e:
+        raise MissingFileError(path, what, e.strerror or str(e)) from None
+
+
+def _check_writable(out_dir: Path, what: str):
+    """Fail before the build, not after it, when `out_dir` cannot be made or written."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise OutputFileError(out_dir, what, "it exists and is not a directory")
+    parent = out_dir
+    while not parent.exists() and parent.parent != parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise OutputFileError(out_dir, what, f"{parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputFileError(out_dir, what, f"no permission to write in {parent}")
 
 
 def _check_nonempty(f, what: str, hint: str):
@@ -246,7 +264,13 @@ def compile_graph(out_dir: str | os.PathLike, *, tokens: str | os.PathLike, lm: 
     t_start = time.perf_counter()
     check_topology(topology)
     if lexicon is not None and (words is not None or spm is not None):
-        raise ValueError("give either a lexicon file or a word list (with spm / per character), not both")
+        given = ", ".join(f"{k}={v}" for k, v in (("words", words), ("spm", spm)) if v is not None)
+        raise OptionError(f"give either a lexicon file or a word list (with spm / per character), not both: "
+                          f"lexicon={lexicon}, {given}")
+    if spm is not None and word_boundary is not None:
+        raise OptionError(f"word_boundary={word_boundary!r} is for per-character spelling; the pieces of the "
+                          f"sentencepiece model {spm} mark word starts themselves (give spm or word_boundary, "
+                          f"not both)")
     out_dir = Path(out_dir)
     cache_dir = Path(cache_dir) if cache_dir is not None else out_dir.resolve().parent / ".wfst-cache"
 
@@ -264,12 +288,16 @@ def compile_graph(out_dir: str | os.PathLike, *, tokens: str | os.PathLike, lm: 
         info = _up_to_date(out_dir, fingerprint)
         if info is not None:
             return BuildResult(out_dir, info, rebuilt=False)
+    _check_writable(out_dir, "graph directory")
 
     tok = TokenTable.read(tokens, blank=blank)
     if tok.blank is None:
         raise GraphBuildError(f"{tokens}: no blank token; name it <blk> or pass blank=SYMBOL (--blank)")
     if word_boundary is not None and word_boundary not in tok.symbols:
-        raise ValueError(f"word-boundary unit {word_boundary!r} is not in {tokens}")
+        raise OptionError(f"word-boundary unit {word_boundary!r} is not in {tokens}")
+    if word_boundary is not None and word_boundary == tok.symbols[tok.blank]:
+        raise OptionError(f"word-boundary unit {word_boundary!r} is the blank of {tokens}; "
+                          f"the word boundary must be another token")
     lm_words, ngram_counts = arpa_vocabulary(lm)
 
     if lexicon is not None:
@@ -277,8 +305,14 @@ def compile_graph(out_dir: str | os.PathLike, *, tokens: str | os.PathLike, lm: 
     else:
         spell_words = read_word_list(words) if words is not None else [
             w for w in lm_words if w not in (BOS, EOS, "<unk>")]
-        lex = (lexicon_from_sentencepiece(spell_words, spm, tok) if spm is not None
-               else lexicon_from_chars(spell_words, tok, word_boundary))
+        if not spell_words:
+            raise InputFileError(lm, None, "the LM has no words to spell (no unigrams besides <s>, </s> and "
+                                 "<unk>); give a lexicon or a word list, or an LM with words")
+        try:
+            lex = (lexicon_from_sentencepiece(spell_words, spm, tok) if spm is not None
+                   else lexicon_from_chars(spell_words, tok, word_boundary))
+        except OptionError as e:  # no word could be spelled: say with which token table
+            raise OptionError(f"{tokens}: {e}") from None
     entries, num_disambig = add_disambig(lex)
     tok = tok.with_disambig(num_disambig)
     lm_set = set(lm_words) - {BOS, EOS}

@@ -21,11 +21,19 @@ import pywrapfst as fst
 
 from wfst.arpa import ArpaReader, open_arpa
 from wfst.errors import InputFileError
-from wfst.symbols import WORD_DISAMBIG
+from wfst.symbols import EPSILON, WORD_DISAMBIG
 
 _ERROR = re.compile(r"\[E\] line (\d+) \[(.*?)\]: (.*)")
 _ERROR_NO_LINE = re.compile(r"\[E\] (.*)")
 _WARNING = re.compile(r"\[W\] (.*)")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def arpa_vocabulary(path: str | os.PathLike) -> tuple[list[str], list[int]]:
@@ -39,12 +47,10 @@ def arpa_vocabulary(path: str | os.PathLike) -> tuple[list[str], list[int]]:
     for no, order, line in reader:
         if order == 1:
             fields = line.split()
-            try:
-                if len(fields) not in (2, 3):
-                    raise ValueError
-                float(fields[0]), len(fields) == 3 and float(fields[2])
-            except ValueError:
-                raise InputFileError(path, no, f"invalid unigram line {line!r}") from None
+            if len(fields) not in (2, 3) or not all(_is_number(f) for f in fields[::2]):
+                raise InputFileError(path, no, f"invalid unigram line {line!r}")
+            if fields[1] in (EPSILON, WORD_DISAMBIG):  # G's epsilon and its backoff label
+                raise InputFileError(path, no, f"{fields[1]!r} is reserved and cannot be a word of the LM")
             words.append(fields[1])
     return words, [reader.counts[k] for k in sorted(reader.counts)]
 
@@ -87,8 +93,8 @@ def grammar_fst(arpa_path: str | os.PathLike, words_txt: str | os.PathLike,
                 m = _ERROR_NO_LINE.search(line)
                 if m:
                     raise InputFileError(arpa_path, None, m.group(1))
-            tail = "\n".join(log.strip().splitlines()[-5:])
-            raise InputFileError(arpa_path, None, f"arpa2fst failed (exit {proc.returncode}):\n{tail}")
+            tail = " | ".join(line.strip() for line in log.strip().splitlines()[-5:]) or "no message"
+            raise InputFileError(arpa_path, None, f"arpa2fst failed (exit {proc.returncode}): {tail}")
         G = fst.Fst.read(str(out))
     if not isinstance(G, fst.MutableFst):
         G = fst.convert(G, "vector")

@@ -15,7 +15,7 @@ import os
 import pywrapfst as fst
 from tqdm.auto import tqdm
 
-from wfst.errors import InputFileError, MissingFileError
+from wfst.errors import InputFileError, MissingFileError, OptionError
 from wfst.files import read_lines
 from wfst.symbols import BOS, EOS, EPSILON, WORD_DISAMBIG, TokenTable, WordTable, is_disambig_symbol
 
@@ -99,7 +99,12 @@ def read_word_list(path: str | os.PathLike) -> list[str]:
 
 
 def _derive(words, spell, tokens: TokenTable, separator, what) -> Lexicon:
-    known = set(tokens.symbols) - {tokens.symbols[tokens.blank]} - {separator}
+    words = list(words)
+    if not words:
+        raise OptionError(f"no words to spell ({what}): the word list is empty")
+    known = set(tokens.symbols) - {separator}
+    if tokens.blank is not None:
+        known.discard(tokens.symbols[tokens.blank])
     entries, unspellable = [], []
     for word in tqdm(words, desc=f"lexicon ({what})", unit="word", leave=False, mininterval=1.0, disable=None):
         pron = tuple(spell(word))
@@ -108,15 +113,17 @@ def _derive(words, spell, tokens: TokenTable, separator, what) -> Lexicon:
         else:
             unspellable.append(word)
     if not entries:
-        raise ValueError(f"no word could be spelled with the token table ({what}); "
-                         f"e.g. {unspellable[:5]}")
+        raise OptionError(f"no word could be spelled with the token table ({what}), e.g. "
+                          f"{', '.join(map(repr, unspellable[:5]))}: the tokens do not match the words")
     return Lexicon(tuple(entries), separator, tuple(unspellable))
 
 
 def lexicon_from_chars(words, tokens: TokenTable, separator: str | None) -> Lexicon:
     """Spell each word per character; `separator` (e.g. ``|``) is the word-boundary unit."""
     if separator is not None and separator not in tokens.symbols:
-        raise ValueError(f"word-boundary unit {separator!r} is not in the token table")
+        raise OptionError(f"word-boundary unit {separator!r} is not in the token table")
+    if separator is not None and tokens.blank is not None and separator == tokens.symbols[tokens.blank]:
+        raise OptionError(f"word-boundary unit {separator!r} is the blank; the word boundary must be another token")
     return _derive(words, list, tokens, separator, "characters")
 
 

@@ -28,14 +28,15 @@ from __future__ import annotations
 
 import pywrapfst as fst
 
-from wfst.symbols import TokenTable, ilabel_of_column
+from wfst.errors import OptionError
+from wfst.symbols import BLANK_NAMES, TokenTable, ilabel_of_column
 
 TOPOLOGIES = ("normal", "compact", "minimal")
 
 
 def check_topology(kind: str) -> str:
     if kind not in TOPOLOGIES:
-        raise ValueError(f"unknown topology {kind!r}; choose one of {', '.join(TOPOLOGIES)}")
+        raise OptionError(f"unknown topology {kind!r}; choose one of {', '.join(TOPOLOGIES)}")
     return kind
 
 
@@ -53,7 +54,8 @@ def ctc_topology(kind: str, tokens: TokenTable) -> fst.VectorFst:
     """Build T of `kind` for `tokens` (its blank must be known), with its #k loops."""
     check_topology(kind)
     if tokens.blank is None:
-        raise ValueError("the token table has no blank; name it <blk> or pass blank=SYMBOL")
+        raise OptionError(f"the token table ({tokens.num_columns} symbols) has no blank; name it one of "
+                          f"{', '.join(BLANK_NAMES)} or read it with TokenTable.read(path, blank=SYMBOL)")
     t = fst.VectorFst()
     one = fst.Weight.one(t.weight_type())
     columns = range(tokens.num_columns)

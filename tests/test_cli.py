@@ -1,7 +1,5 @@
-"""wfst-decode and wfst-bench end to end on the tiny graph."""
+"""wfst-decode end to end on the tiny graph (wfst-bench: test_bench.py)."""
 from __future__ import annotations
-
-import json
 
 import numpy as np
 import pytest
@@ -9,7 +7,6 @@ from wfst.graphs import compile_graph
 
 import wfst
 from wfst import synthetic
-from wfst.bench import main as bench_main
 from wfst.cli import decode_main
 
 
@@ -46,27 +43,6 @@ def test_decode_cli_refs_file_and_errors(tiny_setup, tmp_path, capsys):
     assert "cannot read graph" in capsys.readouterr().err
 
 
-def test_bench_compares_decoders(tiny_setup, tmp_path, capsys):
-    graph, em, _ = tiny_setup
-    decoders = "greedy,cpu1,cpu,kaldi,cuda" if _has_kaldi() else "greedy,cpu1,cpu"
-    assert bench_main(["--graph", str(graph), "--emissions", str(em), "--decoders", decoders,
-                       "--json", str(tmp_path / "b.json")]) == 0
-    out = capsys.readouterr().out
-    assert "| ours, CPU, 1 thread | 0.00 |" in out and "SYNTHETIC" in out
-    rows = {r["decoder"]: r for r in json.loads((tmp_path / "b.json").read_text())["rows"]}
-    assert rows["cpu1"]["wer"] == 0.0 and rows["cpu1"]["rtfx"] > 0
-    if "kaldi" in rows:
-        assert rows["kaldi"]["wer"] == rows["cpu1"]["wer"]
-
-
-def _has_kaldi() -> bool:
-    try:
-        import kaldi_decoder  # noqa: F401
-        return True
-    except ImportError:
-        return False
-
-
 def test_detokenize_inverts_tokenize(demo):
     tokens = wfst.TokenTable.read(demo / "bpe_tokens.txt")
     text = "it is a truth universally acknowledged"
@@ -75,3 +51,20 @@ def test_detokenize_inverts_tokenize(demo):
     ids = synthetic.tokenize(text, chars, word_boundary="|")
     assert synthetic.detokenize(ids, chars, word_boundary="|") == text
     assert np.all(np.array(ids) < chars.num_columns)
+
+
+@pytest.mark.parametrize("options,message", [
+    (["--beam", "-1"], "--beam=-1.0: must be a finite number > 0"),
+    (["--threads", "0"], "--threads=0: must be None or an integer >= 1"),
+    (["--max-active", "5", "--min-active", "9"], "--min-active=9: must be an integer in [0, max-active=5]"),
+    (["--batch-size", "0"], "--batch-size: must be >= 1"),
+    (["--beam", "wide"], "argument --beam: invalid float value: 'wide'"),
+    (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
+])
+def test_decode_cli_bad_options_are_one_line(tiny_setup, capsys, options, message):
+    graph, em, _ = tiny_setup
+    with pytest.raises(SystemExit) as e:
+        decode_main(["--graph", str(graph), "--emissions", str(em), *options])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and err.startswith("wfst-decode: error: ")
+    assert message in err and "Traceback" not in err

@@ -1,16 +1,18 @@
 """TLG compilation: right sequences accepted per topology, staleness, atomicity, bad inputs."""
 import json
+import re
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 import pywrapfst as fst
+from fst_paths import best_path, ctc_alignment
 from wfst.graphs import TOPOLOGIES, GraphBuildError, compile_graph
-from wfst.graphs.paths import best_path, ctc_alignment
 
 import wfst
 from wfst import InputFileError, MissingFileError, load_graph
+from wfst.errors import OptionError, OutputFileError
 
 
 def spell(graph_dir, words):
@@ -135,19 +137,48 @@ def test_epsilon_free_option(tiny):
 
 
 @pytest.mark.parametrize("change,error,message", [
-    (dict(topology="fancy"), ValueError, "unknown topology 'fancy'"),
+    (dict(topology="fancy"), OptionError, "unknown topology 'fancy'"),
     (dict(lm="missing.arpa"), MissingFileError, "cannot read ARPA language model .*missing.arpa: not found"),
     (dict(tokens="."), MissingFileError, "cannot read token table .*: not a file"),
-    (dict(word_boundary="#"), ValueError, "word-boundary unit '#' is not in"),
-    (dict(lexicon="lexicon.txt", words="lexicon.txt"), ValueError, "either a lexicon file or a word list"),
+    (dict(word_boundary="#"), OptionError, "word-boundary unit '#' is not in .*tokens.txt"),
+    (dict(word_boundary="<blk>"), OptionError, "word-boundary unit '<blk>' is the blank of .*tokens.txt"),
+    (dict(lexicon="lexicon.txt", words="lexicon.txt"), OptionError,
+     "either a lexicon file or a word list .*not both: lexicon=.*lexicon.txt, words=.*lexicon.txt"),
+    (dict(spm="tokens.txt"), OptionError, r"word_boundary='\|' is for per-character spelling.*not both"),
     (dict(blank="<nope>"), InputFileError, "blank symbol '<nope>' is not in the table"),
+    (dict(out="tokens.txt"), OutputFileError, "cannot write graph directory .*tokens.txt: it exists and is not a dir"),
+    (dict(out="tokens.txt/g"), OutputFileError, "cannot write graph directory .*tokens.txt/g: .*tokens.txt is not a"),
 ])
 def test_bad_arguments(tiny, change, error, message):
-    kw = dict(tokens="tokens.txt", lm="lm.arpa", word_boundary="|", progress=False)
+    kw = dict(tokens="tokens.txt", lm="lm.arpa", word_boundary="|", progress=False, out="out")
     kw.update(change)
-    kw = {k: (tiny / v if k in ("tokens", "lm", "lexicon", "words") else v) for k, v in kw.items()}
+    kw = {k: (tiny / v if k in ("tokens", "lm", "lexicon", "words", "spm", "out") else v) for k, v in kw.items()}
     with pytest.raises(error, match=message):
-        compile_graph(tiny / "out", **kw)
+        compile_graph(kw.pop("out"), **kw)
+
+
+def test_inputs_that_do_not_fit(tiny, monkeypatch):
+    (tiny / "zero.arpa").write_text("\\data\\\nngram 1=1\n\n\\1-grams:\n-1.0\t</s>\n\n\\end\\\n")
+    with pytest.raises(InputFileError, match=r"zero.arpa: the LM has no words to spell"):
+        compile_graph(tiny / "out", tokens=tiny / "tokens.txt", lm=tiny / "zero.arpa", progress=False)
+    (tiny / "other_tokens.txt").write_text("<blk>\nx\ny\n")
+    with pytest.raises(OptionError, match=r"other_tokens.txt: no word could be spelled with the token table "
+                                          r"\(characters\), e.g. 'a', 'ab'"):
+        compile_graph(tiny / "out", tokens=tiny / "other_tokens.txt", lm=tiny / "lm.arpa", progress=False)
+
+    def unreadable(path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr("wfst.graphs.compile._sha256", unreadable)
+    with pytest.raises(MissingFileError, match=r"cannot read token table .*tokens.txt: Permission denied"):
+        compile_graph(tiny / "out", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", progress=False)
+
+
+def test_unwritable_out_fails_before_the_build(tiny, monkeypatch):
+    monkeypatch.setattr("os.access", lambda path, mode: False)  # as a read-only directory (tests may run as root)
+    with pytest.raises(OutputFileError, match=r"cannot write graph directory .*new/g: no permission to write in .*"):
+        compile_graph(tiny / "new" / "g", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", progress=False)
+    assert not (tiny / "new").exists()
 
 
 def test_empty_graph_is_refused(tiny):
@@ -175,18 +206,48 @@ def test_vocabulary_mismatch_is_counted_and_reported(tiny, capsys):
     assert "1 lexicon words are not in the LM" in err and "4 LM words have no spelling" in err
 
 
+def make_graph(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "wfst.graphs.cli", *args], capture_output=True, text=True, cwd=cwd)
+
+
 def test_cli(tiny):
-    base = [sys.executable, "-m", "wfst.graphs.cli", "--tokens", str(tiny / "tokens.txt"),
-            "--lm", str(tiny / "lm.arpa"), "--word-boundary", "|", "--quiet"]
-    ok = subprocess.run(base + ["--out", str(tiny / "cli"), "--topo", "normal"], capture_output=True, text=True)
+    base = ["--tokens", "tokens.txt", "--lm", "lm.arpa", "--word-boundary", "|", "--quiet"]
+    ok = make_graph(*base, "--out", "cli", "--topo", "normal", cwd=tiny)
     assert ok.returncode == 0, ok.stderr
     assert ok.stderr == ""
     assert "normal TLG" in ok.stdout and load_graph(tiny / "cli").info["topology"] == "normal"
-    bad = subprocess.run(base + ["--out", str(tiny / "cli2"), "--lexicon", str(tiny / "nope.txt")],
-                         capture_output=True, text=True)
-    assert bad.returncode == 2 and "error: cannot read lexicon" in bad.stderr and "nope.txt: not found" in bad.stderr
-    bad = subprocess.run(base + ["--out", str(tiny / "cli2"), "--topo", "fancy"], capture_output=True, text=True)
-    assert bad.returncode == 2 and "invalid choice: 'fancy'" in bad.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--topo", "fancy"], r"argument --topo: invalid choice: 'fancy' .*\(see wfst-make-graph --help\)"),
+    (["--bogus"], r"unrecognized arguments: --bogus"),
+    (["--lm", "missing.arpa"], r"cannot read ARPA language model missing.arpa: not found"),
+    (["--lm", "bad.arpa", "--quiet"], r"bad.arpa:22: Invalid n-gram data line: '-0.45 a'"),
+    (["--lm", "junk.arpa"], r"junk.arpa:1: text before the \\data\\ header: 'junk'"),
+    (["--blank", "<nope>"], r"tokens.txt: blank symbol '<nope>' is not in the table"),
+    (["--blank", "|"], r"word-boundary unit '\|' is the blank of tokens.txt"),
+    (["--word-boundary", "#"], r"word-boundary unit '#' is not in tokens.txt"),
+    (["--out", "tokens.txt/g"], r"cannot write graph directory tokens.txt/g: tokens.txt is not a directory"),
+    (["--lexicon", "empty.txt"], r"empty.txt: the lexicon is empty"),
+    (["--lexicon", "lexicon.txt", "--words", "lexicon.txt"], r"argument --words: not allowed with argument --lexicon"),
+    (["--lexicon", "lexicon.txt", "--spm", "x.model"], r"--spm spells a word list; it cannot be used with --lexicon"),
+    (["--spm", "x.model"], r"--word-boundary '\|' is for per-character spelling; it cannot be used with --spm"),
+])
+def test_cli_errors_are_one_line(tiny, args, message):
+    """A bad option or input: exit status 2 and one line on stderr, never a traceback."""
+    (tiny / "empty.txt").write_text("")
+    (tiny / "junk.arpa").write_text("junk\n")
+    (tiny / "bad.arpa").write_text((tiny / "lm.arpa").read_text().replace("-0.45\ta cab", "-0.45 a"))
+    base = {"--tokens": "tokens.txt", "--lm": "lm.arpa", "--out": "out", "--word-boundary": "|"}
+    for flag in args:
+        base.pop(flag, None)
+    argv = [x for kv in base.items() for x in kv] + args
+    r = make_graph(*argv, cwd=tiny)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("wfst-make-graph: error: "), r.stderr
+    assert re.search(message, lines[0]), lines[0]
+    assert not (tiny / "out").exists()
 
 
 def test_csr_of_a_compiled_graph_matches_its_fst(tiny):

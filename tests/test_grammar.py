@@ -113,6 +113,9 @@ STRUCTURE_FAULTS = [  # wfst.arpa.ArpaReader's checks, shared by the graph compi
     ("-0.45\ta cab", "-0.45 a", r"bad.arpa:22: Invalid n-gram data line"),
     ("-0.45\ta cab", "x\ta cab", r"bad.arpa:22: invalid n-gram logprob 'x'"),
     ("-0.8\ta\t-0.30", "-0.8", r"bad.arpa:10: invalid unigram line '-0.8'"),
+    ("-0.8\ta\t-0.30", "-0.8\ta\tx", r"bad.arpa:10: invalid unigram line '-0.8\\ta\\tx'"),
+    ("-1.6\tcab", "-1.6\t#0", r"bad.arpa:14: '#0' is reserved and cannot be a word of the LM"),
+    ("-1.6\tcab", "-1.6\t<eps>", r"bad.arpa:14: '<eps>' is reserved and cannot be a word of the LM"),
     *STRUCTURE_FAULTS,
 ])
 def test_malformed_arpa_names_file_and_line(tiny, tmp_path, old, new, message):
@@ -135,6 +138,19 @@ def test_malformed_arpa_for_the_lm_store(tiny, old, new, message):
     with pytest.raises(InputFileError, match=message):
         read_arpa(corrupt(tiny, old, new))
 
+
+
+def test_arpa2fst_failure_without_a_line_is_one_line(tiny, tmp_path, monkeypatch):
+    import subprocess
+
+    words = WordTable.from_words(arpa_vocabulary(tiny / "lm.arpa")[0])
+    words.write(tmp_path / "words.txt")
+    crash = subprocess.CompletedProcess([], -6, stdout="", stderr="terminate called\n  what(): bad_alloc\n")
+    monkeypatch.setattr(subprocess, "run", lambda *a, **kw: crash)
+    with pytest.raises(InputFileError, match=r"lm.arpa: arpa2fst failed \(exit -6\): terminate called \| what\(\): "
+                                             r"bad_alloc$") as e:
+        grammar_fst(tiny / "lm.arpa", tmp_path / "words.txt")
+    assert "\n" not in str(e.value)
 
 
 def test_not_an_arpa_file(tmp_path):

@@ -8,6 +8,7 @@ import pywrapfst as fst
 
 import wfst.graph
 from wfst import GraphFormatError, MissingFileError, TokenTable, WordTable, load_graph
+from wfst.errors import OutputFileError
 from wfst.graph import graph_from_fst
 
 
@@ -178,3 +179,15 @@ def test_symbol_tables_are_ignored_and_left_alone():
     for name in ("final", "e_indptr", "ne_indptr", "ilabel", "olabel", "weight", "nextstate"):
         np.testing.assert_array_equal(getattr(plain, name), getattr(with_syms, name))
     assert f.input_symbols() is not None and f.output_symbols() is not None
+
+
+def test_unwritable_graph_directory_is_an_output_error(tmp_path):
+    rng = random.Random(3)
+    f = random_fst(rng, 5, 3, 0, 4)
+    g = graph_from_fst(f, TokenTable(("<blk>", "a", "b"), 0))
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OutputFileError, match="cannot write graph directory .*file/g: ") as e:
+        wfst.graph.write_graph_dir(tmp_path / "file" / "g", f, g)
+    assert isinstance(e.value, OSError)
+    wfst.graph.write_graph_dir(tmp_path / "g", f, g)  # a writable one is fine
+    assert load_graph(tmp_path / "g").num_arcs == g.num_arcs

@@ -1,6 +1,7 @@
 """Lexicon: reading, deriving, disambiguation symbols, and L itself."""
 import pytest
 import pywrapfst as fst
+from fst_paths import linear_fsa
 from wfst.graphs.lexicon import (
     Lexicon,
     add_disambig,
@@ -10,9 +11,9 @@ from wfst.graphs.lexicon import (
     read_lexicon,
     read_word_list,
 )
-from wfst.graphs.paths import linear_fsa
 
 from wfst import InputFileError, MissingFileError, TokenTable, WordTable
+from wfst.errors import OptionError
 
 TOK = TokenTable(("<blk>", "|", "a", "b", "c"), 0)
 
@@ -71,10 +72,14 @@ def test_per_character_lexicon_reports_unspellable_words():
     lex = lexicon_from_chars(["ab", "cab", "xyz", "bad"], TOK, "|")
     assert lex.entries == (("ab", ("a", "b")), ("cab", ("c", "a", "b")))
     assert lex.unspellable == ("xyz", "bad") and lex.separator == "|"
-    with pytest.raises(ValueError, match="word-boundary unit '#' is not in the token table"):
+    with pytest.raises(OptionError, match="word-boundary unit '#' is not in the token table"):
         lexicon_from_chars(["ab"], TOK, "#")
-    with pytest.raises(ValueError, match="no word could be spelled"):
-        lexicon_from_chars(["xyz"], TOK, None)
+    with pytest.raises(OptionError, match="word-boundary unit '<blk>' is the blank"):
+        lexicon_from_chars(["ab"], TOK, "<blk>")
+    with pytest.raises(OptionError, match=r"no word could be spelled .*\(characters\), e.g. 'xyz', 'q'"):
+        lexicon_from_chars(["xyz", "q"], TOK, None)
+    with pytest.raises(OptionError, match=r"no words to spell \(characters\)"):
+        lexicon_from_chars([], TOK, "|")
 
 
 def test_sentencepiece_lexicon(demo, tmp_path):

@@ -2,6 +2,7 @@
 import pytest
 
 from wfst import InputFileError, MissingFileError, TokenTable, WordTable
+from wfst.errors import OptionError
 from wfst.symbols import column_of_ilabel, ilabel_of_column
 
 
@@ -39,6 +40,8 @@ def test_blank_by_name(tmp_path):
     assert TokenTable.read(p, blank="_").blank == 1
     with pytest.raises(InputFileError, match="blank symbol 'x' is not in the table"):
         TokenTable.read(p, blank="x")
+    with pytest.raises(OptionError, match=r"TokenTable: blank column 3 outside \[0, 3\)"):
+        TokenTable(("a", "_", "b"), 3)
 
 
 @pytest.mark.parametrize("text,message", [

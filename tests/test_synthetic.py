@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from wfst import InputFileError, MissingFileError, TokenTable, WfstError
+from wfst.errors import OptionError
 from wfst.synthetic import Emissions, emissions, from_texts, greedy_ctc, load_npz, save_npz, tokenize
 
 CHARS = TokenTable(("<blk>", "|", "'", *"abcdefghijklmnopqrstuvwxyz"), 0)
@@ -56,13 +57,13 @@ def test_tokenize_demo_chars_table(demo):
 
 
 def test_tokenize_errors_name_the_offender():
-    with pytest.raises(ValueError, match=r"symbol 'X' of text 'a X' is not in the token table"):
+    with pytest.raises(OptionError, match=r"symbol 'X' of text 'a X' is not in the token table"):
         tokenize("a X", CHARS, word_boundary="|")
-    with pytest.raises(ValueError, match=r"word 'a\|b' of text 'a\|b' contains the word-boundary unit"):
+    with pytest.raises(OptionError, match=r"word 'a\|b' of text 'a\|b' contains the word-boundary unit"):
         tokenize("a|b", CHARS, word_boundary="|")
-    with pytest.raises(ValueError, match=r"word-boundary unit '#' is not in the token table"):
+    with pytest.raises(OptionError, match=r"word-boundary unit '#' is not in the token table"):
         tokenize("a b", CHARS, word_boundary="#")
-    with pytest.raises(ValueError, match="is the blank"):
+    with pytest.raises(OptionError, match="symbol 'b' of text 'a b' is the blank"):
         tokenize("a b", TokenTable(("b", "a"), 0))
 
 
@@ -87,9 +88,9 @@ def test_tokenize_bpe_accepts_a_loaded_processor_and_rejects_unknown(bpe):
     tokens, model = bpe
     sp = sentencepiece.SentencePieceProcessor(model_file=str(model))
     assert tokenize("you take delight", tokens, spm=sp) == tokenize("you take delight", tokens, spm=str(model))
-    with pytest.raises(ValueError, match=r"word 'caf\u00e9' of text 'a caf\u00e9'.*'\u00e9'"):
+    with pytest.raises(OptionError, match=r"word 'caf\u00e9' of text 'a caf\u00e9'.*'\u00e9'"):
         tokenize("a caf\u00e9", tokens, spm=model)
-    with pytest.raises(ValueError, match="word_boundary is for per-character tokens"):
+    with pytest.raises(OptionError, match=r"word_boundary='\|' is for per-character tokens.*not both"):
         tokenize("a b", tokens, spm=model, word_boundary="|")
     with pytest.raises(MissingFileError, match="sentencepiece model"):
         tokenize("a", tokens, spm=model.parent / "none.model")
@@ -168,7 +169,7 @@ def test_from_texts_is_tokenize_then_emissions():
     ref = emissions(seqs, CHARS.num_columns, CHARS.blank, seed=9, confusion=0.0, noise=0.0)
     assert lp.tobytes() == ref[0].tobytes() and ln.tobytes() == ref[1].tobytes()
     assert greedy_ctc(lp, ln, CHARS.blank) == seqs
-    with pytest.raises(ValueError, match="has no blank"):
+    with pytest.raises(OptionError, match=r"the token table \(29 symbols\) has no blank"):
         from_texts(texts, TokenTable(CHARS.symbols, None))
 
 
@@ -181,13 +182,17 @@ def test_from_texts_is_tokenize_then_emissions():
     ([[1]], {"frames_per_token": (0, 2)}, r"frames_per_token must satisfy 1 <= min <= max"),
     ([[1]], {"blank_frames": (2, 1)}, r"blank_frames must satisfy 0 <= min <= max"),
     ([[1]], {"confusion": 1.5}, r"confusion must be a probability"),
-    ([[1]], {"noise": -1.0}, r"noise must be"),
+    ([[1]], {"noise": -1.0}, r"noise must be a finite number >= 0, got -1.0"),
+    ([[1]], {"peak": float("nan")}, r"peak must be a finite number >= 0, got nan"),
+    ([[1]], {"frames_per_token": 3}, r"frames_per_token must be a pair \(min, max\) of integers, got 3"),
 ])
 def test_emission_errors(seqs, kw, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(OptionError, match=message):
         emissions(seqs, 29, 0, **kw)
-    with pytest.raises(ValueError, match=r"blank column 5 outside \[0, 5\)"):
+    with pytest.raises(OptionError, match=r"blank column 5 outside \[0, 5\)"):
         emissions([[1]], 5, 5)
+    with pytest.raises(OptionError, match="num_columns must be at least 2 .*, got 1"):
+        emissions([[]], 1, 0)
 
 
 def test_greedy_ctc_reference():
@@ -214,8 +219,16 @@ def test_save_load_round_trip(tmp_path):
     assert (tmp_path / "plain").is_file()
     got = load_npz(tmp_path / "plain")
     assert got.texts is None and got.synthetic is True
-    with pytest.raises(ValueError, match="2 texts for 3 utterances"):
+    with pytest.raises(OptionError, match="2 texts for 3 utterances"):
         save_npz(path, lp, ln, texts[:2])
+    with pytest.raises(OptionError, match=r"log_probs must be \(B, T, V\), got shape \(3, 4\)"):
+        save_npz(path, np.zeros((3, 4)), ln)
+    with pytest.raises(OptionError, match=r"lengths must have shape \(3,\), got \(2,\)"):
+        save_npz(path, lp, ln[:2])
+    with pytest.raises(OptionError, match=r"lengths must be in \[0, \d+\], got -1\.\."):
+        save_npz(path, lp, np.array([-1, 1, 1]))
+    with pytest.raises(OptionError, match=r"lengths must have shape"):
+        greedy_ctc(lp, ln[:1], CHARS.blank)
 
 
 def test_load_errors(tmp_path):
@@ -231,5 +244,5 @@ def test_load_errors(tmp_path):
     got = load_npz(tmp_path / "other.npz")
     assert got.synthetic is False and got.lengths.dtype == np.int32
     np.savez(tmp_path / "bad.npz", log_probs=np.zeros((2, 3, 4), np.float32), lengths=np.array([3, 4]))
-    with pytest.raises(InputFileError, match=r"bad.npz: lengths must be in \[0, 3\]"):
+    with pytest.raises(InputFileError, match=r"bad.npz: lengths must be in \[0, 3\], got 3..4"):
         load_npz(tmp_path / "bad.npz")

@@ -5,6 +5,10 @@
 The emissions file is a NumPy .npz with `log_probs` (B, T, V) float32 and `lengths` (B,)
 (as written by wfst.synthetic.save_npz; a `texts` array, when present, serves as the
 references unless --refs is given).
+
+Every command of the toolkit (wfst-decode, wfst-make-graph, wfst-bench) turns a bad option
+or a bad input into one line on stderr and exit status 2 (CliParser, fail); a traceback
+means a bug.
 """
 from __future__ import annotations
 
@@ -15,11 +19,34 @@ from pathlib import Path
 
 import numpy as np
 
-from .decoder import Decoder, DecoderConfig
+from .config import DecoderConfig
+from .decoder import Decoder
 from .errors import InputFileError, WfstError
 from .files import read_lines
 from .scoring import FRAME_SECONDS, rtfx, word_errors
 from .synthetic import load_npz
+
+
+class CliParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (argparse prints the whole usage first)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def one_line(e: BaseException) -> str:
+    """An error's message on one line (an OSError with the file it is about)."""
+    if isinstance(e, OSError) and not isinstance(e, WfstError) and e.filename:
+        text = f"{e.filename}: {e.strerror or e}"
+    else:
+        text = str(e) or type(e).__name__
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def fail(prog: str, e: BaseException) -> int:
+    """Report an error the user can act on, as every command does: one line, exit status 2."""
+    print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
+    return 2
 
 
 def _progress(total: int, enabled: bool):
@@ -30,8 +57,7 @@ def _progress(total: int, enabled: bool):
 
 def decode_main(argv: list[str] | None = None) -> int:
     defaults = DecoderConfig()
-    ap = argparse.ArgumentParser(prog="wfst-decode", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = CliParser(prog="wfst-decode", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--graph", required=True, help="graph directory (TLG.fst, tokens.txt, words.txt)")
     ap.add_argument("--emissions", required=True, help=".npz with log_probs (B, T, V) and lengths (B,)")
     ap.add_argument("--refs", help="reference transcripts, one line per utterance, for the WER")
@@ -48,13 +74,26 @@ def decode_main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quiet", action="store_true", help="print only the summary")
     args = ap.parse_args(argv)
     try:
-        return _decode(args)
+        config = DecoderConfig(beam=args.beam, max_active=args.max_active, min_active=args.min_active,
+                               acoustic_scale=args.acoustic_scale, blank_penalty=args.blank_penalty,
+                               num_threads=args.threads)
+    except WfstError as e:  # say it with the option's name
+        message = str(e)
+        for field, option in (("num_threads", "threads"), ("max_active", "max-active"), ("min_active", "min-active"),
+                              ("acoustic_scale", "acoustic-scale"), ("blank_penalty", "blank-penalty")):
+            message = message.replace(field, option)
+        ap.error(message.replace("DecoderConfig.", "--"))
+    if args.batch_size < 1:
+        ap.error(f"argument --batch-size: must be >= 1, got {args.batch_size}")
+    if not args.frame_ms > 0:
+        ap.error(f"argument --frame-ms: must be > 0, got {args.frame_ms}")
+    try:
+        return _decode(args, config)
     except WfstError as e:
-        print(f"wfst-decode: error: {e}", file=sys.stderr)
-        return 2
+        return fail("wfst-decode", e)
 
 
-def _decode(args) -> int:
+def _decode(args, config: DecoderConfig) -> int:
     em = load_npz(args.emissions)
     refs = None
     if args.refs:
@@ -64,9 +103,7 @@ def _decode(args) -> int:
                                                   f"{len(em.lengths)} utterances")
     elif em.texts is not None:
         refs = list(em.texts)
-    decoder = Decoder(args.graph, device=args.device, beam=args.beam, max_active=args.max_active,
-                      min_active=args.min_active, acoustic_scale=args.acoustic_scale,
-                      blank_penalty=args.blank_penalty, num_threads=args.threads)
+    decoder = Decoder(args.graph, config, device=args.device)
     results, seconds = [], 0.0
     B = len(em.lengths)
     with _progress(B, B > args.batch_size) as bar:

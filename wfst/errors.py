@@ -1,4 +1,9 @@
-"""Errors users can act on: each names the file (and line) or the option at fault."""
+"""Errors users can act on: each names the file (and line) or the option at fault.
+
+Every error the package raises on purpose derives from :class:`WfstError`, and also from
+the builtin exception it stands for (as pywrapfst's ``FstArgError(ValueError)`` does), so
+``except ValueError`` or ``except OSError`` keeps working.
+"""
 from __future__ import annotations
 
 import os
@@ -6,6 +11,12 @@ import os
 
 class WfstError(Exception):
     """Base class of every error this package raises on purpose."""
+
+
+class OptionError(WfstError, ValueError):
+    """An argument or command-line option whose value cannot work, or options that conflict.
+
+    The message names the option and repeats the value."""
 
 
 class InputFileError(WfstError, ValueError):
@@ -26,5 +37,37 @@ class MissingFileError(WfstError, FileNotFoundError):
         super().__init__(f"cannot read {what} {self.path}: {reason}")
 
 
+class OutputFileError(WfstError, OSError):
+    """An output file or directory that cannot be written."""
+
+    def __init__(self, path: str | os.PathLike, what: str, reason: str):
+        self.path = os.fspath(path)
+        super().__init__(f"cannot write {what} {self.path}: {reason}")
+
+
 class GraphFormatError(WfstError, ValueError):
     """A graph file or graph directory that is corrupt or inconsistent."""
+
+
+class DecodeInputError(WfstError, ValueError):
+    """log_probs, lengths or boosts that cannot be decoded; names the utterance when one is at fault."""
+
+
+class DecoderMemoryError(WfstError, MemoryError):
+    """The search would need more memory than the machine has; says how much and why."""
+
+
+class BoostError(DecodeInputError):
+    """A boost map that cannot be used (not a mapping, NaN or infinite rewards)."""
+
+
+class GraphBuildError(WfstError, RuntimeError):
+    """Graph-compiler inputs that are individually valid but do not make a usable graph."""
+
+
+class LmStoreError(WfstError):
+    """An LM store file that is missing, not a store, or damaged; says which and why."""
+
+
+class VocabularyError(WfstError, ValueError):
+    """A rescoring LM that cannot score the graph's words."""

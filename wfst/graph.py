@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import GraphFormatError, MissingFileError
+from .errors import GraphFormatError, MissingFileError, OutputFileError
 from .files import atomic_path, write_text_atomic
 from .symbols import TokenTable, WordTable
 
@@ -294,19 +294,25 @@ def write_graph_dir(directory: str | os.PathLike, fst, graph: Graph) -> Graph:
     graph.json is complete.
     """
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     if graph.num_states == 0:
         raise GraphFormatError(f"refusing to write an empty graph to {directory}")
-    with contextlib.suppress(FileNotFoundError):
-        (directory / INFO_NAME).unlink()
-    with atomic_path(directory / FST_NAME) as tmp:
-        fst.write(tmp)
-    graph.tokens.write(directory / TOKENS_NAME)
-    if graph.words is not None:
-        graph.words.write(directory / WORDS_NAME)
-    write_csr_cache(graph, directory / FST_NAME, directory / CSR_NAME)
-    graph.info["files"] = {name: (directory / name).stat().st_size
-                           for name in (FST_NAME, TOKENS_NAME, WORDS_NAME, CSR_NAME)
-                           if (directory / name).is_file()}
-    write_text_atomic(directory / INFO_NAME, json.dumps(graph.info, indent=2) + "\n")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            (directory / INFO_NAME).unlink()
+        with atomic_path(directory / FST_NAME) as tmp:
+            fst.write(tmp)
+        graph.tokens.write(directory / TOKENS_NAME)
+        if graph.words is not None:
+            graph.words.write(directory / WORDS_NAME)
+        write_csr_cache(graph, directory / FST_NAME, directory / CSR_NAME)
+        graph.info["files"] = {name: (directory / name).stat().st_size
+                               for name in (FST_NAME, TOKENS_NAME, WORDS_NAME, CSR_NAME)
+                               if (directory / name).is_file()}
+        write_text_atomic(directory / INFO_NAME, json.dumps(graph.info, indent=2) + "\n")
+    except OSError as e:
+        reason = e.strerror or str(e)
+        if e.filename and Path(e.filename) != directory:
+            reason += f" ({e.filename})"
+        raise OutputFileError(directory, "graph directory", reason) from None
     return graph

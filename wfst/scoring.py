@@ -4,6 +4,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from .errors import OptionError
+
 FRAME_SECONDS = 0.04  # one CTC frame = 40 ms of audio unless told otherwise
 
 
@@ -29,7 +31,7 @@ def word_errors(refs: Sequence[Sequence[str] | str], hyps: Sequence[Sequence[str
     import kaldialign
 
     if len(refs) != len(hyps):
-        raise ValueError(f"{len(refs)} references but {len(hyps)} hypotheses")
+        raise OptionError(f"{len(refs)} references but {len(hyps)} hypotheses: give one hypothesis per reference")
     total = {"sub": 0, "ins": 0, "del": 0}
     words = 0
     for r, h in zip(refs, hyps):

@@ -16,7 +16,7 @@ import dataclasses
 import os
 import re
 
-from .errors import InputFileError
+from .errors import InputFileError, OptionError
 from .files import read_lines, write_text_atomic
 
 EPSILON = "<eps>"
@@ -53,7 +53,7 @@ class TokenTable:
 
     def __post_init__(self):
         if self.blank is not None and not 0 <= self.blank < len(self.symbols):
-            raise ValueError(f"blank column {self.blank} outside [0, {len(self.symbols)})")
+            raise OptionError(f"TokenTable: blank column {self.blank} outside [0, {len(self.symbols)})")
 
     @property
     def num_columns(self) -> int:
@@ -67,9 +67,6 @@ class TokenTable:
     def disambig_ilabel(self, k: int) -> int:
         """FST input label of disambiguation symbol #k."""
         return ilabel_of_column(self.num_columns) + k
-
-    def is_token_ilabel(self, ilabel: int) -> bool:
-        return 1 <= ilabel <= self.num_columns
 
     def with_disambig(self, num_disambig: int) -> "TokenTable":
         return dataclasses.replace(self, num_disambig=num_disambig)

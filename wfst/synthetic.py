@@ -35,7 +35,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .errors import InputFileError, MissingFileError
+from .errors import InputFileError, MissingFileError, OptionError
 from .files import atomic_path
 from .symbols import TokenTable
 
@@ -83,15 +83,16 @@ def tokenize(text: str, tokens: TokenTable, *, spm=None, word_boundary: str | No
 
     The text is used as it is (no case folding).  Blank or whitespace-only text gives
     ``[]``.  A symbol that is not in `tokens`, is the blank, or is the word-boundary unit
-    inside a word raises ValueError naming the symbol and the text.
+    inside a word raises :class:`~wfst.errors.OptionError` (a ValueError) naming the
+    symbol and the text.
     """
     column = {s: c for c, s in enumerate(tokens.symbols)}
     blank_sym = tokens.symbols[tokens.blank] if tokens.blank is not None else None
     words = text.split()
     if spm is not None:
         if word_boundary is not None:
-            raise ValueError("word_boundary is for per-character tokens; sentencepiece pieces mark "
-                             "word starts themselves")
+            raise OptionError(f"word_boundary={word_boundary!r} is for per-character tokens; sentencepiece "
+                              "pieces mark word starts themselves (give spm or word_boundary, not both)")
         sp = _load_spm(spm)
         unk = sp.unk_id()
         spelled = []
@@ -99,17 +100,17 @@ def tokenize(text: str, tokens: TokenTable, *, spm=None, word_boundary: str | No
             pieces = sp.encode(word, out_type=str)
             for piece in pieces:
                 if unk >= 0 and sp.piece_to_id(piece) == unk:
-                    raise ValueError(f"word {word!r} of text {text!r} has a piece unknown to the "
-                                     f"sentencepiece model: {piece!r}")
+                    raise OptionError(f"word {word!r} of text {text!r} has a piece unknown to the "
+                                      f"sentencepiece model: {piece!r}")
             spelled.append(pieces)
     else:
         if word_boundary is not None and word_boundary not in column:
-            raise ValueError(f"word-boundary unit {word_boundary!r} is not in the token table")
+            raise OptionError(f"word-boundary unit {word_boundary!r} is not in the token table")
         spelled = []
         for word in words:
             if word_boundary is not None and word_boundary in word:
-                raise ValueError(f"word {word!r} of text {text!r} contains the word-boundary unit "
-                                 f"{word_boundary!r}")
+                raise OptionError(f"word {word!r} of text {text!r} contains the word-boundary unit "
+                                  f"{word_boundary!r}")
             spelled.append(list(word))
     out: list[int] = []
     for i, pieces in enumerate(spelled):
@@ -117,9 +118,9 @@ def tokenize(text: str, tokens: TokenTable, *, spm=None, word_boundary: str | No
             out.append(column[word_boundary])
         for sym in pieces:
             if sym not in column:
-                raise ValueError(f"symbol {sym!r} of text {text!r} is not in the token table")
+                raise OptionError(f"symbol {sym!r} of text {text!r} is not in the token table")
             if sym == blank_sym:
-                raise ValueError(f"symbol {sym!r} of text {text!r} is the blank")
+                raise OptionError(f"symbol {sym!r} of text {text!r} is the blank")
             out.append(column[sym])
     return out
 
@@ -141,9 +142,9 @@ def _check_range(name: str, value, low: int) -> tuple[int, int]:
     try:
         lo, hi = (int(v) for v in value)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a pair (min, max) of integers, got {value!r}") from None
+        raise OptionError(f"{name} must be a pair (min, max) of integers, got {value!r}") from None
     if not low <= lo <= hi:
-        raise ValueError(f"{name} must satisfy {low} <= min <= max, got {value!r}")
+        raise OptionError(f"{name} must satisfy {low} <= min <= max, got {value!r}")
     return lo, hi
 
 
@@ -171,31 +172,31 @@ def emissions(token_seqs: Sequence[Sequence[int]], num_columns: int, blank: int,
     """
     num_columns, blank = int(num_columns), int(blank)
     if num_columns < 2:
-        raise ValueError(f"num_columns must be at least 2 (a blank and a token), got {num_columns}")
+        raise OptionError(f"num_columns must be at least 2 (a blank and a token), got {num_columns}")
     if not 0 <= blank < num_columns:
-        raise ValueError(f"blank column {blank} outside [0, {num_columns})")
+        raise OptionError(f"blank column {blank} outside [0, {num_columns})")
     f_lo, f_hi = _check_range("frames_per_token", frames_per_token, 1)
     b_lo, b_hi = _check_range("blank_frames", blank_frames, 0)
     if not np.isfinite(peak) or peak < 0:
-        raise ValueError(f"peak must be a finite number >= 0, got {peak!r}")
+        raise OptionError(f"peak must be a finite number >= 0, got {peak!r}")
     if not np.isfinite(noise) or noise < 0:
-        raise ValueError(f"noise must be a finite number >= 0, got {noise!r}")
+        raise OptionError(f"noise must be a finite number >= 0, got {noise!r}")
     if not 0.0 <= confusion <= 1.0:
-        raise ValueError(f"confusion must be a probability in [0, 1], got {confusion!r}")
+        raise OptionError(f"confusion must be a probability in [0, 1], got {confusion!r}")
     if len(token_seqs) == 0:
-        raise ValueError("token_seqs is empty: no utterances to make")
+        raise OptionError("token_seqs is empty: no utterances to make")
 
     seqs = []
     for b, seq in enumerate(token_seqs):
         try:
             arr = np.asarray(seq, dtype=np.int64).reshape(-1)
         except (TypeError, ValueError):
-            raise ValueError(f"utterance {b}: token ids must be integers, got {seq!r}") from None
+            raise OptionError(f"utterance {b}: token ids must be integers, got {seq!r}") from None
         bad = np.flatnonzero((arr < 0) | (arr >= num_columns) | (arr == blank))
         if bad.size:
             i = int(bad[0])
             what = "is the blank" if arr[i] == blank else f"is outside [0, {num_columns})"
-            raise ValueError(f"utterance {b}: token {int(arr[i])} at position {i} {what}")
+            raise OptionError(f"utterance {b}: token {int(arr[i])} at position {i} {what}")
         seqs.append(arr)
 
     rng = np.random.default_rng(seed)
@@ -272,7 +273,8 @@ def from_texts(texts: Sequence[str], tokens: TokenTable, *, spm=None, word_bound
                seed: int = 0, **kw) -> tuple[np.ndarray, np.ndarray]:
     """:func:`tokenize` each text, then :func:`emissions` (`kw` goes to emissions)."""
     if tokens.blank is None:
-        raise ValueError("the token table has no blank; CTC emissions need one")
+        raise OptionError(f"the token table ({tokens.num_columns} symbols) has no blank; CTC emissions need "
+                          "one: read it with TokenTable.read(path, blank=SYMBOL)")
     seqs = [tokenize(t, tokens, spm=spm, word_boundary=word_boundary) for t in texts]
     return emissions(seqs, tokens.num_columns, tokens.blank, seed=seed, **kw)
 
@@ -291,12 +293,12 @@ class Emissions:
 
 def _check_batch(log_probs, lengths, where: str):
     if log_probs.ndim != 3:
-        raise ValueError(f"{where}log_probs must be (B, T, V), got shape {log_probs.shape}")
+        raise OptionError(f"{where}log_probs must be (B, T, V), got shape {log_probs.shape}")
     B, T, _ = log_probs.shape
     if lengths.shape != (B,):
-        raise ValueError(f"{where}lengths must have shape ({B},), got {lengths.shape}")
+        raise OptionError(f"{where}lengths must have shape ({B},), got {lengths.shape}")
     if B and (lengths.min() < 0 or lengths.max() > T):
-        raise ValueError(f"{where}lengths must be in [0, {T}]")
+        raise OptionError(f"{where}lengths must be in [0, {T}], got {int(lengths.min())}..{int(lengths.max())}")
 
 
 def save_npz(path: str | os.PathLike, log_probs: np.ndarray, lengths: np.ndarray,
@@ -310,7 +312,7 @@ def save_npz(path: str | os.PathLike, log_probs: np.ndarray, lengths: np.ndarray
     if texts is not None:
         texts = list(texts)
         if len(texts) != log_probs.shape[0]:
-            raise ValueError(f"{len(texts)} texts for {log_probs.shape[0]} utterances")
+            raise OptionError(f"{len(texts)} texts for {log_probs.shape[0]} utterances")
         arrays["texts"] = np.array(texts, dtype=np.str_).reshape(len(texts))
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as f:
@@ -336,7 +338,7 @@ def load_npz(path: str | os.PathLike) -> Emissions:
                              f"{log_probs.dtype} and {lengths.dtype}")
     try:
         _check_batch(log_probs, lengths, "")
-    except ValueError as e:
+    except OptionError as e:
         raise InputFileError(path, None, str(e)) from None
     texts = None
     if "texts" in arrays:

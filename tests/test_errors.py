@@ -1,0 +1,46 @@
+"""Every deliberate error is a WfstError and also the builtin it stands for, with a message that says what to fix."""
+import dataclasses
+
+import pytest
+from wfst.graphs import GraphBuildError
+
+from wfst import errors
+from wfst.lm import LmStoreError, VocabularyError, _small_states, read_arpa
+from wfst.scoring import word_errors
+
+
+@pytest.mark.parametrize("cls,builtin", [
+    (errors.OptionError, ValueError),
+    (errors.InputFileError, ValueError),
+    (errors.GraphFormatError, ValueError),
+    (errors.MissingFileError, FileNotFoundError),
+    (errors.OutputFileError, OSError),
+    (GraphBuildError, RuntimeError),
+    (VocabularyError, ValueError),
+    (LmStoreError, Exception),
+])
+def test_error_classes_are_wfst_errors_and_builtins(cls, builtin):
+    assert issubclass(cls, errors.WfstError) and issubclass(cls, builtin)
+
+
+def test_file_errors_keep_the_path():
+    e = errors.OutputFileError("out/g", "graph directory", "Permission denied")
+    assert str(e) == "cannot write graph directory out/g: Permission denied" and e.path == "out/g"
+    e = errors.InputFileError("lm.arpa", 3, "bad line")
+    assert str(e) == "lm.arpa:3: bad line" and (e.path, e.line) == ("lm.arpa", 3)
+
+
+def test_word_errors_needs_one_hypothesis_per_reference():
+    assert word_errors(["a b"], ["a c"]).errors == 1
+    with pytest.raises(errors.OptionError, match="2 references but 1 hypotheses: give one hypothesis per reference"):
+        word_errors(["a", "b"], ["a"])
+
+
+def test_unreachable_lm_state_is_a_damaged_store(tiny):
+    store = read_arpa(tiny / "lm.arpa")
+    depth = store.depth.copy()
+    depth[-1] = 99  # no arc grows a history into the last state
+    damaged = dataclasses.replace(store, depth=depth)
+    with pytest.raises(LmStoreError, match=r"the LM store made from .*lm.arpa is damaged: an LM state cannot be "
+                                           r"reached from the root; prepare it again"):
+        _small_states(damaged, store)

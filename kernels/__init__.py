@@ -1,4 +1,5 @@
-"""Decoding kernels (Numba-CUDA / CuPy) and their CPU twins.  Kernels only; no orchestration.
-
-Empty until the decoder lands; kept so that ``wfst.kernels`` is part of the package layout.
+"""The search's kernels: the CPU search (`cpu`), the CUDA kernels and their launcher
+(`cuda`), the per-arc and per-token logic both share (`common`, `select`), the argument
+groups they take (`groups`) and the numbers they agree on (`constants`).  Kernels only;
+the runtime (wfst) orchestrates.  docs/design.md tells how they fit together.
 """

@@ -1,13 +1,15 @@
-"""Per-arc and per-token logic shared by the CPU twin and the CUDA kernels.
+"""Per-arc and per-token logic shared by the CPU search and the CUDA kernels.
 
 Every function here is a plain ``@numba.njit`` function: the CPU backend calls it from
 ``njit`` code and the CUDA kernels call the very same function from ``@cuda.jit`` code
 (Numba compiles it for the GPU target on first use), so both backends compute costs,
-keys and tie-breaks bit for bit alike.
+keys, tie-breaks and context steps bit for bit alike.  Where the two differ is how they
+fetch (a big-LM arc comes from memory on the CPU and through a device cache on the GPU),
+never the arithmetic.
 
-Recombination keeps, per graph state, the token with the smallest (cost, arc id): ties in
-cost go to the smaller arc id, which does not depend on the order threads run in, so the
-two backends (and two runs of one backend) agree exactly.
+Recombination keeps, per token key, the smallest (cost, arc id, predecessor's ctx): a tie
+in cost goes to the smaller arc id, which does not depend on the order threads run in, so
+the two backends (and two runs of one backend) agree exactly.
 """
 from __future__ import annotations
 
@@ -16,10 +18,11 @@ import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic
 
-EMPTY_KEY = -1  # hash-table slot holding no state
-NO_TOKEN = -1  # backpointer of the start token
+from .constants import EMPTY_KEY, MAX_PACKED
+
 _SIGN = np.uint32(0x80000000)
 _LOW32 = np.uint64(0xFFFFFFFF)
+INF = np.float32(np.inf)
 
 
 @intrinsic
@@ -35,6 +38,8 @@ def _u32_as_f32(typingctx, x):
         return builder.bitcast(args[0], ir.FloatType())
     return types.float32(types.uint32), codegen
 
+
+# ---------------------------------------------------------------------- bits, keys, hashing
 
 @njit(inline="always", cache=True)
 def f32_bits(x):
@@ -101,8 +106,8 @@ def hash_slot(key, mask):
 
 @njit(inline="always", cache=True)
 def token_key(state, ctx):
-    """The recombination key of a token: its graph state and its context state (the LM
-    and phrase-automaton state; 0 when neither is used) in one int64, never EMPTY_KEY."""
+    """The recombination key of a token: its graph state and its context state in one
+    int64, never EMPTY_KEY."""
     return (np.int64(ctx) << np.int64(32)) | np.int64(state)
 
 
@@ -116,6 +121,8 @@ def key_ctx(key):
     return np.int32(key >> np.int64(32))
 
 
+# ---------------------------------------------------------------------- costs
+
 @njit(inline="always", cache=True)
 def arc_acoustic_cost(log_probs, t, ilabel, acoustic_scale, blank_ilabel, blank_penalty):
     """Cost of consuming frame t with an arc of input label `ilabel` (column ilabel - 1)."""
@@ -126,20 +133,22 @@ def arc_acoustic_cost(log_probs, t, ilabel, acoustic_scale, blank_ilabel, blank_
 
 
 @njit(cache=True)
-def frame_acoustic_costs(log_probs, t, acoustic_scale, blank_ilabel, blank_penalty, top_n, log_rel, ac):
+def frame_acoustic_costs(log_probs, t, settings, prune, ac):
     """ac[il] = cost of consuming frame t with input label il, for il = 1..V (ac[0] unused).
 
-    Frame-level token pruning (FLToP): only columns among the frame's `top_n` best (ties at
-    the boundary all kept) whose log-probability is within `log_rel` = log(R) of the best
-    get a finite cost; the blank is exempt from top_n but not from R.  Arcs of the other
-    columns get +inf and are never expanded.  top_n >= V and log_rel = -inf: no pruning.
-    """
+    With `prune`, frame-level token pruning (FLToP): only columns among the frame's top_n
+    best (ties at the boundary all kept) whose log-probability is within log_rel = log(R)
+    of the best get a finite cost; the blank is exempt from top_n but not from R.  Arcs of
+    the other columns get +inf and are never expanded."""
     V = log_probs.shape[1]
-    best = -np.inf
-    for c in range(V):
-        if log_probs[t, c] > best:
-            best = log_probs[t, c]
-    floor = best + log_rel
+    top_n = settings.top_n if prune else V
+    floor = -np.inf
+    if prune:
+        best = -np.inf
+        for c in range(V):
+            if log_probs[t, c] > best:
+                best = log_probs[t, c]
+        floor = best + settings.log_rel
     kth = -np.inf
     if top_n < V:  # the top_n-th largest value, counting ties
         kth = np.inf
@@ -159,54 +168,30 @@ def frame_acoustic_costs(log_probs, t, acoustic_scale, blank_ilabel, blank_penal
     for c in range(V):
         v = log_probs[t, c]
         il = c + 1
-        if v >= floor and (v >= kth or il == blank_ilabel):
-            ac[il] = arc_acoustic_cost(log_probs, t, il, acoustic_scale, blank_ilabel, blank_penalty)
+        if v >= floor and (v >= kth or il == settings.blank_ilabel):
+            ac[il] = arc_acoustic_cost(log_probs, t, il, settings.acoustic_scale, settings.blank_ilabel,
+                                       settings.blank_penalty)
         else:
-            ac[il] = np.float32(np.inf)
+            ac[il] = INF
 
 
 @njit(inline="always", cache=True)
-def better(cost, arc, best_cost, best_arc):
-    """True when candidate (cost, arc) beats the kept (best_cost, best_arc): smaller cost, then smaller arc."""
-    return pack(cost, arc) < pack(best_cost, best_arc)
+def fltop_active(settings, num_columns):
+    """Whether FLToP can prune a column at all (else a frame is never expanded twice)."""
+    return settings.top_n < num_columns or settings.log_rel > -np.inf
 
 
 @njit(inline="always", cache=True)
-def cutoff_and_adaptive_beam(best, kth_max, kth_min, beam, beam_delta):
-    """Kaldi FasterDecoder's GetCutoff given the two order statistics.
-
-    kth_max: cost of the token at rank max_active (0-based) or +inf when there are no
-    more tokens than that; kth_min: the same at rank min_active.  Tokens whose cost is
-    strictly below the returned cutoff survive; adaptive_beam bounds the next frame.
-    """
-    beam_cutoff = best + beam
-    if kth_max < beam_cutoff:
-        return kth_max, kth_max - best + beam_delta
-    if kth_min > beam_cutoff:
-        return kth_min, kth_min - best + beam_delta
-    return beam_cutoff, np.float32(beam)
+def expanded_cost(cost, weight, acoustic):
+    """A token's cost after an emitting arc: the arc's weight and acoustic cost first."""
+    return np.float32(cost + np.float32(weight + acoustic))
 
 
 @njit(inline="always", cache=True)
-def find_segment(offsets, n, k):
-    """The i with offsets[i] <= k < offsets[i + 1] (offsets non-decreasing, offsets[n] > k).
-
-    Maps a thread's arc index to its token: the load-balancing step of ExpandArcs."""
-    lo = 0
-    hi = n
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if offsets[mid] <= k:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-@njit(inline="always", cache=True)
-def arc_source(indptr, num_states, a):
-    """The state whose arc range [indptr[s], indptr[s + 1]) holds arc `a`."""
-    return find_segment(indptr, num_states, a)
+def boosted_weight(weight, word_cost):
+    """An arc's weight in TLG o B, B a single-state word-boost acceptor: rounded as OpenFST's
+    composition rounds it, so that every form of B decodes bit for bit like the composed graph."""
+    return np.float32(weight + word_cost)
 
 
 @njit(cache=True, _nrt=False)  # no reference counting of the arrays on each call
@@ -230,78 +215,229 @@ def boost_cost(keys, costs, bits, word):
     return np.float32(0.0)
 
 
+# ---------------------------------------------------------------------- pruning
+
 @njit(inline="always", cache=True)
-def backoff_locate(offsets, labels, backoff, bo_weight, state, label):
-    """The arc that reads `label` in state `state` of a deterministic automaton with backoff
-    (failure) arcs, in CSR form: each state's labels sorted in labels[offsets[s]:offsets[s + 1]];
-    a label missing there is looked for again in backoff[s] after paying bo_weight[s].
+def cutoff_and_adaptive_beam(best, kth_max, kth_min, beam, beam_delta):
+    """Kaldi FasterDecoder's GetCutoff given the two order statistics.
+
+    kth_max: cost of the token at rank max_active (0-based) or +inf when there are no
+    more tokens than that; kth_min: the same at rank min_active.  Tokens whose cost is
+    strictly below the returned cutoff survive; adaptive_beam bounds the next frame.
+    """
+    beam_cutoff = best + beam
+    if kth_max < beam_cutoff:
+        return kth_max, kth_max - best + beam_delta
+    if kth_min > beam_cutoff:
+        return kth_min, kth_min - best + beam_delta
+    return beam_cutoff, np.float32(beam)
+
+
+@njit(inline="always", cache=True)
+def end_key(cost, state, ctx, final, context, row, with_final):
+    """The order of tokens on the last step: pack(cost [+ final costs], state), MAX_PACKED
+    when that is not finite.  Tokens of one state tie here; the smaller ctx wins."""
+    c = cost
+    if with_final:
+        f = final[state]
+        if context is not None and contextual(context, row):
+            f = np.float32(f + context_final(context, row, ctx))
+        c = np.float32(c + f)
+    if c < INF:
+        return pack(c, state)
+    return MAX_PACKED
+
+
+# ---------------------------------------------------------------------- backpointers
+
+@njit(inline="always", cache=True)
+def in_frame_prev(j):
+    """A token's `prev` when its predecessor is token j of the same frame (an epsilon arc)."""
+    return -(j + 2)
+
+
+@njit(inline="always", cache=True)
+def in_frame(prev):
+    """The same-frame predecessor of a token with this `prev`, or -1 when it has none."""
+    return -(prev + 2) if prev <= -2 else -1
+
+
+@njit(inline="always", cache=True)
+def mark_ancestors(j, prev, mark):
+    """Mark token j and its in-frame epsilon ancestors: they are stored as backpointers.
+    Threads that mark the same ancestor concurrently all write 1."""
+    k = j
+    while k >= 0 and mark[k] == 0:
+        mark[k] = 1
+        k = in_frame(prev[k])
+
+
+@njit(inline="always", cache=True)
+def trace_length(bp_prev, g, stored):
+    """Backpointers on the chain from backpointer g back to the start token (which has no
+    arc), or -1 when the chain is longer than all `stored` ones: a cycle."""
+    length = 0
+    while g >= 0:
+        length += 1
+        if length > stored:
+            return -1
+        g = bp_prev[g]
+    return length
+
+
+@njit(inline="always", cache=True)
+def trace_path(bp_prev, bp_arc, g, length, arcs, gids):
+    """The arcs of the chain ending at backpointer g, in path order, and their backpointers."""
+    for i in range(length - 2, -1, -1):
+        arcs[i] = bp_arc[g]
+        gids[i] = g
+        g = bp_prev[g]
+
+
+# ---------------------------------------------------------------------- load balancing
+
+@njit(inline="always", cache=True)
+def find_segment(offsets, n, k):
+    """The i with offsets[i] <= k < offsets[i + 1] (offsets non-decreasing, offsets[n] > k).
+
+    Maps a thread's arc index to its token: the load-balancing step of ExpandArcs."""
+    lo = 0
+    hi = n
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if offsets[mid] <= k:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@njit(inline="always", cache=True)
+def arc_source(indptr, num_states, a):
+    """The state whose arc range [indptr[s], indptr[s + 1]) holds arc `a`."""
+    return find_segment(indptr, num_states, a)
+
+
+# ---------------------------------------------------------------------- automata with backoff
+
+@njit(inline="always", cache=True)
+def automaton_locate(a, row, state, label):
+    """The arc that reads `label` in `state` of automaton `row` of `a` (groups.Automata).
     Returns (backoff costs paid, the arc's position or -1, the state where the search
-    ended): -1 when the label is missing all the way to a state with no backoff (-1).
-    This is an n-gram LM's exact backoff semantics and an Aho-Corasick automaton's failure
-    transitions alike.  It reads no arc payload: the CUDA backend keeps those in host memory."""
+    ended): -1 when the label is missing all the way to a state with no backoff.  This
+    is an n-gram LM's exact backoff semantics and an Aho-Corasick automaton's failure
+    transitions alike.  It reads no arc payload: the GPU keeps the big LM's in host memory."""
     cost = np.float32(0.0)
     s = state
     while True:
-        lo = offsets[s]
-        hi = offsets[s + 1]
+        lo = a.offsets[row, s]
+        end = a.offsets[row, s + 1]
+        hi = end
         while lo < hi:  # binary search of the sorted labels
             mid = (lo + hi) // 2
-            if labels[mid] < label:
+            if a.labels[row, mid] < label:
                 lo = mid + 1
             else:
                 hi = mid
-        if lo < offsets[s + 1] and labels[lo] == label:
+        if lo < end and a.labels[row, lo] == label:
             return cost, np.int64(lo), np.int32(s)
-        b = backoff[s]
+        b = a.backoff[row, s]
         if b < 0:
             return cost, np.int64(-1), np.int32(s)
-        cost = np.float32(cost + bo_weight[s])
+        cost = np.float32(cost + a.bo_weight[row, s])
         s = b
 
 
-@njit(cache=True, _nrt=False)
-def backoff_lookup(offsets, labels, weights, nexts, backoff, bo_weight, state, label):
-    """(cost, next state) of reading `label` in state `state` (see backoff_locate); a label
-    missing all the way costs the backoffs paid and stays in the last state."""
-    cost, pos, s = backoff_locate(offsets, labels, backoff, bo_weight, state, label)
+@njit(inline="always", cache=True)
+def payload_weight(payload):
+    return bits_f32(np.uint32(payload >> np.uint64(32)))
+
+
+@njit(inline="always", cache=True)
+def payload_next(payload):
+    return np.int32(np.uint32(payload & _LOW32))
+
+
+@njit(inline="always", cache=True)
+def automaton_arrive(cost, pos, state, payload):
+    """(cost, next state) once the arc at `pos` (its payload) is fetched; a label missing all
+    the way (pos -1) costs the backoffs paid and stays in the last state."""
     if pos < 0:
-        return cost, s
-    return np.float32(cost + weights[pos]), np.int32(nexts[pos])
+        return cost, state
+    return np.float32(cost + payload_weight(payload)), payload_next(payload)
 
 
 @njit(cache=True, _nrt=False)
-def context_step(ctx, word, num_phrase_states, lm, lm0, small_of, lm_map, lm0_map, phrases, rescoring, phrasing):
-    """The context of a token after output word `word` (> 0): (cost, new ctx).
+def automaton_step(a, row, state, label):
+    """(cost, next state) of reading `label` in `state`, the payload read from memory."""
+    cost, pos, s = automaton_locate(a, row, state, label)
+    payload = a.payload[row, pos] if pos >= 0 else np.uint64(0)
+    return automaton_arrive(cost, pos, s, payload)
 
-    ctx = lm_state * num_phrase_states + phrase_state.  Rescoring replaces the graph's LM
-    score by the big LM's (Kaldi's biglm: + big cost - small cost, the small LM's state
-    being a function of the big LM's); phrase boosting walks the utterance's Aho-Corasick
-    automaton.  lm, lm0 and phrases are (offsets, labels, weights, nexts, backoff,
-    bo_weight, final) tuples; lm_map / lm0_map map graph word ids to LM word ids."""
-    lm_s = ctx // num_phrase_states
-    ph_s = ctx - lm_s * num_phrase_states
+
+# ---------------------------------------------------------------------- contexts
+
+@njit(inline="always", cache=True)
+def contextual(context, row):
+    """Whether the tokens of utterance `row` carry a context (rescoring or phrases)."""
+    return context.rescoring or context.phrase_states[row] > 1
+
+
+@njit(inline="always", cache=True)
+def context_locate(context, row, ctx, word):
+    """First half of a context step (context_step): the big-LM arc that reads `word`
+    (output word > 0), located without reading its payload.  Returns (lm state, phrase
+    state, backoff costs paid, the arc's position or -1, the LM state the search ended in)."""
+    P = context.phrase_states[row]
+    lm_s = ctx // P
+    ph_s = ctx - lm_s * P
     cost = np.float32(0.0)
-    if rescoring:
-        big, lm_next = backoff_lookup(lm[0], lm[1], lm[2], lm[3], lm[4], lm[5], lm_s, lm_map[word])
-        small, _ = backoff_lookup(lm0[0], lm0[1], lm0[2], lm0[3], lm0[4], lm0[5], small_of[lm_s], lm0_map[word])
+    pos = np.int64(-1)
+    end = np.int32(lm_s)
+    if context.rescoring:
+        cost, pos, end = automaton_locate(context.lm, 0, lm_s, context.lm_map[word])
+    return lm_s, ph_s, cost, pos, end
+
+
+@njit(inline="always", cache=True)
+def context_arrive(context, row, word, lm_s, ph_s, big_cost, pos, end, payload):
+    """Second half of a context step, given the big-LM arc's payload: (cost, new ctx).
+
+    Rescoring replaces the graph's LM score by the big LM's (+ big cost - graph-LM cost,
+    the graph LM's state being small_of the big LM's); phrase boosting walks the
+    utterance's Aho-Corasick automaton."""
+    P = context.phrase_states[row]
+    cost = np.float32(0.0)
+    if context.rescoring:
+        big, lm_next = automaton_arrive(big_cost, pos, end, payload)
+        small, _ = automaton_step(context.lm0, 0, context.small_of[lm_s], context.lm0_map[word])
         cost = np.float32(big - small)
         lm_s = lm_next
-    if phrasing:
-        boost, ph_s = backoff_lookup(phrases[0], phrases[1], phrases[2], phrases[3], phrases[4], phrases[5],
-                                     ph_s, word)
+    if P > 1:
+        boost, ph_s = automaton_step(context.phrases, row, ph_s, word)
         cost = np.float32(cost + boost)
-    return cost, np.int32(lm_s * num_phrase_states + ph_s)
+    return cost, np.int32(lm_s * P + ph_s)
 
 
 @njit(cache=True, _nrt=False)
-def context_final(ctx, num_phrase_states, lm, lm0, small_of, phrases, rescoring, phrasing):
-    """The context's final cost: big LM </s> - small LM </s>, plus the refund of a phrase
+def context_step(context, row, ctx, word):
+    """The context of a token after output word `word` (> 0): (cost, new ctx), every arc
+    read from memory (the CPU; the GPU fetches the big LM's through its arc cache)."""
+    lm_s, ph_s, cost, pos, end = context_locate(context, row, ctx, word)
+    payload = context.lm.payload[0, pos] if pos >= 0 else np.uint64(0)
+    return context_arrive(context, row, word, lm_s, ph_s, cost, pos, end, payload)
+
+
+@njit(cache=True, _nrt=False)
+def context_final(context, row, ctx):
+    """The context's final cost: big LM </s> - graph LM </s>, plus the refund of a phrase
     matched only in part."""
-    lm_s = ctx // num_phrase_states
-    ph_s = ctx - lm_s * num_phrase_states
+    P = context.phrase_states[row]
+    lm_s = ctx // P
+    ph_s = ctx - lm_s * P
     cost = np.float32(0.0)
-    if rescoring:
-        cost = np.float32(lm[6][lm_s] - lm0[6][small_of[lm_s]])
-    if phrasing:
-        cost = np.float32(cost + phrases[6][ph_s])
+    if context.rescoring:
+        cost = np.float32(context.lm.final[0, lm_s] - context.lm0.final[0, context.small_of[lm_s]])
+    if P > 1:
+        cost = np.float32(cost + context.phrases.final[row, ph_s])
     return cost

@@ -1,51 +1,58 @@
-"""CPU twin of the decoding kernels: one utterance per call, Numba ``njit(nogil=True)``.
+"""The CPU search: one utterance per call, Numba ``njit(nogil=True)``.
 
-The decoder runs utterances on a thread pool (the GIL is released), so a batch is
+The CPU backend runs utterances on a thread pool (the GIL is released), so a batch is
 decoded in parallel over utterances.  Each frame does what the CUDA kernels do, with the
-same shared logic from `common` and `select`:
+per-arc and per-token logic of `common` and `select`:
 
 1. prune the frame's tokens: cutoff = Kaldi's GetCutoff(best + beam, the max_active-th
    and min_active-th costs by exact radix select); store survivors and their in-frame
    epsilon ancestors as backpointers (prev, arc);
 2. ExpandArcs: every surviving token follows its emitting arcs; new tokens below the
-   bound set by the best token's arcs + adaptive beam are recombined by graph state in
-   an open-addressing hash table, keeping the smallest (cost, arc id);
+   bound set by the best token's arcs + adaptive beam are recombined in an
+   open-addressing hash table (groups.HashTable), keeping the smallest (cost, arc id,
+   predecessor's ctx).  When FLToP left no finite new cost, the frame is expanded again
+   without it, so that token pruning never empties an utterance;
 3. non-emitting closure: follow input-epsilon arcs until no cost improves.
 
-A token's `prev` is the global backpointer index of its predecessor (>= 0), NO_TOKEN for
-the start token, or ``-(j + 2)`` for an epsilon predecessor j in the same frame.
-Capacity overflow makes the call return early with `overflow` set; the caller grows the
+What a search uses besides the graph comes as optional arguments, and Numba compiles
+one machine code per combination of their types: `boosts` (a dense cost vector per word,
+or None) and `context` (groups.Context, or None).  Code under ``if boosts is not None``
+is removed at compile time where they are None, so a plain search pays nothing for them.
+
+Capacity overflow makes the call return early with TOKEN_OVERFLOW; the caller grows the
 capacity and decodes the utterance again, so no token is ever dropped silently.
 """
 from __future__ import annotations
 
 import contextlib
+from typing import NamedTuple
 
 import numpy as np
-from numba import literally, njit
+from numba import njit
 
 from .common import (
-    EMPTY_KEY,
-    NO_TOKEN,
+    INF,
     bits_f32,
-    context_final,
+    boosted_weight,
     context_step,
     cutoff_and_adaptive_beam,
+    end_key,
+    expanded_cost,
     f32_bits,
+    fltop_active,
     frame_acoustic_costs,
     hash_slot,
+    in_frame,
+    in_frame_prev,
+    mark_ancestors,
     pack,
     token_key,
+    trace_length,
+    trace_path,
 )
+from .constants import EMPTY_KEY, EPS_CYCLE, MAX_PACKED, NO_ARC, NO_TOKEN, OK, TOKEN_OVERFLOW, hash_slots
+from .groups import HashTable, Survivors, Tokens
 from .select import RADIX_BINS, select_cost
-
-INF = np.float32(np.inf)
-OK, OVERFLOW, EPS_CYCLE = 0, 1, 2
-
-
-@njit(inline="always")
-def _in_frame(prev):
-    return -(prev + 2)
 
 
 @njit(nogil=True, cache=True)
@@ -94,9 +101,9 @@ def word_arc_index(arcs):
 @contextlib.contextmanager
 def boosted_weights(arcs, index, word_costs):
     """B applied to the graph in place while the block runs: each arc of a boosted word gets
-    weight w + cost (float32, as composing TLG o B rounds it), restored on exit.  This is
+    weight w + cost (float32, common.boosted_weight's rounding), restored on exit.  This is
     the whole of TLG o B for a single-state B, in O(arcs of boosted words), and the search
-    then pays nothing per arc; `arc_weight` with word_costs is the same sum per arc, for
+    then pays nothing per arc; `boosts` in the search is the same sum per arc, for
     batches whose utterances boost different words."""
     positions, bounds = index
     words = np.flatnonzero(word_costs[:len(bounds) - 1])
@@ -109,61 +116,92 @@ def boosted_weights(arcs, index, word_costs):
         arcs[boosted, 2] = saved
 
 
+class Workspace(NamedTuple):
+    """What one search writes besides its backpointers; made once per thread and capacity
+    (new_workspace) and reused from utterance to utterance."""
+
+    ht: HashTable
+    tl: Tokens
+    sv: Survivors
+    gid: np.ndarray  # backpointer index of each token of the frame
+    mark: np.ndarray  # the token is a survivor or an in-frame ancestor of one
+    stack: np.ndarray  # the closure's work list
+    hist: np.ndarray  # radix-select histogram
+
+
+def new_workspace(capacity: int) -> Workspace:
+    """A workspace of `capacity` token slots (the unused GPU-only fields have one entry)."""
+    C, H, i32 = capacity, hash_slots(capacity), np.int32
+    ht = HashTable(np.full(H, EMPTY_KEY, np.int64), np.empty(H, np.uint64), np.empty(H, i32), np.empty(H, i32),
+                   np.empty(1, i32), np.empty(1, i32))
+    tl = Tokens(np.empty(C, i32), np.zeros(C, i32), np.empty(C, np.float32), np.empty(C, i32), np.empty(C, i32),
+                np.empty(C, i32), np.empty(1, i32))
+    sv = Survivors(np.empty(C, i32), np.empty(C, i32), np.empty(C, np.float32), np.empty(C, i32),
+                   np.empty(1, np.int64), np.empty(1, i32))
+    return Workspace(ht, tl, sv, np.empty(C, i32), np.zeros(C, np.uint8), np.empty(4 * C, i32),
+                     np.zeros(RADIX_BINS, np.int64))
+
+
+def new_memo(size: int) -> np.ndarray:
+    """An empty memo of context steps (see _word_step): `size` slots (a power of two) of
+    (key, packed step), keys EMPTY_KEY."""
+    return np.full((size, 2), EMPTY_KEY, np.int64)
+
+
+# ---------------------------------------------------------------------- per arc and per token
+
 @njit(inline="always")
-def arc_weight(arcs, p, word_boosts, boosted):
-    """An arc's weight in TLG o B, B the utterance's single-state word-boost acceptor: the
-    graph weight plus the arc's word cost, rounded as OpenFST composes them (so that both
-    forms of B, this and `boosted_weights`, decode bit for bit like the composed graph).
-    The add is unconditional, word_boosts[0] = 0 for arcs without a word: a test of the
-    arc's label would mispredict on every state's boundary between word and other arcs."""
+def _arc_weight(arcs, p, boosts):
+    """An arc's weight in TLG o B (boosts[w]: word w's cost, 0 at w = 0).  The add is
+    unconditional: a test of the arc's label would mispredict on every state's boundary
+    between word and other arcs."""
     w = bits_f32(arcs[p, 2])
-    if boosted:
-        w = np.float32(w + word_boosts[arcs[p, 4]])
+    if boosts is not None:
+        w = boosted_weight(w, boosts[arcs[p, 4]])
     return w
 
 
 @njit(inline="always")  # call from NRT-free functions only (see _word_step)
-def _recombine(state, ctx, cost, prev, arc, pctx, ht_key, ht_tok, tl_state, tl_ctx, tl_cost, tl_prev, tl_arc,
-               tl_best, tl_pctx, tl_slot, n, contextual):
-    """Insert or improve the token of (state, ctx); ht_key[slot] = its key, ht_tok[slot] its index.
-
-    Recombination keeps the smallest (cost, arc id, predecessor's ctx): tl_best holds the
-    packed (cost, arc id), tl_pctx the predecessor's context (two predecessors with
-    different contexts can reach one key by the same arc at the same cost only through
-    a word arc).  Without contexts (`contextual` False) the key is the state alone and
-    tl_ctx stays 0.  Returns (index, n, improved); index -1: the capacity is exhausted.
-    """
-    mask = ht_key.shape[0] - 1
-    key = token_key(state, ctx) if contextual else np.int64(state)
+def _recombine(state, ctx, cost, prev, arc, pctx, ht, tl, n, context):
+    """Insert or improve the token of (state, ctx), keeping the smallest (cost, arc id,
+    predecessor's ctx): two predecessors with different contexts can reach one key by
+    the same arc at the same cost only through a word arc.  Without a context the key is
+    the state alone and every ctx is 0.  Returns (index, n, improved); index -1: the
+    token list is full."""
+    mask = ht.key.shape[0] - 1
+    key = np.int64(state)
+    if context is not None:
+        key = token_key(state, ctx)
     slot = hash_slot(key, mask)
     candidate = pack(cost, arc)
     while True:
-        k = ht_key[slot]
+        k = ht.key[slot]
         if k == key:
-            j = ht_tok[slot]
-            if candidate < tl_best[j] or (contextual and candidate == tl_best[j] and pctx < tl_pctx[j]):
-                tl_best[j] = candidate
-                tl_cost[j] = cost
-                tl_prev[j] = prev
-                tl_arc[j] = arc
-                if contextual:
-                    tl_pctx[j] = pctx
+            j = ht.tok[slot]
+            best = ht.val[slot]
+            if candidate < best or (context is not None and candidate == best and pctx < ht.pctx[slot]):
+                ht.val[slot] = candidate
+                tl.cost[j] = cost
+                tl.prev[j] = prev
+                tl.arc[j] = arc
+                if context is not None:
+                    ht.pctx[slot] = pctx
                 return j, n, True
             return j, n, False
         if k == EMPTY_KEY:
-            if n == tl_state.shape[0]:
+            if n == tl.state.shape[0]:
                 return -1, n, False
-            ht_key[slot] = key
-            ht_tok[slot] = n
-            tl_state[n] = state
-            tl_cost[n] = cost
-            tl_prev[n] = prev
-            tl_arc[n] = arc
-            tl_best[n] = candidate
-            if contextual:
-                tl_ctx[n] = ctx
-                tl_pctx[n] = pctx
-            tl_slot[n] = slot
+            ht.key[slot] = key
+            ht.tok[slot] = n
+            ht.val[slot] = candidate
+            tl.state[n] = state
+            tl.cost[n] = cost
+            tl.prev[n] = prev
+            tl.arc[n] = arc
+            tl.slot[n] = slot
+            tl.ctx[n] = ctx  # 0 all along without a context (workspaces are reused)
+            if context is not None:
+                ht.pctx[slot] = pctx
             return n, n + 1, True
         slot = (slot + 1) & mask
 
@@ -171,8 +209,7 @@ def _recombine(state, ctx, cost, prev, arc, pctx, ht_key, ht_tok, tl_state, tl_c
 @njit(nogil=True, cache=True, _nrt=False)
 def _memo_fill(ctx, word, context, memo, slot):
     """Compute the context step of (ctx, word) into the memo's `slot` (see _word_step)."""
-    P, lm, lm0, small_of, lm_map, lm0_map, phrases, rescoring, phrasing = context
-    delta, nxt = context_step(ctx, word, P, lm, lm0, small_of, lm_map, lm0_map, phrases, rescoring, phrasing)
+    delta, nxt = context_step(context, 0, ctx, word)
     memo[slot, 0] = token_key(word, ctx)
     memo[slot, 1] = (np.int64(np.uint32(f32_bits(delta))) << np.int64(32)) | np.int64(np.uint32(nxt))
 
@@ -182,8 +219,8 @@ def _word_step(cost, ctx, word, context, memo):
     """Cost and context after an arc that outputs `word` (> 0) through the context automata
     (rescoring LM, phrase boosting).  Their steps are memoised per (ctx, word) in a
     direct-mapped table: tokens of one context read the same words frame after frame, and
-    only a miss passes the automata (a large tuple) in a call.  A slot is one 16-byte
-    record, (key, cost bits << 32 | next ctx): a probe touches one cache line.
+    only a miss passes the automata in a call.  A slot is one 16-byte record, (key, cost
+    bits << 32 | next ctx): a probe touches one cache line.
 
     Inline helpers taking arrays belong in `_nrt=False` functions only: elsewhere Numba
     reference-counts each array argument on every arc (that tripled ExpandArcs' time)."""
@@ -197,59 +234,44 @@ def _word_step(cost, ctx, word, context, memo):
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def _final_cost(state, ctx, final, context, contextual):
-    f = final[state]
-    if contextual:
-        P, lm, lm0, small_of, lm_map, lm0_map, phrases, rescoring, phrasing = context
-        f = np.float32(f + context_final(ctx, P, lm, lm0, small_of, phrases, rescoring, phrasing))
-    return f
-
-
-@njit(nogil=True, cache=True, _nrt=False)
-def _expand_arcs(ns, sv_state, sv_ctx, sv_cost, sv_gid, ac, adaptive_beam, states, arcs, word_boosts, boosted,
-                 context, contextual, memo, ht_key, ht_tok, tl_state,
-                 tl_ctx, tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot):
+def _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl):
     """ExpandArcs: the survivors' emitting arcs (ac: acoustic cost by input label).  The
     best new cost + adaptive_beam bounds the frame; new tokens below it are recombined into
-    the emptied token list.  Returns (n, bound, overflow)."""
-    literally(boosted)
-    literally(contextual)
+    the emptied token list.  Returns (n, the best new cost (+inf: no arc has a finite
+    cost), overflow)."""
+    states, arcs = graph.states, graph.arcs
     min_new = INF
     for i in range(ns):
-        c = sv_cost[i]
-        s = sv_state[i]
+        c = sv.cost[i]
+        s = sv.state[i]
         for p in range(states[s, 0], states[s, 2]):
-            nc = np.float32(c + np.float32(arc_weight(arcs, p, word_boosts, boosted) + ac[arcs[p, 0]]))
-            if contextual and nc < INF and p >= states[s, 1]:
-                nc, _ = _word_step(nc, sv_ctx[i], arcs[p, 4], context, memo)
+            nc = expanded_cost(c, _arc_weight(arcs, p, boosts), ac[arcs[p, 0]])
+            if context is not None and nc < INF and p >= states[s, 1]:
+                nc, _ = _word_step(nc, sv.ctx[i], arcs[p, 4], context, memo)
             if nc < min_new:
                 min_new = nc
     bound = np.float32(min_new + adaptive_beam)
     n = 0
     for i in range(ns):
-        c = sv_cost[i]
-        ctx = sv_ctx[i]
-        s = sv_state[i]
+        c = sv.cost[i]
+        ctx = sv.ctx[i]
+        s = sv.state[i]
         for p in range(states[s, 0], states[s, 2]):
-            nc = np.float32(c + np.float32(arc_weight(arcs, p, word_boosts, boosted) + ac[arcs[p, 0]]))
+            nc = expanded_cost(c, _arc_weight(arcs, p, boosts), ac[arcs[p, 0]])
             nctx = ctx
-            if contextual and nc < INF and p >= states[s, 1]:
+            if context is not None and nc < INF and p >= states[s, 1]:
                 nc, nctx = _word_step(nc, ctx, arcs[p, 4], context, memo)
             if nc < bound:
-                idx, n, _ = _recombine(arcs[p, 1], nctx, nc, sv_gid[i], arcs[p, 3], ctx, ht_key, ht_tok, tl_state,
-                                       tl_ctx, tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, n, contextual)
+                idx, n, _ = _recombine(arcs[p, 1], nctx, nc, sv.gid[i], arcs[p, 3], ctx, ht, tl, n, context)
                 if idx < 0:
-                    return n, bound, True
-    return n, bound, False
+                    return n, min_new, True
+    return n, min_new, False
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def _closure(cutoff, n, states, arcs, word_boosts, boosted, context, contextual,
-             memo, ht_key, ht_tok, tl_state, tl_ctx, tl_cost, tl_prev, tl_arc, tl_best,
-             tl_pctx, tl_slot, stack):
+def _closure(cutoff, n, graph, boosts, context, memo, ht, tl, stack):
     """Non-emitting closure of the frame's tokens; returns (n, overflow)."""
-    literally(boosted)  # compiled per flag value, as _search
-    literally(contextual)
+    states, arcs = graph.states, graph.arcs
     top = 0
     for j in range(n):
         stack[top] = j
@@ -257,21 +279,20 @@ def _closure(cutoff, n, states, arcs, word_boosts, boosted, context, contextual,
     while top > 0:
         top -= 1
         j = stack[top]
-        c = tl_cost[j]
+        c = tl.cost[j]
         if c > cutoff:
             continue
-        s = tl_state[j]
-        ctx = tl_ctx[j]
+        s = tl.state[j]
+        ctx = tl.ctx[j]
         for p in range(states[s, 2], states[s + 1, 0]):
-            nc = np.float32(c + arc_weight(arcs, p, word_boosts, boosted))
+            nc = np.float32(c + _arc_weight(arcs, p, boosts))
             nctx = ctx
-            if contextual and p >= states[s, 3]:
+            if context is not None and p >= states[s, 3]:
                 nc, nctx = _word_step(nc, ctx, arcs[p, 4], context, memo)
             if nc > cutoff:
                 continue
-            idx, n, improved = _recombine(arcs[p, 1], nctx, nc, -(j + 2), arcs[p, 3], ctx, ht_key, ht_tok,
-                                          tl_state, tl_ctx, tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, n,
-                                          contextual)
+            idx, n, improved = _recombine(arcs[p, 1], nctx, nc, in_frame_prev(j), arcs[p, 3], ctx, ht, tl, n,
+                                          context)
             if idx < 0:
                 return n, True
             if improved:
@@ -282,106 +303,59 @@ def _closure(cutoff, n, states, arcs, word_boosts, boosted, context, contextual,
     return n, False
 
 
-@njit(nogil=True, cache=True)
-def _best_token(tl_state, tl_ctx, tl_cost, final, n, with_final, context, contextual):
+@njit(nogil=True, cache=True, _nrt=False)
+def _best_token(tl, n, final, context, with_final):
     """Index of the token with the smallest (cost [+ final costs], state, ctx), or -1 if none is finite."""
     keep = -1
-    best = np.uint64(0)
+    best = MAX_PACKED
     best_ctx = 0
     for j in range(n):
-        c = tl_cost[j]
-        if with_final:
-            c = np.float32(c + _final_cost(tl_state[j], tl_ctx[j], final, context, contextual))
-        if c < INF:
-            key = pack(c, tl_state[j])
-            if keep < 0 or key < best or (key == best and tl_ctx[j] < best_ctx):
-                best = key
-                best_ctx = tl_ctx[j]
-                keep = j
+        key = end_key(tl.cost[j], tl.state[j], tl.ctx[j], final, context, 0, with_final)
+        if key != MAX_PACKED and (keep < 0 or key < best or (key == best and tl.ctx[j] < best_ctx)):
+            best = key
+            best_ctx = tl.ctx[j]
+            keep = j
     return keep
 
 
-def decode_one(states, arcs, word_boosts, boosted, context, contextual, memo, start_ctx, final,
-               start, log_probs, num_frames, num_columns, beam, max_active, min_active, beam_delta,
-               acoustic_scale, blank_ilabel, blank_penalty, top_n, log_rel, capacity):
-    """Viterbi beam search of one utterance.
+@njit(nogil=True, cache=True, _nrt=False)
+def _cutoff(tl, n, settings, hist):
+    """(cutoff, adaptive beam) of a frame's n tokens: Kaldi's GetCutoff with exact order statistics."""
+    best = INF
+    for j in range(n):
+        if tl.cost[j] < best:
+            best = tl.cost[j]
+    kth_max = INF
+    kth_min = INF
+    if n > settings.max_active:
+        kth_max = select_cost(tl.cost, n, settings.max_active, hist)
+    if n > settings.min_active:
+        kth_min = best if settings.min_active == 0 else select_cost(tl.cost, n, settings.min_active, hist)
+    return cutoff_and_adaptive_beam(best, kth_max, kth_min, settings.beam, settings.beam_delta)
 
-    context: (P, lm, lm0, small_of, lm_map, lm0_map, phrases, rescoring, phrasing), the
-    automata of `common.context_step`; tokens start in context start_ctx.  `boosted`: the
-    utterance boosts single words, word_boosts[w] being word w's cost (-reward; 0 for
-    words not boosted, and at w = 0), one entry for every output label of the graph;
-    `contextual`: rescoring or phrase boosting.
-    Returns (status, path_arcs, path_steps, reached_final, tokens_per_frame): status is
-    OK, OVERFLOW (capacity too small: grow and decode again) or EPS_CYCLE (a zero-cost
-    epsilon cycle in the graph made the backpointers loop); the arc ids of the best path
-    in order, the step each arc's token was stored at (step t = after t frames: an
-    emitting arc on step t consumed frame t - 1), and the number of tokens that survived
-    pruning on each frame.
+
+# ---------------------------------------------------------------------- the search
+
+@njit(nogil=True, cache=True)
+def search(graph, boosts, context, memo, log_probs, num_frames, settings, ws):
+    """Viterbi beam search of one utterance: log_probs (T, V), its first num_frames frames.
+
+    graph: groups.InterleavedGraph; settings: groups.Settings; ws: a Workspace, whose
+    capacity bounds the tokens of a frame.  boosts: each output label's word cost
+    (-reward; 0 for words not boosted and at label 0), or None.  context: groups.Context
+    of this utterance (row 0), or None; memo: its memo of context steps (new_memo).
+
+    Returns (status, path arcs, path steps, reached_final, survivors per frame, FLToP
+    fallbacks): status OK, TOKEN_OVERFLOW (grow the capacity and decode again) or
+    EPS_CYCLE (a zero-cost epsilon cycle in the graph made the backpointers loop); the
+    graph arc ids of the best path in order and the step each arc's token was stored at
+    (step t = after t frames: an emitting arc on step t consumed frame t - 1); the frames
+    that FLToP emptied and were expanded again without it.
     """
-    search = _SEARCHES[bool(boosted), bool(contextual)]
-    return search((states, arcs, final, start), word_boosts, context, start_ctx,
-                  (log_probs, num_frames, num_columns),
-                  (beam, max_active, min_active, beam_delta, acoustic_scale, blank_ilabel, blank_penalty, top_n,
-                   log_rel, capacity), memo)
-
-
-# Each combination of the two flags is its own machine code, compiled on first use: as
-# run-time flags, the word-step paths halved the speed of a plain search.
-@njit(nogil=True, cache=True)
-def _search_plain(graph, word_boosts, context, start_ctx, utterance, settings, memo):
-    return _search(False, False, graph, word_boosts, context, start_ctx, utterance, settings, memo)
-
-
-@njit(nogil=True, cache=True)
-def _search_boosted(graph, word_boosts, context, start_ctx, utterance, settings, memo):
-    return _search(True, False, graph, word_boosts, context, start_ctx, utterance, settings, memo)
-
-
-@njit(nogil=True, cache=True)
-def _search_contextual(graph, word_boosts, context, start_ctx, utterance, settings, memo):
-    return _search(False, True, graph, word_boosts, context, start_ctx, utterance, settings, memo)
-
-
-@njit(nogil=True, cache=True)
-def _search_boosted_contextual(graph, word_boosts, context, start_ctx, utterance, settings, memo):
-    return _search(True, True, graph, word_boosts, context, start_ctx, utterance, settings, memo)
-
-
-_SEARCHES = {(False, False): _search_plain, (True, False): _search_boosted, (False, True): _search_contextual,
-             (True, True): _search_boosted_contextual}
-
-
-@njit(nogil=True, cache=True)
-def _search(boosted, contextual, graph, word_boosts, context, start_ctx, utterance, settings, memo):
-    """decode_one for literal flag values."""
-    literally(boosted)
-    literally(contextual)
-    states, arcs, final, start = graph
-    log_probs, num_frames, num_columns = utterance
-    beam, max_active, min_active, beam_delta, acoustic_scale, blank_ilabel, blank_penalty, top_n, log_rel, capacity = \
-        settings
-    C = capacity
-    H = 1
-    while H < 2 * C:
-        H *= 2
-    ht_key = np.full(H, EMPTY_KEY, np.int64)
-    ht_tok = np.empty(H, np.int32)
-    tl_best = np.empty(C, np.uint64)
-    tl_state = np.empty(C, np.int32)
-    tl_ctx = np.zeros(C, np.int32)  # stays 0 without contexts
-    tl_pctx = np.empty(C, np.int32)
-    tl_cost = np.empty(C, np.float32)
-    tl_prev = np.empty(C, np.int32)
-    tl_arc = np.empty(C, np.int32)
-    tl_slot = np.empty(C, np.int64)
-    sv_state = np.empty(C, np.int32)
-    sv_ctx = np.empty(C, np.int32)
-    sv_cost = np.empty(C, np.float32)
-    sv_gid = np.empty(C, np.int32)
-    gid = np.empty(C, np.int32)
-    mark = np.zeros(C, np.uint8)
-    stack = np.empty(4 * C, np.int32)
-    hist = np.zeros(RADIX_BINS, np.int64)
+    ht, tl, sv, gid, mark, stack, hist = ws
+    ht.key[:] = EMPTY_KEY  # a search that overflowed left keys behind
+    C = tl.state.shape[0]
+    num_columns = log_probs.shape[1]
     ac = np.zeros(num_columns + 1, np.float32)  # acoustic cost by input label
     bp_prev = np.empty(max(C, 1024), np.int32)
     bp_arc = np.empty(max(C, 1024), np.int32)
@@ -389,57 +363,38 @@ def _search(boosted, contextual, graph, word_boosts, context, start_ctx, utteran
     step_start = np.zeros(num_frames + 2, np.int64)
     tokens_per_frame = np.zeros(num_frames, np.int32)
     empty = np.empty(0, np.int32)
+    pruning = fltop_active(settings, num_columns)
+    fallbacks = 0
     reached_final = False
     keep = -1
 
-    n = 0
-    idx, n, _ = _recombine(start, start_ctx, np.float32(0.0), NO_TOKEN, -1, start_ctx, ht_key, ht_tok,
-                           tl_state, tl_ctx, tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, n, contextual)
-    n, overflow = _closure(np.float32(np.finfo(np.float32).max), n, states, arcs, word_boosts, boosted, context,
-                           contextual, memo, ht_key, ht_tok,
-                           tl_state, tl_ctx, tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, stack)
+    start_ctx = np.int32(0)
+    if context is not None:
+        start_ctx = context.start[0]
+    _, n, _ = _recombine(graph.start, start_ctx, np.float32(0.0), NO_TOKEN, NO_ARC, start_ctx, ht, tl, 0, context)
+    n, overflow = _closure(np.float32(np.finfo(np.float32).max), n, graph, boosts, context, memo, ht, tl, stack)
     if overflow:
-        return OVERFLOW, empty, empty, False, tokens_per_frame
+        return TOKEN_OVERFLOW, empty, empty, False, tokens_per_frame, fallbacks
 
     for t in range(num_frames + 1):
         last = t == num_frames
         # ---- prune: cutoff, or on the last step the single best (final) token
         cutoff = INF
-        adaptive_beam = np.float32(beam)
-        keep = -1
+        adaptive_beam = settings.beam
         if last:
-            keep = _best_token(tl_state, tl_ctx, tl_cost, final, n, True, context, contextual)
+            keep = _best_token(tl, n, graph.final, context, True)
             reached_final = keep >= 0
             if not reached_final:
-                keep = _best_token(tl_state, tl_ctx, tl_cost, final, n, False, context, contextual)
+                keep = _best_token(tl, n, graph.final, context, False)
         elif n > 0:
-            best = INF
-            for j in range(n):
-                if tl_cost[j] < best:
-                    best = tl_cost[j]
-            kth_max = INF
-            kth_min = INF
-            if n > max_active:
-                kth_max = select_cost(tl_cost, n, max_active, hist)
-            if n > min_active:
-                if min_active == 0:
-                    kth_min = best
-                else:
-                    kth_min = select_cost(tl_cost, n, min_active, hist)
-            cutoff, adaptive_beam = cutoff_and_adaptive_beam(best, kth_max, kth_min, np.float32(beam),
-                                                             np.float32(beam_delta))
+            cutoff, adaptive_beam = _cutoff(tl, n, settings, hist)
 
         # ---- store survivors and their in-frame ancestors as backpointers
         step_start[t] = bp_n
+        mark[:n] = 0
         for j in range(n):
-            mark[j] = 0
-        for j in range(n):
-            if (last and j == keep) or (not last and tl_cost[j] < cutoff):
-                k = j
-                while k >= 0 and mark[k] == 0:
-                    mark[k] = 1
-                    p = tl_prev[k]
-                    k = _in_frame(p) if p <= -2 else -1
+            if (last and j == keep) or (not last and tl.cost[j] < cutoff):
+                mark_ancestors(j, tl.prev, mark)
         if bp_n + n > bp_prev.shape[0]:
             size = max(2 * bp_prev.shape[0], bp_n + n)
             grown_prev = np.empty(size, np.int32)
@@ -455,51 +410,43 @@ def _search(boosted, contextual, graph, word_boosts, context, start_ctx, utteran
         ns = 0
         for j in range(n):
             if mark[j]:
-                p = tl_prev[j]
-                bp_prev[gid[j]] = gid[_in_frame(p)] if p <= -2 else p
-                bp_arc[gid[j]] = tl_arc[j]
-                if not last and tl_cost[j] < cutoff:
-                    sv_state[ns] = tl_state[j]
-                    sv_ctx[ns] = tl_ctx[j]
-                    sv_cost[ns] = tl_cost[j]
-                    sv_gid[ns] = gid[j]
+                p = tl.prev[j]
+                bp_prev[gid[j]] = gid[in_frame(p)] if p <= -2 else p
+                bp_arc[gid[j]] = tl.arc[j]
+                if not last and tl.cost[j] < cutoff:
+                    sv.state[ns] = tl.state[j]
+                    sv.ctx[ns] = tl.ctx[j]
+                    sv.cost[ns] = tl.cost[j]
+                    sv.gid[ns] = gid[j]
                     ns += 1
-            ht_key[tl_slot[j]] = EMPTY_KEY
+            ht.key[tl.slot[j]] = EMPTY_KEY
         if last:
             break
         tokens_per_frame[t] = ns
 
-        # ---- ExpandArcs: the frame's acoustic costs, the bound, then every survivor's arcs
-        frame_acoustic_costs(log_probs, t, acoustic_scale, blank_ilabel, blank_penalty, top_n, log_rel, ac)
-        n, bound, overflow = _expand_arcs(ns, sv_state, sv_ctx, sv_cost, sv_gid, ac, adaptive_beam, states, arcs,
-                                          word_boosts, boosted, context, contextual,
-                                          memo, ht_key, ht_tok, tl_state, tl_ctx, tl_cost,
-                                          tl_prev, tl_arc, tl_best, tl_pctx, tl_slot)
+        # ---- ExpandArcs (again without FLToP if it left no arc a finite cost), then the closure
+        frame_acoustic_costs(log_probs, t, settings, pruning, ac)
+        n, best, overflow = _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl)
+        if pruning and ns > 0 and not overflow and best == INF:
+            fallbacks += 1
+            frame_acoustic_costs(log_probs, t, settings, False, ac)
+            n, best, overflow = _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl)
         if overflow:
-            return OVERFLOW, empty, empty, False, tokens_per_frame
-        # ---- non-emitting closure
-        n, overflow = _closure(bound, n, states, arcs, word_boosts, boosted, context,
-                               contextual, memo, ht_key, ht_tok, tl_state, tl_ctx,
-                               tl_cost, tl_prev, tl_arc, tl_best, tl_pctx, tl_slot, stack)
+            return TOKEN_OVERFLOW, empty, empty, False, tokens_per_frame, fallbacks
+        n, overflow = _closure(np.float32(best + adaptive_beam), n, graph, boosts, context, memo, ht, tl, stack)
         if overflow:
-            return OVERFLOW, empty, empty, False, tokens_per_frame
+            return TOKEN_OVERFLOW, empty, empty, False, tokens_per_frame, fallbacks
 
     step_start[num_frames + 1] = bp_n
     if keep < 0:
-        return OK, empty, empty, False, tokens_per_frame
+        return OK, empty, empty, False, tokens_per_frame, fallbacks
     # ---- traceback: walk (prev, arc) from the kept token
-    length = 0
     g = gid[keep]
-    while g >= 0:
-        length += 1
-        if length > bp_n:
-            return EPS_CYCLE, empty, empty, False, tokens_per_frame
-        g = bp_prev[g]
+    length = trace_length(bp_prev, g, bp_n)
+    if length < 0:
+        return EPS_CYCLE, empty, empty, False, tokens_per_frame, fallbacks
     path_arcs = np.empty(length - 1, np.int32)  # the start token has no arc
-    path_steps = np.empty(length - 1, np.int32)
-    g = gid[keep]
-    for i in range(length - 2, -1, -1):
-        path_arcs[i] = bp_arc[g]
-        path_steps[i] = np.searchsorted(step_start, g, side="right") - 1
-        g = bp_prev[g]
-    return OK, path_arcs, path_steps, reached_final, tokens_per_frame
+    path_gids = np.empty(length - 1, np.int32)
+    trace_path(bp_prev, bp_arc, g, length, path_arcs, path_gids)
+    path_steps = (np.searchsorted(step_start, path_gids, side="right") - 1).astype(np.int32)
+    return OK, path_arcs, path_steps, reached_final, tokens_per_frame, fallbacks

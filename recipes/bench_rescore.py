@@ -18,17 +18,15 @@ import json
 import sys
 from pathlib import Path
 
-from demo_data import LM, TOKEN_SETS, emission_options, sentences
+from demo_data import LM, PROFILES, TOKEN_SETS, emission_options, sentences
 from wfst.graphs import compile_graph
+from wfst_bench.machine import gpu_name, machine
 
 import wfst
 from wfst import synthetic
-from wfst.bench import gpu_name, machine
-from wfst.cuda_backend import lm_device_arrays
+from wfst.cuda_backend import GPU_LM_FIELDS, gpu_lm_automaton
 from wfst.lm import open_lm, truncate_arpa
 from wfst.scoring import rtfx, word_errors
-
-EMISSIONS = {"default": {}, "harder": dict(confusion=0.15, noise=1.5)}
 
 
 def timed(decoder, x, lengths, repeat):
@@ -63,7 +61,7 @@ def main() -> int:
         compile_graph(small_dir, lm=small_lm, topology="compact", cache_dir=out / ".cache", **options)
         kw = emission_options(token_set)
         small, big = wfst.load_graph(small_dir), wfst.load_graph(Path(args.graphs) / name)
-        for setting, noise in EMISSIONS.items():
+        for setting, noise in PROFILES.items():
             x, lengths = synthetic.from_texts(texts, small.tokens, seed=0, **kw, **noise)
             frames = int(lengths.sum())
             cells = {}
@@ -88,11 +86,12 @@ def main() -> int:
         print(f"| {r['graph']} | {r['emissions']} | {r['decoder']} | {100 * r['wer']:.2f} | {r['rtfx']:.0f} | "
               f"{r['tokens_per_frame']:.0f} | {r['slowdown']:.2f}x | {100 * r['same_words_as_big']:.1f}% |")
     store = open_lm(big_lm)
-    total = sum(int(a.nbytes) for a in store.automaton(store.final_costs()))  # what the CPU backend reads
-    device = sum(int(a.nbytes) for a in lm_device_arrays(store))
+    total = sum(int(a.nbytes) for a in store.automaton())  # what the CPU backend reads
+    on_gpu = gpu_lm_automaton(store)
+    device = sum(int(getattr(on_gpu, f).nbytes) for f in GPU_LM_FIELDS)
     print(f"\nBig LM: {store.num_states:,} states, {store.num_arcs:,} arcs, {total / 2**20:.2f} MiB as the CPU "
           f"backend reads it. Held on the GPU by the CUDA backend (int32 offsets, sorted labels as "
-          f"{lm_device_arrays(store)[1].dtype}, backoff states and costs): {device / 2**20:.2f} MiB = "
+          f"{on_gpu.labels.dtype}, backoff states and costs): {device / 2**20:.2f} MiB = "
           f"{100 * device / total:.1f}% of it; in pinned host memory (arc costs, next states, final costs): "
           f"{(total - device) / 2**20:.2f} MiB.")
     print("GPU rows (rescoring speed on the GPU, bytes copied host->device per frame): "

@@ -1,7 +1,11 @@
 """Compile every CUDA kernel to PTX for sm_90 (H100) with the exact argument types the
 launcher passes, on a machine without a GPU.  The simulator runs kernels as Python and
-never type-checks them; this does.  Run by tests/test_cuda.py in a child process
-(NUMBA_ENABLE_CUDASIM must be off); prints one line per kernel.
+never type-checks them; this does, for a plain search and for one with every extension
+(word and phrase boosts, rescoring, FLToP).  It also checks that no launch passes an
+argument a real launch refuses (None, or objects Numba cannot type).
+
+Run by tests/test_cuda.py in a child process (NUMBA_ENABLE_CUDASIM must be off); prints
+one line per kernel.
 """
 import sys
 import types
@@ -18,11 +22,21 @@ from wfst.kernels import cuda as K  # noqa: E402
 
 import wfst  # noqa: E402
 import wfst.cuda_backend as backend  # noqa: E402
-from wfst.decoder import Decoder  # noqa: E402
 
 KERNELS = ["init_kernel", "prune_store_kernel", "frame_costs_kernel", "lm_cache_clear_kernel", "expand_min_kernel",
-           "expand_kernel", "expand_ties_kernel", "resolve_kernel", "closure_kernel", "traceback_kernel"]
-compiled = {}
+           "fltop_redo_kernel", "expand_kernel", "expand_ties_kernel", "resolve_kernel", "closure_kernel",
+           "traceback_kernel"]
+compiled: dict[str, set] = {}
+problems: list[str] = []
+
+
+def leaves(value, where):
+    """Every leaf of a (nested) argument, with its place."""
+    if isinstance(value, tuple):
+        for i, v in enumerate(value):
+            yield from leaves(v, f"{where}.{getattr(type(value), '_fields', range(len(value)))[i]}")
+    else:
+        yield where, value
 
 
 class CompileOnLaunch:
@@ -35,35 +49,40 @@ class CompileOnLaunch:
         return self
 
     def __call__(self, *args):
-        if self.name not in compiled:
-            ptx, _ = cuda.compile_ptx(self.kernel.py_func, tuple(typeof(a) for a in args), cc=(9, 0))
-            compiled[self.name] = len(ptx)
+        for i, a in enumerate(args):
+            for where, leaf in leaves(a, f"argument {i}"):
+                if leaf is None or not isinstance(leaf, (np.ndarray, bool, int, float, np.generic)):
+                    problems.append(f"{self.name}: {where} is {type(leaf).__name__}, which a real launch refuses")
+        signature = tuple(typeof(a) for a in args)
+        if signature not in compiled.setdefault(self.name, set()):
+            cuda.compile_ptx(self.kernel.py_func, signature, cc=(9, 0))
+            compiled[self.name].add(signature)
 
 
 def main(graph_dir: str) -> int:
     for name in KERNELS:
         setattr(K, name, CompileOnLaunch(name))
+    # host arrays stand in for device arrays and pinned memory: only their types matter
+    backend.on_device = lambda a: a
+    backend.array_module = lambda: np
+    backend._pinned = np.array
+    cuda.is_available = lambda: True
+    backend.CudaBackend.free_bytes = lambda self: None
     g = wfst.load_graph(graph_dir)
-    # rescoring (the graph's own LM as the big LM) and phrase boosting: every kernel runs,
-    # with the context arrays the launcher makes for them
     lm = g.info["inputs"]["lm"]["path"]
-    dec = Decoder(g, beam=10.0, max_active=50, rescore_lm=lm, graph_lm=lm)
-    backend.on_device = lambda a: a  # host arrays stand in for device arrays: only their types matter
-    backend._pinned_empty = np.empty  # likewise for the pinned host memory that kernels read
-    cb = object.__new__(backend.CudaBackend)
-    cb.xp, cb.graph, cb.bp_per_frame, cb.block, cb.arc_blocks = np, g, None, 256, 64
-    cb.lm_cache_slots, cb._lm, cb._no_lm, cb.lm_stats = None, None, None, {}
-    for name in ("e_indptr", "ne_indptr", "ilabel", "olabel", "weight", "nextstate", "final"):
-        setattr(cb, name, getattr(g, name))
-    x = np.full((2, 4, g.tokens.num_columns), -np.log(g.tokens.num_columns), np.float32)
-    from wfst.boost import boost_tables
-
     words = [w for w in g.words.symbols[1:] if w.isalnum()]
-    dec._boost = boost_tables({words[0]: 1.0, f"{words[0]} {words[1]}": 1.0}, 2, g.words, 10.0)
-    cb._run(dec, x, np.array([4, 3]), [0, 1])
+    x = np.full((2, 4, g.tokens.num_columns), -np.log(g.tokens.num_columns), np.float32)
+    plain = wfst.Decoder(g, device="cuda", beam=10.0, max_active=50)
+    plain.decode(x, np.array([4, 3]))
+    # rescoring (the graph's own LM as the big LM), word and phrase boosts, FLToP: every kernel runs
+    everything = wfst.Decoder(g, device="cuda", beam=10.0, max_active=50, rescore_lm=lm, graph_lm=lm,
+                              token_top_n=2, token_rel_threshold=0.01)
+    everything.decode(x, np.array([4, 3]), boost={words[0]: 1.0, f"{words[0]} {words[1]}": 1.0})
     for name in KERNELS:
-        print(f"{name}: {compiled.get(name, 0)} bytes of PTX for sm_90")
-    return 0 if set(compiled) == set(KERNELS) else 1
+        print(f"{name}: {len(compiled.get(name, ()))} signature(s) compiled to PTX for sm_90")
+    for p in dict.fromkeys(problems):
+        print(p)
+    return 0 if set(compiled) == set(KERNELS) and not problems else 1
 
 
 if __name__ == "__main__":

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import pywrapfst as fst
 from decoding import random_log_probs
+from fst_paths import shortest_decode
 from hypothesis import given
 from hypothesis import strategies as st
 from wfst.graphs import compile_graph
-from wfst.graphs.paths import shortest_decode
-from wfst.kernels.common import backoff_lookup
+from wfst.kernels.common import automaton_step
 
 import wfst
-from wfst import synthetic
+from wfst import contexts, synthetic
 from wfst.boost import BoostError, phrase_automaton
 from wfst.decoder import Decoder
 from wfst.graph import graph_from_fst, read_fst
@@ -57,9 +57,9 @@ def test_boost_equals_static_composition(tiny_graph, boost, batch_wide):
     static = graph_from_fst(composed, g.tokens, g.words)
     x = random_log_probs(11, batch=6, frames=10, columns=5, sharpness=3.0)
     dec = Decoder(g, **WIDE)
-    weights = dec._cpu_graph()[1][:, 2].copy()
+    weights = dec._backend.layout.arcs[:, 2].copy()
     boosted = dec.decode(x, boost=boost if batch_wide else [boost] * 5 + [dict(boost)])
-    assert (dec._cpu_graph()[1][:, 2] == weights).all(), "the graph's weights are restored"
+    assert (dec._backend.layout.arcs[:, 2] == weights).all(), "the graph's weights are restored"
     reference = Decoder(static, **WIDE).decode(x)
     for b, (got, ref) in enumerate(zip(boosted, reference)):
         words, cost = shortest_decode(composed, x[b])
@@ -223,10 +223,11 @@ def phrase_acceptor(automaton, num_words: int) -> fst.VectorFst:
     for _ in range(automaton.num_states):
         b.add_state()
     b.set_start(0)
+    rows = contexts.automata([automaton.automaton()])
     for s in range(automaton.num_states):
         b.set_final(s, fst.Weight(b.weight_type(), float(automaton.final[s])))
         for w in range(1, num_words):
-            cost, nxt = backoff_lookup(*automaton.automaton()[:6], s, w)
+            cost, nxt = automaton_step(rows, 0, s, w)
             b.add_arc(s, fst.Arc(w, w, fst.Weight(b.weight_type(), float(cost)), int(nxt)))
     return b
 

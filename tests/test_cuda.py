@@ -8,6 +8,7 @@ never checks.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -50,6 +51,7 @@ def assert_same(graph, x, lengths, boost=None, gpu=None, **config):
     expected, got = cpu.decode(x, lengths, boost=boost), gpu.decode(x, lengths, boost=boost)
     assert got == expected
     assert gpu.stats.tokens_per_frame == pytest.approx(cpu.stats.tokens_per_frame)
+    assert gpu.stats.fltop_fallbacks == cpu.stats.fltop_fallbacks
     return gpu, got
 
 
@@ -61,6 +63,17 @@ def test_random_graphs_cuda_equals_cpu(seed, config):
     gpu, _ = assert_same(g, x, np.array([6, 4, 0]), **CONFIGS[config])
     if config == "overflow regrows":
         assert gpu.stats.regrowths > 0
+
+
+def test_fltop_fallback_cuda_equals_cpu(tiny):
+    """Where FLToP leaves no arc a finite cost, both backends expand the frame again unpruned."""
+    r = compile_graph(tiny / "g", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=tiny / "lexicon.txt",
+                      word_boundary="|", topology="compact")
+    g = wfst.load_graph(r.directory)
+    x = random_log_probs(8, batch=3, frames=7, columns=5, sharpness=3.0)
+    gpu, got = assert_same(g, x, np.array([7, 6, 7]), beam=20.0, max_active=30, min_active=1, token_top_n=1,
+                           token_rel_threshold=0.5)
+    assert gpu.stats.fltop_fallbacks > 0 and all(r.words or r.reached_final for r in got)
 
 
 def test_tiny_tlg_with_backoff_epsilons_cuda_equals_cpu(tiny):
@@ -145,17 +158,17 @@ def test_rescoring_cuda_equals_cpu(small_graph):
     config = dict(beam=20.0, max_active=40, min_active=1, token_capacity=128, **lms)
     gpu, got = assert_same(g, x, lengths, boost=boost, **config)
     assert got[0].rescore_cost != 0 and got[1].boost_cost != 0
-    stats = gpu._backend.lm_stats
+    stats = gpu.stats.lm
     assert stats["misses"] > 0 and stats["hits"] > stats["misses"] and stats["fetches"] >= stats["misses"]
     assert stats["fetched_bytes"] == 8 * stats["fetches"] and stats["frames"] == lengths.sum()
     assert stats["pinned_bytes"] > 0 and stats["gpu_bytes"] > stats["cache_slots"] * 16
     # on the GPU, per state: int32 offset, backoff state and cost; per arc: a uint16 label
     big = gpu.rescorer.big
-    assert stats["lm_bytes"] == sum(a.nbytes for a in gpu.rescorer.kernel_args()[0])
+    assert stats["lm_bytes"] == sum(a.nbytes for a in gpu.rescorer.automata()[0])
     assert stats["gpu_share"] == (4 * (big.num_states + 1) + 8 * big.num_states + 2 * big.num_arcs) / stats["lm_bytes"]
     # the cache outlives the call: the same batch again reads nothing from host memory
     assert_same(g, x, lengths, boost=boost, gpu=gpu, **config)
-    assert gpu._backend.lm_stats["fetches"] == 0 and gpu._backend.lm_stats["hits"] == stats["lookups"]
+    assert gpu.stats.lm["fetches"] == 0 and gpu.stats.lm["hits"] == stats["lookups"]
 
 
 def test_rescoring_with_a_tiny_lm_cache_cuda_equals_cpu(small_graph):
@@ -165,10 +178,10 @@ def test_rescoring_with_a_tiny_lm_cache_cuda_equals_cpu(small_graph):
     x = random_log_probs(6, batch=2, frames=5, columns=5, sharpness=1.5)
     config = dict(beam=20.0, max_active=40, min_active=1, token_capacity=128, **lms)
     gpu = Decoder(g, device="cuda", **config)
-    gpu._backend.lm_cache_slots = 8
+    gpu._capacity = dataclasses.replace(gpu._capacity, lm_cache=8)
     assert_same(g, x, np.array([5, 4]), gpu=gpu, **config)
-    assert gpu.stats.regrowths > 0 and gpu._backend.lm_cache_slots > 8
-    assert gpu._backend.lm_stats["clears"] > 0
+    assert gpu.stats.regrowths > 0 and gpu._capacity.lm_cache > 8 and gpu.stats.lm["cache_slots"] > 8
+    assert gpu.stats.lm["clears"] > 0
 
 
 def test_demo_graph_cuda_equals_cpu(demo, tmp_path):
@@ -189,4 +202,5 @@ def test_kernels_compile_for_sm90(tiny):
     out = subprocess.run([sys.executable, str(Path(__file__).with_name("ptx_check.py")), str(r.directory)],
                          env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.count("bytes of PTX for sm_90") == 10, out.stdout
+    assert out.stdout.count("signature(s) compiled to PTX for sm_90") == 11, out.stdout
+    assert "refuses" not in out.stdout, out.stdout

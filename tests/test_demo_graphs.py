@@ -4,8 +4,8 @@ import math
 import pytest
 import pywrapfst as fst
 import sentencepiece as spm
+from fst_paths import best_path, ctc_alignment, linear_fsa
 from wfst.graphs import TOPOLOGIES, compile_graph
-from wfst.graphs.paths import best_path, ctc_alignment, linear_fsa
 
 from wfst import load_graph
 from wfst.graph import read_fst

@@ -10,11 +10,12 @@ import pytest
 import pywrapfst as fst
 from conftest import TINY_ARPA
 from decoding import random_log_probs
+from fst_paths import shortest_decode
 from wfst.graphs import compile_graph
-from wfst.graphs.paths import shortest_decode
 from wfst.kernels.common import context_final, context_step
 
 import wfst
+from wfst import contexts
 from wfst.boost import NO_PHRASES
 from wfst.decoder import Decoder
 from wfst.errors import MissingFileError
@@ -93,19 +94,18 @@ def rescoring_fst(decoder: Decoder) -> fst.VectorFst:
     """D: one state per big-LM state, an arc per word adding big - small LM cost (what
     context_step adds), final cost big </s> - small </s>."""
     r = decoder.rescorer
-    big, small, small_of, lm_map, lm0_map = r.kernel_args()
-    none = NO_PHRASES.automaton()
+    c = contexts.context(r, [NO_PHRASES])
     d = fst.VectorFst()
     for _ in range(r.big.num_states):
         d.add_state()
     d.set_start(r.big.start)
     W = len(decoder.graph.words)
     for s in range(r.big.num_states):
-        d.set_final(s, fst.Weight(d.weight_type(), float(context_final(s, 1, big, small, small_of, none, True, False))))
+        d.set_final(s, fst.Weight(d.weight_type(), float(context_final(c, 0, s))))
         for w in range(1, W):
             if decoder.graph.words[w].startswith("#") or decoder.graph.words[w] in ("<s>", "</s>"):
                 continue
-            cost, nxt = context_step(s, w, 1, big, small, small_of, lm_map, lm0_map, none, True, False)
+            cost, nxt = context_step(c, 0, s, w)
             d.add_arc(s, fst.Arc(w, w, fst.Weight(d.weight_type(), float(cost)), int(nxt)))
     return d.arcsort("ilabel")
 

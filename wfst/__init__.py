@@ -4,15 +4,32 @@
     dec = wfst.Decoder(g, beam=16.0, max_active=7000, device="cpu")   # or "cuda"
     results = dec.decode(log_probs, lengths)           # (B, T, V) float32 log-posteriors
 
-Graph compilation lives in :mod:`wfst.graphs`.
+Graph compilation lives in :mod:`wfst.graphs`.  Importing this package compiles nothing:
+Numba comes in with the first decode.
 """
-from .decoder import DecodeInputError, Decoder, DecoderConfig, DecodeResult, DecoderMemoryError
-from .errors import GraphFormatError, InputFileError, MissingFileError, WfstError
+from .config import DecoderConfig
+from .decoder import Decoder
+from .errors import (
+    BoostError,
+    DecodeInputError,
+    DecoderMemoryError,
+    GraphBuildError,
+    GraphFormatError,
+    InputFileError,
+    LmStoreError,
+    MissingFileError,
+    OptionError,
+    OutputFileError,
+    VocabularyError,
+    WfstError,
+)
 from .graph import Graph, load_graph
+from .results import DecodeResult, DecodeStats
 from .symbols import TokenTable, WordTable
 
 __version__ = "0.1.0"
 
-__all__ = ["DecodeInputError", "DecodeResult", "Decoder", "DecoderConfig", "DecoderMemoryError", "Graph",
-           "GraphFormatError", "InputFileError", "MissingFileError", "TokenTable", "WfstError", "WordTable",
-           "load_graph", "__version__"]
+__all__ = ["BoostError", "DecodeInputError", "DecodeResult", "DecodeStats", "Decoder", "DecoderConfig",
+           "DecoderMemoryError", "Graph", "GraphBuildError", "GraphFormatError", "InputFileError", "LmStoreError",
+           "MissingFileError", "OptionError", "OutputFileError", "TokenTable", "VocabularyError", "WfstError",
+           "WordTable", "load_graph", "__version__"]

@@ -30,14 +30,11 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from numba import njit
 
-from wfst.kernels.common import EMPTY_KEY, hash_slot
+from wfst.kernels.common import hash_slot
+from wfst.kernels.constants import EMPTY_KEY
 
-from .errors import WfstError
+from .errors import BoostError
 from .symbols import WordTable
-
-
-class BoostError(WfstError, ValueError):
-    """A boost map that cannot be used (not a mapping, NaN or infinite rewards)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,11 +201,14 @@ class PhraseAutomaton:
 
     def path_cost(self, word_ids, final: bool = True) -> float:
         """The boost cost of a word sequence (with the end refund when `final`)."""
-        from wfst.kernels.common import backoff_lookup
+        from wfst.kernels.common import automaton_step
 
+        from .contexts import automata
+
+        a = automata([self.automaton()])
         s, total = 0, 0.0
         for w in word_ids:
-            cost, s = backoff_lookup(*self.automaton()[:6], s, w)
+            cost, s = automaton_step(a, 0, s, w)
             total += float(cost)
         return total + (float(self.final[s]) if final else 0.0)
 

@@ -5,9 +5,9 @@ the root, state 0), each state's outgoing words sorted in ``labels[offsets[s]:of
 with their cost (``weights``, natural-log, negated) and next state (``nexts``: the longest
 suffix of history + word that is a state), and per state its backoff state and backoff
 cost.  A word missing at a state is looked up again at its backoff state after paying the
-backoff cost (``kernels.common.backoff_lookup``): exact ARPA semantics, unlike a G whose
-backoff arcs are epsilons (see NOTES).  ``</s>`` is a label like any word: a history's
-final cost is the cost of reading it.
+backoff cost (``kernels.common.automaton_locate``): exact ARPA semantics, unlike a G whose
+backoff arcs are epsilons, which a path may take even where the n-gram exists.  ``</s>``
+is a label like any word: a history's final cost is the cost of reading it.
 
 `prepare_lm` parses an ARPA file once and writes a store file; `load_lm` memory-maps it.
 The file is a header (magic, JSON with the words, the source's checksum and each array's
@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from .arpa import ArpaReader
-from .errors import InputFileError, MissingFileError, WfstError
+from .errors import InputFileError, LmStoreError, MissingFileError, VocabularyError
 from .files import atomic_path
 
 LN10 = math.log(10.0)
@@ -41,14 +41,6 @@ FORMAT = 1
 _ALIGN = 64
 _ARRAYS = {"offsets": np.int64, "labels": np.int32, "weights": np.float32, "nexts": np.int32,
            "backoff": np.int32, "bo_weight": np.float32, "depth": np.int32}
-
-
-class LmStoreError(WfstError):
-    """A store file that is missing, not a store, or damaged; says which and why."""
-
-
-class VocabularyError(WfstError, ValueError):
-    """The big LM cannot score the graph's words."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,35 +71,26 @@ class LmStore:
     def word_ids(self) -> dict[str, int]:
         return {w: i for i, w in enumerate(self.words)}
 
-    def automaton(self, final: np.ndarray):
-        """The tuple the kernels take: (offsets, labels, weights, nexts, backoff, bo_weight, final)."""
-        return (self.offsets, self.labels, self.weights, self.nexts, self.backoff, self.bo_weight, final)
+    def automaton(self):
+        """The store as kernels.groups.Automata (one row; final costs = the cost of </s>), made once."""
+        if "_automaton" not in self.__dict__:
+            from .contexts import lm_automaton
 
-    def final_costs(self) -> np.ndarray:
-        """Cost of </s> from every state (backoff included): the states' final costs."""
-        from wfst.kernels.common import backoff_lookup
-
-        eos = self.word_ids().get("</s>")
-        if eos is None:
-            return np.zeros(self.num_states, np.float32)
-        a = (self.offsets, self.labels, self.weights, self.nexts, self.backoff, self.bo_weight)
-        return np.array([backoff_lookup(*a, s, eos)[0] for s in range(self.num_states)], np.float32)
+            object.__setattr__(self, "_automaton", lm_automaton(self))
+        return self.__dict__["_automaton"]
 
     def score(self, words) -> float:
-        """Natural-log cost of a sentence from <s> to </s> (a reference for tests)."""
-        from wfst.kernels.common import backoff_lookup
+        """Natural-log cost of a sentence from <s> to </s> (kenlm's full-sentence score x ln 10, negated)."""
+        from wfst.kernels.common import automaton_step
 
         ids = self.word_ids()
         unk = ids.get("<unk>")
-        a = (self.offsets, self.labels, self.weights, self.nexts, self.backoff, self.bo_weight)
+        a = self.automaton()
         s, total = self.start, 0.0
         for w in [*words, "</s>"]:
-            cost, s = backoff_lookup(*a, s, ids.get(w, unk if unk is not None else -1))
+            cost, s = automaton_step(a, 0, s, ids.get(w, unk if unk is not None else -1))
             total += float(cost)
         return total
-
-    def sizes(self) -> dict:
-        return {name: int(getattr(self, name).nbytes) for name in _ARRAYS}
 
 
 # ---------------------------------------------------------------------- ARPA -> store
@@ -349,27 +332,30 @@ class Rescorer:
         self.lm_map, self.big_report = _word_map(big, graph_words, "the big LM")
         self.lm0_map, _ = _word_map(small, graph_words, "the graph's LM")
         self.small_of = _small_states(big, small)
-        self.big_final = big.final_costs()
-        self.small_final = small.final_costs()
+        self.automata()  # built now: a decode should not pay for it
+        self._context = None
+
+    def automata(self):
+        """(big LM, graph LM) as kernels.groups.Automata."""
+        return self.big.automaton(), self.small.automaton()
 
     def path_cost(self, word_ids, final: bool = True) -> float:
         """Big minus small LM cost of a word sequence, word by word as the decoder adds it."""
         from wfst.kernels.common import context_final, context_step
 
-        big, small, small_of, lm_map, lm0_map = self.kernel_args()
-        none = (np.zeros(2, np.int64), *(np.zeros(0, t) for t in (np.int32, np.float32, np.int32)),
-                np.full(1, -1, np.int32), np.zeros(1, np.float32), np.zeros(1, np.float32))
-        ctx, total = self.big.start, 0.0
+        from .boost import NO_PHRASES
+        from .contexts import context
+
+        if self._context is None:
+            self._context = context(self, [NO_PHRASES])
+        c = self._context
+        ctx, total = int(c.start[0]), 0.0
         for w in word_ids:
-            cost, ctx = context_step(ctx, w, 1, big, small, small_of, lm_map, lm0_map, none, True, False)
+            cost, ctx = context_step(c, 0, ctx, w)
             total += float(cost)
         if final:
-            total += float(context_final(ctx, 1, big, small, small_of, none, True, False))
+            total += float(context_final(c, 0, ctx))
         return total
-
-    def kernel_args(self):
-        return (self.big.automaton(self.big_final), self.small.automaton(self.small_final), self.small_of,
-                self.lm_map, self.lm0_map)
 
 
 def _word_map(store: LmStore, graph_words, what: str):
@@ -420,7 +406,9 @@ def _small_states(big: LmStore, small: LmStore) -> np.ndarray:
 
     hb, hs = histories(big), histories(small)
     if any(x is None for x in hb) or any(x is None for x in hs):
-        raise WfstError("an LM state cannot be reached from the root; the LM store is damaged")
+        damaged = big if any(x is None for x in hb) else small
+        raise LmStoreError(f"the LM store made from {damaged.source.get('path', 'an unknown ARPA file')} is damaged: "
+                           f"an LM state cannot be reached from the root; prepare it again")
     small_state = {h: i for i, h in enumerate(hs)}
     big_set = set(hb)
     missing = [h for h in hs if h not in big_set]

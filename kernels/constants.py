@@ -1,0 +1,66 @@
+"""The numbers both backends agree on: sentinels, status codes and workspace sizing.
+
+Plain Python and NumPy (no Numba), so that the runtime can size and check a search
+without compiling anything.  Kernels read these as compile-time constants.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+# ---- sentinels
+EMPTY_KEY = -1  # a hash-table slot that holds no key
+NO_TOKEN = -1  # the backpointer of the start token (it has no predecessor)
+NO_ARC = -1  # the start token's arc
+NO_CTX = np.int32(0x7FFFFFFF)  # a slot's predecessor context before any word arc set it
+MAX_KEY = np.uint32(0xFFFFFFFF)  # above every cost key: the empty minimum of cost keys
+INF_KEY = np.uint32(0xFF800000)  # common.cost_key(+inf)
+MAX_PACKED = np.uint64(0xFFFFFFFFFFFFFFFF)  # above every packed (cost, id): the empty minimum
+
+# ---- what a search of one utterance ended with
+OK = 0
+TOKEN_OVERFLOW = 1  # more tokens in a frame than token slots: grow the token capacity
+EPS_CYCLE = 2  # a zero-cost epsilon cycle made the backpointers loop: the graph is at fault
+BP_OVERFLOW = 3  # (GPU) more backpointers than the per-frame budget allows: grow it
+LM_OVERFLOW = 4  # (GPU) a frame needs more big-LM arc-cache slots than there are: grow the cache
+
+# ---- the big LM's arc cache (GPU): counters, by index
+LM_FILL, LM_ARRIVED, LM_LOOKUPS, LM_MISSES, LM_FETCHES, LM_CLEARS = range(6)
+LM_COUNTERS = 8
+
+
+def hash_slots(capacity: int) -> int:
+    """Slots of a token hash table: the power of two >= 2 x the token capacity (half full at
+    worst, so that linear probes stay short)."""
+    return 1 << max(2 * capacity - 1, 1).bit_length()
+
+
+def default_token_capacity(max_active: int) -> int:
+    """Token slots per utterance and frame when not given: a frame's tokens before pruning
+    are a few times max_active (the survivors' arcs and their epsilon closure)."""
+    return max(1024, 4 * max_active)
+
+
+def backpointers_per_frame(capacity: int, max_active: int, min_active: int) -> int:
+    """Backpointer slots the GPU reserves per frame: the survivors (at most max_active, or
+    min_active when that binds, plus ties at the cutoff) and their in-frame epsilon
+    ancestors; a frame that needs more marks BP_OVERFLOW and the budget doubles."""
+    return min(capacity, max_active + min_active + 64)
+
+
+def lm_cache_slots(num_arcs: int, cap: int = 1 << 22) -> int:
+    """The GPU's big-LM arc cache: the power of two >= 2 x the big LM's arcs, at most 2 x cap."""
+    return 1 << max(2 * min(max(num_arcs, 1), cap) - 1, 1).bit_length()
+
+
+HASH_SLOT_BYTES = 28  # key 8, packed (cost, arc) 8, token 4, stamp 4, predecessor ctx 4
+TOKEN_BYTES = 24  # state, ctx, cost, prev, arc, slot: 4 bytes each
+SURVIVOR_BYTES = 40  # state, ctx, cost, gid (4 each), scan (8), mark, gid and two work lists
+
+
+def workspace_bytes(capacity: int, max_active: int, min_active: int, num_frames: int) -> int:
+    """Memory one utterance's search needs (the GPU's layout, the larger of the two): two
+    hash tables and token lists (double-buffered on the GPU), the survivors and their
+    scratch, and the backpointers of every frame."""
+    kept = backpointers_per_frame(capacity, max_active, min_active)
+    return (2 * (hash_slots(capacity) * HASH_SLOT_BYTES + capacity * TOKEN_BYTES) + capacity * SURVIVOR_BYTES
+            + 8 * (num_frames + 1) * kept)

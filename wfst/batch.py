@@ -1,0 +1,56 @@
+"""A batch on its way through a backend: the per-batch plan and the search's capacities.
+
+The Decoder validates a batch once and hands the backend a BatchPlan; the backend runs
+one pass of the search over some of its utterances and says, per utterance, how it
+ended.  Capacity growth after an overflow happens in one place, Capacity.grown.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from wfst.kernels.constants import BP_OVERFLOW, LM_OVERFLOW, TOKEN_OVERFLOW, backpointers_per_frame
+from wfst.kernels.groups import Settings
+
+from .results import TracedPath
+
+
+@dataclasses.dataclass(frozen=True)
+class Capacity:
+    """How much room a search has; every field doubles when a search overflows it."""
+
+    tokens: int  # token slots per utterance and frame
+    backpointers: int  # backpointer slots per frame (GPU; the CPU grows its own)
+    lm_cache: int | None = None  # big-LM arc-cache slots (GPU); None: sized from the LM
+
+    @classmethod
+    def initial(cls, tokens: int, max_active: int, min_active: int) -> Capacity:
+        return cls(tokens, backpointers_per_frame(tokens, max_active, min_active))
+
+    def grown(self, statuses) -> Capacity:
+        """The capacity after a pass whose utterances ended with these statuses."""
+        statuses = set(statuses)
+        return Capacity(self.tokens * (2 if TOKEN_OVERFLOW in statuses else 1),
+                        self.backpointers * (2 if BP_OVERFLOW in statuses else 1),
+                        self.lm_cache * 2 if LM_OVERFLOW in statuses and self.lm_cache else self.lm_cache)
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchPlan:
+    """What a backend needs to search a batch, validated."""
+
+    log_probs: Any  # (B, T, V) float32, in the backend's memory (NumPy, or device arrays)
+    lengths: np.ndarray  # int64 (B,)
+    boosts: Any  # wfst.boost.BoostTables: per utterance its word map and phrase automaton
+    rescorer: Any  # wfst.lm.Rescorer or None
+    settings: Settings
+    capacity: Capacity
+
+
+class Outcome(NamedTuple):
+    """How one utterance's search ended: kernels.constants.OK with its path, or why not."""
+
+    status: int
+    path: TracedPath | None = None

@@ -1,0 +1,61 @@
+"""The search settings of a Decoder, validated once."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from .errors import OptionError
+
+
+@dataclasses.dataclass(frozen=True)
+class DecoderConfig:
+    """Search settings, validated once.  Tuning: raise `beam` or `max_active` when the
+    best path gets pruned (WER drops as they grow), lower them for speed."""
+
+    beam: float = 16.0  # keep tokens within `beam` of the frame's best cost
+    max_active: int = 7000  # and at most this many per frame (exact, by radix select)
+    min_active: int = 20  # but at least this many, beam or not (Kaldi's min_active)
+    beam_delta: float = 0.5  # slack added to the adaptive beam when max/min_active bind (Kaldi)
+    acoustic_scale: float = 1.0  # multiplies -logp
+    blank_penalty: float = 0.0  # cost added on every frame that emits blank (> 0: fewer blanks)
+    token_top_n: int | None = None  # FLToP: expand only the frame's top-N columns (None: all)
+    token_rel_threshold: float = 0.0  # FLToP: and only those with p >= R * the frame's best p
+    token_capacity: int | None = None  # tokens per frame per utterance; grows on overflow
+    num_threads: int | None = None  # CPU threads, one utterance each; default: all cores
+
+    def __post_init__(self):
+        def check(ok, name, what):
+            if not ok:
+                raise OptionError(f"DecoderConfig.{name}={getattr(self, name)!r}: must be {what}")
+
+        check(_finite(self.beam) and self.beam > 0, "beam", "a finite number > 0")
+        check(_int(self.max_active) and self.max_active >= 1, "max_active", "an integer >= 1")
+        check(_int(self.min_active) and 0 <= self.min_active <= self.max_active, "min_active",
+              f"an integer in [0, max_active={self.max_active}]")
+        check(_finite(self.beam_delta) and self.beam_delta >= 0, "beam_delta", "a finite number >= 0")
+        check(_finite(self.acoustic_scale) and self.acoustic_scale > 0, "acoustic_scale", "a finite number > 0")
+        check(_finite(self.blank_penalty), "blank_penalty", "a finite number")
+        check(self.token_top_n is None or (_int(self.token_top_n) and self.token_top_n >= 1),
+              "token_top_n", "None (all columns) or an integer >= 1")
+        check(_finite(self.token_rel_threshold) and 0 <= self.token_rel_threshold <= 1, "token_rel_threshold",
+              "a number in [0, 1]")
+        check(self.token_capacity is None or (_int(self.token_capacity) and self.token_capacity >= 1),
+              "token_capacity", "None or an integer >= 1")
+        check(self.num_threads is None or (_int(self.num_threads) and self.num_threads >= 1),
+              "num_threads", "None or an integer >= 1")
+
+    def fltop(self, num_columns: int) -> tuple[int, float]:
+        """(top_n, log R) as the kernels take them; (V, -inf) when pruning is off."""
+        top_n = num_columns if self.token_top_n is None else min(self.token_top_n, num_columns)
+        log_rel = math.log(self.token_rel_threshold) if self.token_rel_threshold > 0 else -math.inf
+        return top_n, log_rel
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _int(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)

@@ -1,0 +1,70 @@
+"""Checks of decode inputs, shared by the backends, and NumPy views of any array library's data."""
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import DecodeInputError
+
+
+def check_batch(x, lengths, num_columns: int) -> np.ndarray:
+    """Validate the shape and dtype of log_probs `x` (any array library) and `lengths`;
+    returns lengths as int64 NumPy (all frames when None)."""
+    if getattr(x, "ndim", None) != 3:
+        shape = tuple(getattr(x, "shape", ()))
+        raise DecodeInputError(f"log_probs must have shape (B, T, V); got shape {shape}"
+                               + (" (add a batch axis for one utterance)" if len(shape) == 2 else ""))
+    B, T, V_in = x.shape
+    if str(x.dtype) != "float32":
+        raise DecodeInputError(f"log_probs must be float32 log-posteriors; got {x.dtype} "
+                               f"(convert with .float() / .astype(np.float32))")
+    if V_in != num_columns:
+        raise DecodeInputError(f"log_probs has V={V_in} columns but the graph's tokens.txt has "
+                               f"{num_columns} (blank included); is it the graph of this model?")
+    if lengths is None:
+        return np.full(B, T, np.int64)
+    lengths = host_array(lengths)
+    if lengths.ndim != 1 or lengths.shape[0] != B:
+        raise DecodeInputError(f"lengths must have shape ({B},) to match log_probs; got {lengths.shape}")
+    if lengths.dtype.kind not in "iu":
+        if lengths.dtype.kind == "f" and np.all(np.floor(lengths) == lengths):
+            lengths = lengths.astype(np.int64)
+        else:
+            raise DecodeInputError(f"lengths must be integers; got {lengths.dtype}")
+    lengths = lengths.astype(np.int64)
+    bad = np.flatnonzero((lengths < 0) | (lengths > T))
+    if bad.size:
+        b = int(bad[0])
+        raise DecodeInputError(f"utterance {b}: length {int(lengths[b])} outside [0, T={T}]")
+    return lengths
+
+
+def check_finite(bad_rows: np.ndarray) -> None:
+    """Raise for the first utterance with NaN or +inf in its frames (bad_rows: bool (B,))."""
+    bad = np.flatnonzero(bad_rows)
+    if bad.size:
+        raise DecodeInputError(f"utterance {int(bad[0])}: log_probs has NaN or +inf within its length "
+                               f"({bad.size} utterance(s) affected)")
+
+
+def nonfinite_rows(xp, x, lengths: np.ndarray):
+    """bool (B,): the utterances with NaN or +inf within their length (x on xp's device)."""
+    valid = xp.asarray(np.arange(x.shape[1])[None, :] < lengths[:, None])
+    return ((xp.isnan(x) | xp.isposinf(x)).any(axis=2) & valid).any(axis=1)
+
+
+def host_array(x) -> np.ndarray:
+    """A C-contiguous NumPy view or copy of NumPy / torch / CuPy / DLPack input (GPU data is copied)."""
+    if isinstance(x, np.ndarray):
+        return np.ascontiguousarray(x)
+    module = type(x).__module__.split(".")[0]
+    if module == "torch":
+        return np.ascontiguousarray(x.detach().cpu().numpy())
+    if module == "cupy":
+        return np.ascontiguousarray(x.get())
+    if hasattr(x, "__dlpack__"):
+        device_type = x.__dlpack_device__()[0] if hasattr(x, "__dlpack_device__") else 1
+        if device_type == 1:  # kDLCPU
+            return np.ascontiguousarray(np.from_dlpack(x))
+        raise DecodeInputError("log_probs lives on a GPU and is neither torch nor CuPy; "
+                               "copy it to the host or decode with device='cuda'")
+    return np.ascontiguousarray(np.asarray(x))

@@ -62,13 +62,14 @@ bench-graph: install
 # Decoders side by side on synthetic emissions of the demo's held-out sentences (needs the
 # demo graphs: make demo).  Kaldi's FasterDecoder comes with the bench extras.
 BENCH_SEEDS ?= 4
+BENCH_ROUNDS ?= 3
 bench-decode: install-bench
 	$(PY) recipes/demo.py --graphs-only > /dev/null
 	mkdir -p build/bench
 	$(VENV)/bin/wfst-bench --graph build/demo/char_compact --texts $(DEMO)/test.txt --word-boundary '|' \
-		--seeds $(BENCH_SEEDS) --json build/bench/char_compact.json
+		--seeds $(BENCH_SEEDS) --rounds $(BENCH_ROUNDS) --json build/bench/char_compact.json
 	$(VENV)/bin/wfst-bench --graph build/demo/bpe_compact --texts $(DEMO)/test.txt --spm $(DEMO)/bpe.model \
-		--seeds $(BENCH_SEEDS) --json build/bench/bpe_compact.json
+		--seeds $(BENCH_SEEDS) --rounds $(BENCH_ROUNDS) --json build/bench/bpe_compact.json
 
 # Frame-level token pruning (FLToP): top-N x relative threshold on the demo (needs make demo's graphs).
 bench-fltop: install-bench
@@ -85,8 +86,11 @@ bench-rescore: install-bench
 	$(PY) recipes/demo.py --graphs-only > /dev/null
 	$(PY) recipes/bench_rescore.py --json build/rescore/bench.json
 
+# Numba's on-disk cache keys each function by its own file: after editing kernels/common.py the
+# cached code of functions in other files that inline it is stale.  make clean drops it too.
 clean:
 	rm -rf build .wfst-cache
+	find kernels wfst -name '*.nbi' -delete -o -name '*.nbc' -delete
 
 # Comparison experiments (SYNTHETIC emissions of the demo's held-out sentences; LM weights tuned
 # on dev.txt, figures on test.txt).  Results, tables and plots in build/compare-*/; a run resumes

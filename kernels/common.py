@@ -138,8 +138,10 @@ def frame_acoustic_costs(log_probs, t, settings, prune, ac):
 
     With `prune`, frame-level token pruning (FLToP): only columns among the frame's top_n
     best (ties at the boundary all kept) whose log-probability is within log_rel = log(R)
-    of the best get a finite cost; the blank is exempt from top_n but not from R.  Arcs of
-    the other columns get +inf and are never expanded."""
+    of the best get a finite cost.  The blank is exempt from both: it is the column a path
+    can always wait on, and pruning it where the graph cannot follow the frame's best
+    columns (a word it cannot spell) kills the right path or every path.  Arcs of the other
+    columns get +inf and are never expanded."""
     V = log_probs.shape[1]
     top_n = settings.top_n if prune else V
     floor = -np.inf
@@ -168,7 +170,7 @@ def frame_acoustic_costs(log_probs, t, settings, prune, ac):
     for c in range(V):
         v = log_probs[t, c]
         il = c + 1
-        if v >= floor and (v >= kth or il == settings.blank_ilabel):
+        if (v >= floor and v >= kth) or il == settings.blank_ilabel:
             ac[il] = arc_acoustic_cost(log_probs, t, il, settings.acoustic_scale, settings.blank_ilabel,
                                        settings.blank_penalty)
         else:
@@ -231,6 +233,18 @@ def cutoff_and_adaptive_beam(best, kth_max, kth_min, beam, beam_delta):
     if kth_min > beam_cutoff:
         return kth_min, kth_min - best + beam_delta
     return beam_cutoff, np.float32(beam)
+
+
+@njit(inline="always", cache=True)
+def order_statistics_needed(n, below, at_most, settings):
+    """Which order statistics cutoff_and_adaptive_beam needs, given how many of the n
+    tokens cost < best + beam (`below`) and <= best + beam (`at_most`):
+    (the max_active-th, the min_active-th).  A statistic not needed cannot change the
+    cutoff, so the radix select (four passes over the tokens) runs only when it can:
+    the max_active-th is below best + beam only when more than max_active tokens are,
+    the min_active-th above it only when at most min_active tokens are not."""
+    return n > settings.max_active and below > settings.max_active, (
+        n > settings.min_active and settings.min_active > 0 and at_most <= settings.min_active)
 
 
 @njit(inline="always", cache=True)

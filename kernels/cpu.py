@@ -45,6 +45,7 @@ from .common import (
     in_frame,
     in_frame_prev,
     mark_ancestors,
+    order_statistics_needed,
     pack,
     token_key,
     trace_length,
@@ -177,9 +178,9 @@ def _recombine(state, ctx, cost, prev, arc, pctx, ht, tl, n, context):
     while True:
         k = ht.key[slot]
         if k == key:
-            j = ht.tok[slot]
             best = ht.val[slot]
             if candidate < best or (context is not None and candidate == best and pctx < ht.pctx[slot]):
+                j = ht.tok[slot]
                 ht.val[slot] = candidate
                 tl.cost[j] = cost
                 tl.prev[j] = prev
@@ -187,7 +188,7 @@ def _recombine(state, ctx, cost, prev, arc, pctx, ht, tl, n, context):
                 if context is not None:
                     ht.pctx[slot] = pctx
                 return j, n, True
-            return j, n, False
+            return ht.tok[slot], n, False
         if k == EMPTY_KEY:
             if n == tl.state.shape[0]:
                 return -1, n, False
@@ -325,12 +326,17 @@ def _cutoff(tl, n, settings, hist):
     for j in range(n):
         if tl.cost[j] < best:
             best = tl.cost[j]
-    kth_max = INF
-    kth_min = INF
-    if n > settings.max_active:
-        kth_max = select_cost(tl.cost, n, settings.max_active, hist)
-    if n > settings.min_active:
-        kth_min = best if settings.min_active == 0 else select_cost(tl.cost, n, settings.min_active, hist)
+    beam_cutoff = np.float32(best + settings.beam)
+    below = 0
+    at_most = 0
+    for j in range(n):
+        below += tl.cost[j] < beam_cutoff
+        at_most += tl.cost[j] <= beam_cutoff
+    need_max, need_min = order_statistics_needed(n, below, at_most, settings)
+    kth_max = select_cost(tl.cost, n, settings.max_active, hist) if need_max else INF
+    kth_min = INF if n <= settings.min_active else best
+    if need_min:
+        kth_min = select_cost(tl.cost, n, settings.min_active, hist)
     return cutoff_and_adaptive_beam(best, kth_max, kth_min, settings.beam, settings.beam_delta)
 
 

@@ -77,6 +77,7 @@ from .common import (
     key_ctx,
     key_state,
     mark_ancestors,
+    order_statistics_needed,
     pack,
     packed_arc,
     packed_cost,
@@ -400,15 +401,25 @@ def prune_store_kernel(t, u, settings, graph, context, cur, nxt, nxt_ht, sv, bp)
             u.reached_final[b] = with_final
     elif n > 0:
         best = key_cost(sh_u32[0])
+        beam_cutoff = float32(best + settings.beam)
+        if tid == 0:
+            sh_i64[1] = 0
+            sh_i64[2] = 0
+        cuda.syncthreads()
+        below = at_most = int64(0)
+        for j in range(tid, n, nthreads):
+            below += cur.cost[b, j] < beam_cutoff
+            at_most += cur.cost[b, j] <= beam_cutoff
+        cuda.atomic.add(sh_i64, 1, below)
+        cuda.atomic.add(sh_i64, 2, at_most)
+        cuda.syncthreads()
+        need_max, need_min = order_statistics_needed(n, sh_i64[1], sh_i64[2], settings)
         kth_max = float32(np.inf)
-        kth_min = float32(np.inf)
-        if n > settings.max_active:
+        if need_max:
             kth_max = _block_select(cur.cost[b], n, settings.max_active, hist, sh_u32, sh_i64)
-        if n > settings.min_active:
-            if settings.min_active == 0:
-                kth_min = best
-            else:
-                kth_min = _block_select(cur.cost[b], n, settings.min_active, hist, sh_u32, sh_i64)
+        kth_min = float32(np.inf) if n <= settings.min_active else best
+        if need_min:
+            kth_min = _block_select(cur.cost[b], n, settings.min_active, hist, sh_u32, sh_i64)
         if tid == 0:
             cutoff, ab = cutoff_and_adaptive_beam(best, kth_max, kth_min, settings.beam, settings.beam_delta)
             sh_f32[0] = cutoff

@@ -20,3 +20,26 @@ def sentences(split: str = "test", limit: int | None = None) -> list[str]:
     """The sentences of dev.txt or test.txt (non-empty lines), the first `limit` of them."""
     texts = [t for t in (DATA / f"{split}.txt").read_text(encoding="utf-8").splitlines() if t.strip()]
     return texts[:limit] if limit else texts
+
+
+# The benchmarks' emission profiles (wfst.synthetic.from_texts options): the demo's, and a
+# harder one nearer to where users live, with more confusions and noise.
+PROFILES = {"demo": {}, "noisy": dict(confusion=0.15, noise=1.5)}
+
+
+def with_unknown_words(texts: list[str], share: float = 0.5, seed: int = 0) -> list[str]:
+    """The sentences with a made-up word (5-9 random letters, never in the LM) put at a random
+    place in `share` of them: speech the graph cannot explain, which a TLG decoder must get
+    through without losing the rest of the sentence."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for text in texts:
+        words = text.split()
+        if rng.random() < share:
+            made_up = "".join(rng.choice(list("bcdfghjklmnpqrstvwxz")) if i % 2 else rng.choice(list("aeiouy"))
+                              for i in range(int(rng.integers(5, 10))))
+            words.insert(int(rng.integers(0, len(words) + 1)), made_up)
+        out.append(" ".join(words))
+    return out

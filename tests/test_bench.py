@@ -1,6 +1,7 @@
 """wfst-bench (wfst_bench.cli) end to end on the tiny graph: the table, the JSON rows, bad options."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -34,6 +35,28 @@ def _has_kaldi() -> bool:
         return True
     except ImportError:
         return False
+
+
+def test_rounds_keep_each_decoders_fastest(bench_inputs, monkeypatch):
+    """With rounds, the decoders take turns and each row is its fastest round."""
+    from wfst_bench import cli, systems
+
+    graph, _, em = bench_inputs
+    from wfst.synthetic import load_npz
+
+    data = load_npz(em)
+    calls, times = [], iter([3.0, 2.0, 1.0, 4.0])
+    real = systems.OursSystem.decode
+
+    def fake(self, em_, params, *, timed, repeat=1):
+        calls.append(self.key)
+        return dataclasses.replace(real(self, em_, params, timed=timed, repeat=repeat), seconds=next(times))
+
+    monkeypatch.setattr(systems.OursSystem, "decode", fake)
+    rows = cli.run(graph, data.log_probs, data.lengths, data.texts, decoders=["cpu1", "cpu"], rounds=2,
+                   progress=False)
+    assert calls == ["cpu1", "cpu", "cpu1", "cpu"]
+    assert [r["seconds"] for r in rows] == [1.0, 2.0]
 
 
 def test_bench_compares_decoders(bench_inputs, tmp_path, capsys):

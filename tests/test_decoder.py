@@ -264,13 +264,13 @@ def test_max_active_is_exact(demo, demo_graphs):
 
 def fltop_reference(log_probs: np.ndarray, top_n: int | None, rel: float, blank: int) -> np.ndarray:
     """FLToP by NumPy: columns outside the frame's top_n (ties kept) or below R x the best
-    probability become -inf; the blank is exempt from top_n only."""
+    probability become -inf; the blank is exempt from both."""
     V = log_probs.shape[-1]
     best = log_probs.max(axis=-1, keepdims=True)
     floor = best + (np.log(rel) if rel > 0 else -np.inf)
     kth = np.sort(log_probs, axis=-1)[..., V - min(top_n or V, V)][..., None]
     keep = (log_probs >= floor) & (log_probs >= kth)
-    keep[..., blank] |= log_probs[..., blank] >= floor[..., 0]
+    keep[..., blank] = True
     return np.where(keep, log_probs, -np.inf).astype(np.float32)
 
 
@@ -294,14 +294,20 @@ def with_fallback(decoder, x, pruned, T):
     return mixed, fallbacks
 
 
-@pytest.mark.parametrize("top_n,rel", [(1, 0.0), (2, 0.0), (4, 7e-3), (None, 5e-2), (8, 1e-3), (3, 1.0)])
-def test_fltop_equals_decoding_the_pruned_emissions(demo, demo_graphs, top_n, rel):
+@pytest.mark.parametrize("top_n,rel,blankless", [(1, 0.0, False), (2, 0.0, False), (4, 7e-3, False),
+                                                 (None, 5e-2, False), (8, 1e-3, False), (3, 1.0, False),
+                                                 (4, 7e-3, True), (3, 1.0, True)])
+def test_fltop_equals_decoding_the_pruned_emissions(demo, demo_graphs, top_n, rel, blankless):
     """FLToP decodes as the pruned emissions do, but where they leave no token alive: that
-    frame is read unpruned (and counted), so pruning never empties an utterance."""
+    frame is read unpruned (and counted), so pruning never empties an utterance.  The blank
+    is never pruned; `blankless` takes it away on some frames (probability 0), where
+    pruning can then leave nothing to follow."""
     path, kw = demo_graphs["bpe_compact"]
     g = wfst.load_graph(path)
     _, x, lengths = demo_emissions(demo, g, kw, count=20)
     x[:, :, 5] = x[:, :, 9]  # exact ties at some ranks
+    if blankless:
+        x[:, 2::5, g.tokens.blank] = -np.inf
     pruned = Decoder(g, token_top_n=top_n, token_rel_threshold=rel)
     results = pruned.decode(x, lengths)
     reference = Decoder(g)
@@ -316,6 +322,7 @@ def test_fltop_equals_decoding_the_pruned_emissions(demo, demo_graphs, top_n, re
         assert not dead(results[b])
     assert results == expected
     assert pruned.stats.fltop_fallbacks == fallbacks
+    assert fallbacks > 0 or not (blankless and rel == 1.0)  # the fallback is exercised
     if top_n == 1:
         full = Decoder(g)
         full.decode(x, lengths)

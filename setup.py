@@ -7,6 +7,7 @@ BENCH = [
     "matplotlib>=3.5",  # plots of make compare-topologies / compare-decoders
     "kaldi-decoder", "kaldifst",  # Kaldi's FasterDecoder, the reference decoder
     "flashlight-text",  # a peer decoder of make compare-decoders
+    "wordfreq",  # English words and their frequencies for the generated LMs (recipes/generated_lm.py)
 ]
 
 setup(

@@ -391,6 +391,61 @@ def automaton_step(a, row, state, label):
 
 # ---------------------------------------------------------------------- contexts
 
+@njit(cache=True)
+def lm_gain_bounds(big, small, small_of, big_depth, small_depth, big_to_small, small_to_big):
+    """For each big-LM state b, an upper bound on what rescoring can give back at one word
+    arc: max over words w of graph-LM cost - big-LM cost = small(w | small_of[b]) - big(w | b).
+
+    A word explicit at b (or at small_of[b], when it has b's history) gets its exact gain;
+    every other word backs off in both LMs, so its gain is the backoff costs' difference
+    plus its gain at b's backoff state, which is bounded already (states come by depth).
+    At the root the bound is exact over all words.  A search may skip the LM lookups of a
+    word arc whose cost before them, minus this bound, is already out of the beam.
+
+    big_to_small: big word id -> the small LM's id for it; small_to_big: (offsets, ids), the
+    big words each small word stands for (several for a small <unk>)."""
+    inv_offsets, inv_ids = small_to_big
+    n = big_depth.shape[0]
+    out = np.empty(n, np.float32)
+    for b in range(n):
+        s = small_of[b]
+        bb = big.backoff[0, b]
+        same = small_depth[s] == big_depth[b]
+        if bb < 0:
+            g = -np.inf
+        elif same:
+            g = out[bb] + small.bo_weight[0, s] - big.bo_weight[0, b]
+        else:
+            g = out[bb] - big.bo_weight[0, b]
+        for a in range(big.offsets[0, b], big.offsets[0, b + 1]):
+            w = big.labels[0, a]
+            g = max(g, automaton_step(small, 0, s, big_to_small[w])[0] - payload_weight(big.payload[0, a]))
+        if same:
+            for a in range(small.offsets[0, s], small.offsets[0, s + 1]):
+                w = small.labels[0, a]
+                for i in range(inv_offsets[w], inv_offsets[w + 1]):
+                    g = max(g, payload_weight(small.payload[0, a]) - automaton_step(big, 0, b, inv_ids[i])[0])
+        out[b] = g
+    return out
+
+
+
+@njit(inline="always", cache=True)
+def lm_reach(context, row, ctx):
+    """The most the context step of any word arc can lower the cost of a token with context
+    `ctx` (context.gain of its big-LM state); +inf where no bound is known (phrases)."""
+    if not context.rescoring or context.phrase_states[row] > 1:
+        return np.float32(np.inf)
+    return context.gain[ctx]
+
+
+@njit(inline="always", cache=True)
+def out_of_reach(cost, reach, limit):
+    """Whether an arc whose cost before its context step is `cost` stays above `limit` after
+    it whatever the step gives back (reach: lm_reach), float32 rounding allowed for."""
+    return cost - reach > limit + np.float32(1e-3) + np.float32(1e-6) * abs(limit)
+
+
 @njit(inline="always", cache=True)
 def contextual(context, row):
     """Whether the tokens of utterance `row` carry a context (rescoring or phrases)."""

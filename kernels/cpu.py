@@ -44,8 +44,10 @@ from .common import (
     hash_slot,
     in_frame,
     in_frame_prev,
+    lm_reach,
     mark_ancestors,
     order_statistics_needed,
+    out_of_reach,
     pack,
     token_key,
     trace_length,
@@ -242,12 +244,17 @@ def _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl
     cost), overflow)."""
     states, arcs = graph.states, graph.arcs
     min_new = INF
+    reach = np.float32(0.0)
     for i in range(ns):
         c = sv.cost[i]
         s = sv.state[i]
+        if context is not None:
+            reach = lm_reach(context, 0, sv.ctx[i])
         for p in range(states[s, 0], states[s, 2]):
             nc = expanded_cost(c, _arc_weight(arcs, p, boosts), ac[arcs[p, 0]])
             if context is not None and nc < INF and p >= states[s, 1]:
+                if out_of_reach(nc, reach, min_new):
+                    continue  # its LM lookups could not make it the best
                 nc, _ = _word_step(nc, sv.ctx[i], arcs[p, 4], context, memo)
             if nc < min_new:
                 min_new = nc
@@ -257,10 +264,14 @@ def _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl
         c = sv.cost[i]
         ctx = sv.ctx[i]
         s = sv.state[i]
+        if context is not None:
+            reach = lm_reach(context, 0, ctx)
         for p in range(states[s, 0], states[s, 2]):
             nc = expanded_cost(c, _arc_weight(arcs, p, boosts), ac[arcs[p, 0]])
             nctx = ctx
             if context is not None and nc < INF and p >= states[s, 1]:
+                if out_of_reach(nc, reach, bound):
+                    continue
                 nc, nctx = _word_step(nc, ctx, arcs[p, 4], context, memo)
             if nc < bound:
                 idx, n, _ = _recombine(arcs[p, 1], nctx, nc, sv.gid[i], arcs[p, 3], ctx, ht, tl, n, context)
@@ -285,10 +296,15 @@ def _closure(cutoff, n, graph, boosts, context, memo, ht, tl, stack):
             continue
         s = tl.state[j]
         ctx = tl.ctx[j]
+        reach = np.float32(0.0)
+        if context is not None:
+            reach = lm_reach(context, 0, ctx)
         for p in range(states[s, 2], states[s + 1, 0]):
             nc = np.float32(c + _arc_weight(arcs, p, boosts))
             nctx = ctx
             if context is not None and p >= states[s, 3]:
+                if out_of_reach(nc, reach, cutoff):
+                    continue
                 nc, nctx = _word_step(nc, ctx, arcs[p, 4], context, memo)
             if nc > cutoff:
                 continue

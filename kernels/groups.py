@@ -133,6 +133,7 @@ class Context(NamedTuple):
     lm0_map: np.ndarray  # int32 graph word id -> graph-LM word id
     phrases: Automata  # one row per utterance
     start: np.ndarray  # int32 (rows,): the context of each row's start token
+    gain: np.ndarray  # float32 per big-LM state: common.lm_gain_bounds (+inf: no bound; one entry without rescoring)
 
 
 class WordBoosts(NamedTuple):

@@ -197,3 +197,33 @@ def test_demo_rescoring_finds_the_big_lm_graphs_words(demo, tmp_path_factory):
     static = Decoder(graphs["big"]).decode(x, lengths)
     same = sum(a.words == b.words for a, b in zip(rescored, static))
     assert same >= 0.95 * len(texts)
+
+
+def _check_gain_bounds(dec, states):
+    """Every word step of these big-LM states gives back at most the state's gain bound,
+    and the root's bound is attained (it is exact there)."""
+    r = dec.rescorer
+    c = contexts.context(r, [NO_PHRASES])
+    words = [w for w in range(1, len(dec.graph.words))
+             if not dec.graph.words[w].startswith("#") and dec.graph.words[w] not in ("<s>", "</s>", "<eps>")]
+    for s in states:
+        gains = [-float(context_step(c, 0, np.int32(s), w)[0]) for w in words]
+        assert max(gains) <= float(r.gain[s]) + 1e-5, s
+        if s == 0:
+            assert max(gains) == pytest.approx(float(r.gain[s]), abs=1e-5)
+    assert np.isfinite(r.gain).all()
+
+
+def test_gain_bounds_bound_every_word_step(small_graph):
+    g, _, big, small = small_graph
+    dec = Decoder(g, rescore_lm=big, graph_lm=small)
+    _check_gain_bounds(dec, range(dec.rescorer.big.num_states))
+
+
+def test_gain_bounds_on_the_demo_lms(demo, tmp_path):
+    small = truncate_arpa(demo / "lm.arpa", tmp_path / "lm2.arpa", 2)
+    r = compile_graph(tmp_path / "g", tokens=demo / "chars_tokens.txt", word_boundary="|", lm=small,
+                      topology="compact")
+    dec = Decoder(wfst.load_graph(r.directory), rescore_lm=demo / "lm.arpa")
+    states = np.random.default_rng(0).choice(dec.rescorer.big.num_states, 12, replace=False)
+    _check_gain_bounds(dec, [0, *states.tolist()])

@@ -64,7 +64,8 @@ def context(rescorer, phrase_automata) -> Context:
     if rescorer is None:
         lm = no_lm()
         zero = np.zeros(1, np.int32)
-        return Context(False, sizes, lm, lm, zero, zero, zero, phrases, np.zeros(len(sizes), np.int32))
+        return Context(False, sizes, lm, lm, zero, zero, zero, phrases, np.zeros(len(sizes), np.int32),
+                       np.zeros(1, np.float32))
     big, small = rescorer.automata()
     return Context(True, sizes, big, small, rescorer.small_of, rescorer.lm_map, rescorer.lm0_map, phrases,
-                   (sizes * rescorer.big.start).astype(np.int32))
+                   (sizes * rescorer.big.start).astype(np.int32), rescorer.gain)

@@ -208,15 +208,15 @@ class CudaBackend:
         host = contexts.context(None, automata)  # the phrase rows, sizes and (LM-free) start contexts
         sizes = host.phrase_states
         rescorer = plan.rescorer
-        lm, lm0, small_of, lm_map, lm0_map = self._lm_parts(rescorer)
+        lm, lm0, small_of, lm_map, lm0_map, gain = self._lm_parts(rescorer)
         start = sizes * (rescorer.big.start if rescorer is not None else 0)
         dev = self.to_device
         context = Context(rescorer is not None, dev(sizes), lm, lm0, small_of, lm_map, lm0_map,
-                          Automata(*(dev(a) for a in host.phrases)), dev(start.astype(np.int32)))
+                          Automata(*(dev(a) for a in host.phrases)), dev(start.astype(np.int32)), gain)
         return context, rescorer is not None or bool((sizes > 1).any())
 
     def _lm_parts(self, rescorer):
-        """(big LM, graph LM, small_of, lm_map, lm0_map) on the device, made once per rescorer;
+        """(big LM, graph LM, small_of, lm_map, lm0_map, gain bounds) on the device, made once per rescorer;
         stand-ins of the same types without rescoring, so that kernels compile once."""
         dev = self.to_device
         if rescorer is None:
@@ -225,14 +225,14 @@ class CudaBackend:
                 big = Automata(dev(none.offsets.astype(np.int32)), dev(none.labels.astype(np.uint16)),
                                dev(none.backoff), dev(none.bo_weight), _pinned(none.payload), _pinned(none.final))
                 zero = dev(np.zeros(1, np.int32))
-                self._no_lm = (big, Automata(*(dev(a) for a in none)), zero, zero, zero)
+                self._no_lm = (big, Automata(*(dev(a) for a in none)), zero, zero, zero, dev(np.zeros(1, np.float32)))
             return self._no_lm
         if self._lm is None or self._lm[0] is not rescorer:
             host = gpu_lm_automaton(rescorer.big)
             big = Automata(*(dev(getattr(host, f)) for f in GPU_LM_FIELDS), _pinned(host.payload), _pinned(host.final))
             small = rescorer.automata()[1]
             parts = (big, Automata(*(dev(a) for a in small)), dev(rescorer.small_of), dev(rescorer.lm_map),
-                     dev(rescorer.lm0_map))
+                     dev(rescorer.lm0_map), dev(rescorer.gain))
             search = sum(int(getattr(host, f).nbytes) for f in GPU_LM_FIELDS)
             lm_bytes = sum(int(a.nbytes) for a in rescorer.automata()[0])
             sizes = dict(lm_bytes=lm_bytes, gpu_search_bytes=search, gpu_share=search / lm_bytes if lm_bytes else 0.0,

@@ -333,6 +333,7 @@ class Rescorer:
         self.lm0_map, _ = _word_map(small, graph_words, "the graph's LM")
         self.small_of = _small_states(big, small)
         self.automata()  # built now: a decode should not pay for it
+        self.gain = _gain_bounds(self, graph_words)
         self._context = None
 
     def automata(self):
@@ -387,6 +388,28 @@ def _word_map(store: LmStore, graph_words, what: str):
                       stacklevel=4)
     unused = len(set(store.words) - set(graph_words[w] for w in range(1, n)) - {"<s>", "</s>", "<unk>"})
     return m, {"graph_words_as_unk": len(missing), "examples": missing[:10], "lm_words_not_in_graph": unused}
+
+
+def _gain_bounds(rescorer: Rescorer, graph_words) -> np.ndarray:
+    """kernels.common.lm_gain_bounds for the rescorer's LMs: per big-LM state, the most a word
+    arc's rescoring can lower its cost.  +inf everywhere (no skipping) when some graph word is
+    not read as the same word by both LMs, which the bound's word map assumes."""
+    from wfst.kernels.common import lm_gain_bounds
+
+    big, small = rescorer.big, rescorer.small
+    small_ids = small.word_ids()
+    small_unk = small_ids.get("<unk>", -1)
+    big_to_small = np.array([small_ids.get(w, small_unk) for w in big.words], np.int32)
+    graph = np.arange(1, len(graph_words))
+    if len(graph) and np.any(np.where(rescorer.lm_map[graph] >= 0, big_to_small[rescorer.lm_map[graph]], -2)
+                             != rescorer.lm0_map[graph]):
+        return np.full(big.num_states, np.inf, np.float32)
+    known = big_to_small >= 0
+    order = np.argsort(big_to_small[known], kind="stable")
+    inv_ids = np.flatnonzero(known)[order].astype(np.int32)
+    inv_offsets = np.searchsorted(big_to_small[known][order], np.arange(len(small.words) + 1)).astype(np.int64)
+    a, a0 = rescorer.automata()
+    return lm_gain_bounds(a, a0, rescorer.small_of, big.depth, small.depth, big_to_small, (inv_offsets, inv_ids))
 
 
 def _small_states(big: LmStore, small: LmStore) -> np.ndarray:

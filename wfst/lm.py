@@ -359,6 +359,11 @@ class Rescorer:
         return total
 
 
+def _never_scored(word: str) -> bool:
+    """Graph words that no path scores with an LM: disambiguation symbols and the specials."""
+    return word.startswith("#") or word in ("<eps>", "<s>", "</s>", "<unk>")
+
+
 def _word_map(store: LmStore, graph_words, what: str):
     """Graph word id -> LM word id; graph words the LM lacks go to <unk> (counted), or fail."""
     ids = store.word_ids()
@@ -369,7 +374,7 @@ def _word_map(store: LmStore, graph_words, what: str):
     real = 0
     for w in range(1, n):
         word = graph_words[w]
-        if word.startswith("#") or word in ("<eps>", "<s>", "</s>", "<unk>"):
+        if _never_scored(word):
             m[w] = ids.get(word, unk if unk is not None else 0)  # never a scored word on a path
             continue
         real += 1
@@ -400,7 +405,7 @@ def _gain_bounds(rescorer: Rescorer, graph_words) -> np.ndarray:
     small_ids = small.word_ids()
     small_unk = small_ids.get("<unk>", -1)
     big_to_small = np.array([small_ids.get(w, small_unk) for w in big.words], np.int32)
-    graph = np.arange(1, len(graph_words))
+    graph = np.array([w for w in range(1, len(graph_words)) if not _never_scored(graph_words[w])], np.int64)
     if len(graph) and np.any(np.where(rescorer.lm_map[graph] >= 0, big_to_small[rescorer.lm_map[graph]], -2)
                              != rescorer.lm0_map[graph]):
         return np.full(big.num_states, np.inf, np.float32)

@@ -27,6 +27,13 @@ LM_OVERFLOW = 4  # (GPU) a frame needs more big-LM arc-cache slots than there ar
 LM_FILL, LM_ARRIVED, LM_LOOKUPS, LM_MISSES, LM_FETCHES, LM_CLEARS = range(6)
 LM_COUNTERS = 8
 
+# ---- the CPU's memo of context steps: counters, by index.  The word arcs of the tokens that
+# ExpandArcs (both passes) and the closure expanded and the context steps they looked up
+# (the others were out of reach of the beam), memo misses among the lookups, and the
+# backoff arcs the misses followed in the big LM.
+STEP_ARCS, STEP_LOOKUPS, STEP_CLOSURE_ARCS, STEP_CLOSURE_LOOKUPS, STEP_MISSES, STEP_BACKOFFS = range(6)
+STEP_COUNTERS = 8
+
 
 def hash_slots(capacity: int) -> int:
     """Slots of a token hash table: the power of two >= 2 x the token capacity (half full at

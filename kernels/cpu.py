@@ -34,7 +34,8 @@ from .common import (
     INF,
     bits_f32,
     boosted_weight,
-    context_step,
+    context_arrive,
+    context_locate,
     cutoff_and_adaptive_beam,
     end_key,
     expanded_cost,
@@ -53,8 +54,24 @@ from .common import (
     trace_length,
     trace_path,
 )
-from .constants import EMPTY_KEY, EPS_CYCLE, MAX_PACKED, NO_ARC, NO_TOKEN, OK, TOKEN_OVERFLOW, hash_slots
-from .groups import HashTable, Survivors, Tokens
+from .constants import (
+    EMPTY_KEY,
+    EPS_CYCLE,
+    MAX_PACKED,
+    NO_ARC,
+    NO_TOKEN,
+    OK,
+    STEP_ARCS,
+    STEP_BACKOFFS,
+    STEP_CLOSURE_ARCS,
+    STEP_CLOSURE_LOOKUPS,
+    STEP_COUNTERS,
+    STEP_LOOKUPS,
+    STEP_MISSES,
+    TOKEN_OVERFLOW,
+    hash_slots,
+)
+from .groups import HashTable, Memo, Survivors, Tokens
 from .select import RADIX_BINS, select_cost
 
 
@@ -64,7 +81,9 @@ def interleave_graph(e_indptr, ne_indptr, ilabel, olabel, weight, nextstate):
     one 20-byte record per arc (ilabel, nextstate, weight bits, graph arc id, olabel), so
     that a token touches one or two cache lines of arcs instead of one per array.  In each
     group the arcs without an output word come first: the search finds the word arcs that
-    step the contexts by position, without a branch on each arc's label.
+    step the contexts by position, without a branch on each arc's label.  Word arcs come
+    in order of weight, so that the search can leave a state's word arcs at the first
+    whose LM lookup would be out of the beam.
 
     states[s] = (first arc, first emitting word arc, first epsilon arc, first epsilon word
     arc); the state's arcs end at states[s + 1, 0].  Arc order within a state does not
@@ -87,6 +106,10 @@ def interleave_graph(e_indptr, ne_indptr, ilabel, olabel, weight, nextstate):
                         arcs[p, 3] = a
                         arcs[p, 4] = olabel[a]
                         p += 1
+                if words == 1 and p - states[s, 2 * group + 1] > 1:  # word arcs by weight, ties by arc id
+                    first = states[s, 2 * group + 1]
+                    order = np.argsort(weight[arcs[first:p, 3]], kind="mergesort")
+                    arcs[first:p] = arcs[first:p][order]
     states[S, :] = p
     return states, arcs
 
@@ -130,6 +153,20 @@ class Workspace(NamedTuple):
     mark: np.ndarray  # the token is a survivor or an in-frame ancestor of one
     stack: np.ndarray  # the closure's work list
     hist: np.ndarray  # radix-select histogram
+    sg: StateGroups
+
+
+class StateGroups(NamedTuple):
+    """ExpandArcs' survivors grouped by graph state (with a context several survivors share
+    a state): an open-addressing map state -> the group's best survivor, and the emitting
+    arcs without a word that kept the best survivor within the frame's bound."""
+
+    key: np.ndarray  # int32 (H,): a state, EMPTY_KEY: free
+    best: np.ndarray  # int32 (H,): the state's cheapest survivor
+    slot: np.ndarray  # int32 (C,): each survivor's slot in the map
+    lo: np.ndarray  # int32 (C,): per best survivor, its kept arcs are arcs[lo:hi] (hi -1: not recorded)
+    hi: np.ndarray  # int32 (C,)
+    arcs: np.ndarray  # int32 (4C,): arc positions
 
 
 def new_workspace(capacity: int) -> Workspace:
@@ -141,14 +178,16 @@ def new_workspace(capacity: int) -> Workspace:
                 np.empty(C, i32), np.empty(1, i32))
     sv = Survivors(np.empty(C, i32), np.empty(C, i32), np.empty(C, np.float32), np.empty(C, i32),
                    np.empty(1, np.int64), np.empty(1, i32))
+    sg = StateGroups(np.full(H, EMPTY_KEY, i32), np.empty(H, i32), np.empty(C, i32), np.empty(C, i32),
+                     np.empty(C, i32), np.empty(4 * C, i32))
     return Workspace(ht, tl, sv, np.empty(C, i32), np.zeros(C, np.uint8), np.empty(4 * C, i32),
-                     np.zeros(RADIX_BINS, np.int64))
+                     np.zeros(RADIX_BINS, np.int64), sg)
 
 
-def new_memo(size: int) -> np.ndarray:
+def new_memo(size: int) -> Memo:
     """An empty memo of context steps (see _word_step): `size` slots (a power of two) of
-    (key, packed step), keys EMPTY_KEY."""
-    return np.full((size, 2), EMPTY_KEY, np.int64)
+    (key, packed step), keys EMPTY_KEY, and its counters at zero."""
+    return Memo(np.full((size, 2), EMPTY_KEY, np.int64), np.zeros(STEP_COUNTERS, np.int64))
 
 
 # ---------------------------------------------------------------------- per arc and per token
@@ -212,9 +251,15 @@ def _recombine(state, ctx, cost, prev, arc, pctx, ht, tl, n, context):
 @njit(nogil=True, cache=True, _nrt=False)
 def _memo_fill(ctx, word, context, memo, slot):
     """Compute the context step of (ctx, word) into the memo's `slot` (see _word_step)."""
-    delta, nxt = context_step(context, 0, ctx, word)
-    memo[slot, 0] = token_key(word, ctx)
-    memo[slot, 1] = (np.int64(np.uint32(f32_bits(delta))) << np.int64(32)) | np.int64(np.uint32(nxt))
+    lm_s, ph_s, cost, pos, end = context_locate(context, 0, ctx, word)
+    payload = context.lm.payload[0, pos] if pos >= 0 else np.uint64(0)
+    delta, nxt = context_arrive(context, 0, word, lm_s, ph_s, cost, pos, end, payload)
+    memo.table[slot, 0] = token_key(word, ctx)
+    memo.table[slot, 1] = (np.int64(np.uint32(f32_bits(delta))) << np.int64(32)) | np.int64(np.uint32(nxt))
+    memo.counts[STEP_MISSES] += 1
+    while lm_s != end:
+        lm_s = context.lm.backoff[0, lm_s]
+        memo.counts[STEP_BACKOFFS] += 1
 
 
 @njit(inline="always")
@@ -228,62 +273,149 @@ def _word_step(cost, ctx, word, context, memo):
     Inline helpers taking arrays belong in `_nrt=False` functions only: elsewhere Numba
     reference-counts each array argument on every arc (that tripled ExpandArcs' time)."""
     key = token_key(word, ctx)
-    slot = hash_slot(key, memo.shape[0] - 1)
-    if memo[slot, 0] != key:
+    slot = hash_slot(key, memo.table.shape[0] - 1)
+    if memo.table[slot, 0] != key:
         _memo_fill(ctx, word, context, memo, slot)
-    step = memo[slot, 1]
+    step = memo.table[slot, 1]
     return (np.float32(cost + bits_f32(np.uint32(step >> np.int64(32)))),
             np.int32(np.uint32(step & np.int64(0xFFFFFFFF))))
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl):
+def _group_by_state(sv, ns, sg):
+    """Map each survivor's state to the state's cheapest survivor (ties: the first), in sg."""
+    mask = sg.key.shape[0] - 1
+    for i in range(ns):
+        s = sv.state[i]
+        slot = hash_slot(s, mask)
+        while sg.key[slot] != EMPTY_KEY and sg.key[slot] != s:
+            slot = (slot + 1) & mask
+        if sg.key[slot] == EMPTY_KEY:
+            sg.key[slot] = s
+            sg.best[slot] = i
+        elif sv.cost[i] < sv.cost[sg.best[slot]]:
+            sg.best[slot] = i
+        sg.slot[i] = slot
+
+
+@njit(inline="always")  # in NRT-free functions only (see _word_step)
+def _word_arcs_cut(c, w, floor, reach, limit, context):
+    """Whether a state's word arcs from this one on (in order of weight) all stay above
+    `limit` after their context steps: their cost is at least c + (w - reward) + floor."""
+    return out_of_reach(expanded_cost(c, np.float32(w - context.reward), floor), reach, limit)
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl, sg):
     """ExpandArcs: the survivors' emitting arcs (ac: acoustic cost by input label).  The
     best new cost + adaptive_beam bounds the frame; new tokens below it are recombined into
     the emptied token list.  Returns (n, the best new cost (+inf: no arc has a finite
-    cost), overflow)."""
+    cost), overflow).
+
+    With a context, survivors that share a graph state differ only in their contexts, and
+    an arc without a word costs each of them its cost + the same amount: the cheapest of
+    them (the group's best) follows every arc, the others only the arcs without a word
+    that kept the best within the bound (never the best new cost), and their word arcs.
+    A word arc's context step (an LM lookup) is skipped when the arc stays out of the beam
+    whatever the step gives back (common.out_of_reach), and a state's word arcs, in order
+    of weight, are left at the first whose cheapest possible cost (_word_arcs_cut) is out
+    of reach."""
     states, arcs = graph.states, graph.arcs
+    floor = INF  # the frame's cheapest acoustic cost
+    for il in range(1, ac.shape[0]):
+        floor = min(floor, ac[il])
+    if context is not None:
+        _group_by_state(sv, ns, sg)
     min_new = INF
     reach = np.float32(0.0)
+    word_arcs = 0
+    lookups = 0
     for i in range(ns):
         c = sv.cost[i]
         s = sv.state[i]
+        first = states[s, 0]
         if context is not None:
             reach = lm_reach(context, 0, sv.ctx[i])
-        for p in range(states[s, 0], states[s, 2]):
-            nc = expanded_cost(c, _arc_weight(arcs, p, boosts), ac[arcs[p, 0]])
-            if context is not None and nc < INF and p >= states[s, 1]:
-                if out_of_reach(nc, reach, min_new):
-                    continue  # its LM lookups could not make it the best
+            word_arcs += states[s, 2] - states[s, 1]
+            if sg.best[sg.slot[i]] != i:
+                first = states[s, 1]  # the best's arcs without a word cost no more than this one's
+        for p in range(first, states[s, 2]):
+            w = _arc_weight(arcs, p, boosts)
+            nc = expanded_cost(c, w, ac[arcs[p, 0]])
+            if context is not None and p >= states[s, 1]:
+                if _word_arcs_cut(c, w, floor, reach, min_new, context):
+                    break
+                if nc == INF or out_of_reach(nc, reach, min_new):
+                    continue
+                lookups += 1
                 nc, _ = _word_step(nc, sv.ctx[i], arcs[p, 4], context, memo)
             if nc < min_new:
                 min_new = nc
     bound = np.float32(min_new + adaptive_beam)
     n = 0
-    for i in range(ns):
-        c = sv.cost[i]
-        ctx = sv.ctx[i]
-        s = sv.state[i]
-        if context is not None:
-            reach = lm_reach(context, 0, ctx)
-        for p in range(states[s, 0], states[s, 2]):
-            nc = expanded_cost(c, _arc_weight(arcs, p, boosts), ac[arcs[p, 0]])
-            nctx = ctx
-            if context is not None and nc < INF and p >= states[s, 1]:
-                if out_of_reach(nc, reach, bound):
+    kept = 0  # arcs recorded in sg.arcs
+    for sweep in range(2 if context is not None else 1):  # with a context: the groups' best first
+        for i in range(ns):
+            c = sv.cost[i]
+            ctx = sv.ctx[i]
+            s = sv.state[i]
+            lo = states[s, 0]
+            hi = states[s, 2]
+            g = i
+            if context is not None:
+                g = sg.best[sg.slot[i]]
+                if (g == i) != (sweep == 0):
                     continue
-                nc, nctx = _word_step(nc, ctx, arcs[p, 4], context, memo)
-            if nc < bound:
-                idx, n, _ = _recombine(arcs[p, 1], nctx, nc, sv.gid[i], arcs[p, 3], ctx, ht, tl, n, context)
-                if idx < 0:
-                    return n, min_new, True
+                reach = lm_reach(context, 0, ctx)
+                word_arcs += states[s, 2] - states[s, 1]
+                if g == i:
+                    sg.lo[i] = kept
+                elif sg.hi[g] >= 0:
+                    lo = states[s, 1]
+                    for k in range(sg.lo[g], sg.hi[g]):  # the arcs without a word that kept the best
+                        p = sg.arcs[k]
+                        nc = expanded_cost(c, _arc_weight(arcs, p, boosts), ac[arcs[p, 0]])
+                        if nc < bound:
+                            idx, n, _ = _recombine(arcs[p, 1], ctx, nc, sv.gid[i], arcs[p, 3], ctx, ht, tl, n,
+                                                   context)
+                            if idx < 0:
+                                return n, min_new, True
+            for p in range(lo, hi):
+                w = _arc_weight(arcs, p, boosts)
+                nc = expanded_cost(c, w, ac[arcs[p, 0]])
+                nctx = ctx
+                if context is not None and p >= states[s, 1]:
+                    if _word_arcs_cut(c, w, floor, reach, bound, context):
+                        break
+                    if nc == INF or out_of_reach(nc, reach, bound):
+                        continue
+                    lookups += 1
+                    nc, nctx = _word_step(nc, ctx, arcs[p, 4], context, memo)
+                if nc < bound:
+                    if context is not None and g == i and p < states[s, 1]:
+                        if kept < sg.arcs.shape[0]:
+                            sg.arcs[kept] = p
+                        kept += 1
+                    idx, n, _ = _recombine(arcs[p, 1], nctx, nc, sv.gid[i], arcs[p, 3], ctx, ht, tl, n, context)
+                    if idx < 0:
+                        return n, min_new, True
+            if context is not None and g == i:
+                sg.hi[i] = kept if kept <= sg.arcs.shape[0] else -1  # -1: the others follow every arc
+    if context is not None:
+        for i in range(ns):
+            sg.key[sg.slot[i]] = EMPTY_KEY
+        memo.counts[STEP_ARCS] += word_arcs
+        memo.counts[STEP_LOOKUPS] += lookups
     return n, min_new, False
 
 
 @njit(nogil=True, cache=True, _nrt=False)
 def _closure(cutoff, n, graph, boosts, context, memo, ht, tl, stack):
-    """Non-emitting closure of the frame's tokens; returns (n, overflow)."""
+    """Non-emitting closure of the frame's tokens; returns (n, overflow).  Word arcs are
+    skipped and left as in _expand_arcs."""
     states, arcs = graph.states, graph.arcs
+    word_arcs = 0
+    lookups = 0
     top = 0
     for j in range(n):
         stack[top] = j
@@ -299,12 +431,17 @@ def _closure(cutoff, n, graph, boosts, context, memo, ht, tl, stack):
         reach = np.float32(0.0)
         if context is not None:
             reach = lm_reach(context, 0, ctx)
+            word_arcs += states[s + 1, 0] - states[s, 3]
         for p in range(states[s, 2], states[s + 1, 0]):
-            nc = np.float32(c + _arc_weight(arcs, p, boosts))
+            w = _arc_weight(arcs, p, boosts)
+            nc = np.float32(c + w)
             nctx = ctx
             if context is not None and p >= states[s, 3]:
+                if out_of_reach(np.float32(c + np.float32(w - context.reward)), reach, cutoff):
+                    break
                 if out_of_reach(nc, reach, cutoff):
                     continue
+                lookups += 1
                 nc, nctx = _word_step(nc, ctx, arcs[p, 4], context, memo)
             if nc > cutoff:
                 continue
@@ -317,6 +454,9 @@ def _closure(cutoff, n, graph, boosts, context, memo, ht, tl, stack):
                     return n, True
                 stack[top] = idx
                 top += 1
+    if context is not None:
+        memo.counts[STEP_CLOSURE_ARCS] += word_arcs
+        memo.counts[STEP_CLOSURE_LOOKUPS] += lookups
     return n, False
 
 
@@ -374,8 +514,9 @@ def search(graph, boosts, context, memo, log_probs, num_frames, settings, ws):
     (step t = after t frames: an emitting arc on step t consumed frame t - 1); the frames
     that FLToP emptied and were expanded again without it.
     """
-    ht, tl, sv, gid, mark, stack, hist = ws
+    ht, tl, sv, gid, mark, stack, hist, sg = ws
     ht.key[:] = EMPTY_KEY  # a search that overflowed left keys behind
+    sg.key[:] = EMPTY_KEY
     C = tl.state.shape[0]
     num_columns = log_probs.shape[1]
     ac = np.zeros(num_columns + 1, np.float32)  # acoustic cost by input label
@@ -448,11 +589,11 @@ def search(graph, boosts, context, memo, log_probs, num_frames, settings, ws):
 
         # ---- ExpandArcs (again without FLToP if it left no arc a finite cost), then the closure
         frame_acoustic_costs(log_probs, t, settings, pruning, ac)
-        n, best, overflow = _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl)
+        n, best, overflow = _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl, sg)
         if pruning and ns > 0 and not overflow and best == INF:
             fallbacks += 1
             frame_acoustic_costs(log_probs, t, settings, False, ac)
-            n, best, overflow = _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl)
+            n, best, overflow = _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl, sg)
         if overflow:
             return TOKEN_OVERFLOW, empty, empty, False, tokens_per_frame, fallbacks
         n, overflow = _closure(np.float32(best + adaptive_beam), n, graph, boosts, context, memo, ht, tl, stack)

@@ -134,6 +134,8 @@ class Context(NamedTuple):
     phrases: Automata  # one row per utterance
     start: np.ndarray  # int32 (rows,): the context of each row's start token
     gain: np.ndarray  # float32 per big-LM state: common.lm_gain_bounds (+inf: no bound; one entry without rescoring)
+    reward: float  # the largest single-word boost reward in effect (>= 0): how far a boosted arc's weight
+                   # may lie below its place in its state's order of weights (cpu.interleave_graph)
 
 
 class WordBoosts(NamedTuple):
@@ -144,6 +146,13 @@ class WordBoosts(NamedTuple):
     costs: np.ndarray  # float32 (B, H)
     bits: np.ndarray  # uint32 (B, ceil(words / 32))
     active: bool  # some utterance boosts a word
+
+
+class Memo(NamedTuple):
+    """The CPU's memo of context steps (cpu._word_step) and what the search did with them."""
+
+    table: np.ndarray  # int64 (slots, 2): (key, cost bits << 32 | next ctx), key EMPTY_KEY: free
+    counts: np.ndarray  # int64 (STEP_COUNTERS,): constants.STEP_ARCS, ...
 
 
 class ArcCache(NamedTuple):

@@ -104,7 +104,8 @@ def test_random_graphs_match_openfst_shortest_path(seed):
 
 @pytest.mark.parametrize("seed", range(5))
 def test_cpu_layout_groups_each_states_arcs(seed):
-    """Every arc once, in its state's group: emitting then epsilon, word arcs last in each."""
+    """Every arc once, in its state's group: emitting then epsilon, word arcs last in each
+    and in order of (weight, arc id)."""
     from wfst.kernels.cpu import interleave_graph
 
     _, g = random_tlg(seed)
@@ -121,6 +122,9 @@ def test_cpu_layout_groups_each_states_arcs(seed):
         assert not words[:word - first].any() and words[word - first:eps - first].all()
         assert not words[eps - first:eps_word - first].any() and words[eps_word - first:].all()
         assert (arcs[first:eps, 0] == g.ilabel[a[:eps - first]]).all() and (arcs[eps:end, 0] == 0).all()
+        for lo, hi in [(word, eps), (eps_word, end)]:
+            keys = list(zip(g.weight[arcs[lo:hi, 3]], arcs[lo:hi, 3]))
+            assert keys == sorted(keys)
 
 
 @pytest.mark.parametrize("topology", ["normal", "compact", "minimal"])

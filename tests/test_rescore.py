@@ -227,3 +227,29 @@ def test_gain_bounds_on_the_demo_lms(demo, tmp_path):
     dec = Decoder(wfst.load_graph(r.directory), rescore_lm=demo / "lm.arpa")
     states = np.random.default_rng(0).choice(dec.rescorer.big.num_states, 12, replace=False)
     _check_gain_bounds(dec, [0, *states.tolist()])
+
+
+def test_skipped_lookups_and_shared_arcs_change_nothing(demo, tmp_path):
+    """At a beam narrow enough to prune, the search that skips out-of-reach LM lookups and
+    lets survivors of one state share the arcs of the cheapest finds exactly what a search
+    with no gain bound finds (every lookup made), with word boosts in the weights too."""
+    from wfst import synthetic
+
+    small = truncate_arpa(demo / "lm.arpa", tmp_path / "lm2.arpa", 2)
+    r = compile_graph(tmp_path / "g", tokens=demo / "chars_tokens.txt", word_boundary="|", lm=small,
+                      topology="compact")
+    g = wfst.load_graph(r.directory)
+    texts = [t for t in (demo / "test.txt").read_text().splitlines() if t.strip()][:12]
+    x, lengths = synthetic.from_texts(texts, g.tokens, word_boundary="|", seed=5, confusion=0.2, noise=2.0)
+    config = dict(beam=9.0, max_active=400, num_threads=1, rescore_lm=demo / "lm.arpa")
+    dec, unbounded = Decoder(g, **config), Decoder(g, **config)
+    unbounded.rescorer.gain = np.full_like(unbounded.rescorer.gain, np.inf)
+    boost = {texts[0].split()[0]: 3.0, texts[1].split()[-1]: 1.5}
+    for kw in [{}, dict(boost=boost)]:
+        got, want = dec.decode(x, lengths, **kw), unbounded.decode(x, lengths, **kw)
+        assert got == want
+        lm, everything = dec.stats.lm, unbounded.stats.lm
+        assert lm["lookups"] < everything["lookups"] and lm["word_arcs"] == everything["word_arcs"]
+        assert lm["hits"] + lm["misses"] == lm["lookups"] + lm["closure_lookups"]
+        assert lm["lookups"] <= lm["word_arcs"] and lm["closure_lookups"] <= lm["closure_word_arcs"]
+        assert lm["frames"] == lengths.sum() and lm["lm_bytes"] == dec.rescorer.host_bytes > 0

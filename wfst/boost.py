@@ -71,6 +71,11 @@ class BoostTables:
             np.bitwise_or.at(bits[r], ids >> 5, (np.uint32(1) << (ids & 31).astype(np.uint32)))
         return keys, costs, bits
 
+    @property
+    def max_reward(self) -> float:
+        """The largest single-word reward of the batch (0 without one)."""
+        return max([0.0] + [-min(m.values()) for m in self.maps if m])
+
     def boosted(self, b: int) -> bool:
         """Whether utterance b boosts any single word."""
         return bool(self.maps[b])

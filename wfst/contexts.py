@@ -44,9 +44,9 @@ def lm_automaton(store, **dtypes) -> Automata:
                    np.zeros(store.num_states, np.float32))], **dtypes)
     eos = store.word_ids().get("</s>")
     if eos is not None:
-        from wfst.kernels.common import automaton_step
+        from wfst.kernels.common import automaton_costs
 
-        a.final[0] = [automaton_step(a, 0, s, eos)[0] for s in range(store.num_states)]
+        automaton_costs(a, 0, eos, a.final[0])
     return a
 
 
@@ -56,16 +56,17 @@ def no_lm() -> Automata:
                       np.full(1, -1, np.int32), np.zeros(1, np.float32), np.zeros(1, np.float32))])
 
 
-def context(rescorer, phrase_automata) -> Context:
+def context(rescorer, phrase_automata, reward: float = 0.0) -> Context:
     """The Context of utterances with these phrase automata (wfst.boost.PhraseAutomaton, one
-    row each) and the rescoring LMs of `rescorer` (wfst.lm.Rescorer) or none."""
+    row each) and the rescoring LMs of `rescorer` (wfst.lm.Rescorer) or none; reward: the
+    largest single-word boost reward of the batch (BoostTables.max_reward)."""
     phrases = automata([a.automaton() for a in phrase_automata])
     sizes = np.array([a.num_states for a in phrase_automata], np.int32)
     if rescorer is None:
         lm = no_lm()
         zero = np.zeros(1, np.int32)
         return Context(False, sizes, lm, lm, zero, zero, zero, phrases, np.zeros(len(sizes), np.int32),
-                       np.zeros(1, np.float32))
+                       np.zeros(1, np.float32), np.float32(reward))
     big, small = rescorer.automata()
     return Context(True, sizes, big, small, rescorer.small_of, rescorer.lm_map, rescorer.lm0_map, phrases,
-                   (sizes * rescorer.big.start).astype(np.int32), rescorer.gain)
+                   (sizes * rescorer.big.start).astype(np.int32), rescorer.gain, np.float32(reward))

@@ -10,10 +10,12 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from wfst.kernels import constants as C
 from wfst.kernels.groups import InterleavedGraph
 
 from . import contexts
@@ -44,6 +46,9 @@ class CpuBackend:
         self._word_arcs = None
         self._lm_memos = queue.SimpleQueue()  # see _memo
         self._workspaces = queue.SimpleQueue()  # cpu.Workspace, one per utterance searched at a time
+        self._counts = np.zeros(C.STEP_COUNTERS, np.int64)  # the memos' counters, summed over searches
+        self._counts_lock = threading.Lock()
+        self._memo_bytes = 0  # of the largest memo in use
 
     # ------------------------------------------------------------------ the Backend interface
 
@@ -75,13 +80,18 @@ class CpuBackend:
             context = None
             if plan.rescorer is not None or phrases.num_states > 1:
                 if id(phrases) not in automata:
-                    automata[id(phrases)] = contexts.context(plan.rescorer, [phrases])
+                    automata[id(phrases)] = contexts.context(plan.rescorer, [phrases], boosts.max_reward)
                 context = automata[id(phrases)]
             word_costs = boosts.word_costs(b, self.num_words) if boosts.boosted(b) and not in_graph else None
             T = int(plan.lengths[b])
             with self._memo(context) as memo, self._workspace(plan.capacity.tokens) as ws:
+                before = None if memo is None else memo.counts.copy()
                 status, arcs, steps, reached_final, per_frame, fallbacks = cpu.search(
                     self.layout, word_costs, context, memo, plan.log_probs[b], T, plan.settings, ws)
+                if memo is not None:
+                    with self._counts_lock:
+                        self._counts += memo.counts - before
+                        self._memo_bytes = max(self._memo_bytes, memo.table.nbytes)
             if status != 0:
                 return Outcome(int(status))
             frames, columns = emitting_reads(self.graph, arcs, steps)
@@ -95,6 +105,35 @@ class CpuBackend:
                 return [one(b) for b in utterances]
             with ThreadPoolExecutor(threads) as pool:
                 return list(pool.map(one, utterances))
+
+    def counters(self) -> np.ndarray:
+        """The memos' counters so far (constants.STEP_ARCS, ...)."""
+        with self._counts_lock:
+            return self._counts.copy()
+
+    def lm_report(self, before, frames: int, rescorer) -> dict:
+        """What a decode() call did with its context steps ({} without rescoring or phrases):
+
+        lm_bytes             the big LM's arrays as the search reads them (memory-mapped store)
+        memo_bytes           one memo of context steps (one per utterance searched at a time)
+        word_arcs            word arcs of the tokens ExpandArcs expanded (both passes)
+        lookups              of them, those whose context step was looked up (the others
+                             could not enter the beam whatever the LM gives back)
+        closure_word_arcs, closure_lookups   the same in the epsilon closure
+        misses               lookups the memo did not hold (computed and stored); hits: the others
+        backoffs             backoff arcs the misses followed in the big LM
+        frames               the call's frames (sum of lengths)
+
+        Decoding again after an overflow counts again."""
+        counts = self.counters() - before
+        if not counts.any():
+            return {}
+        lm = {} if rescorer is None else dict(lm_bytes=rescorer.host_bytes)
+        lookups = int(counts[C.STEP_LOOKUPS] + counts[C.STEP_CLOSURE_LOOKUPS])
+        return dict(**lm, memo_bytes=self._memo_bytes, word_arcs=int(counts[C.STEP_ARCS]),
+                    lookups=int(counts[C.STEP_LOOKUPS]), closure_word_arcs=int(counts[C.STEP_CLOSURE_ARCS]),
+                    closure_lookups=int(counts[C.STEP_CLOSURE_LOOKUPS]), hits=lookups - int(counts[C.STEP_MISSES]),
+                    misses=int(counts[C.STEP_MISSES]), backoffs=int(counts[C.STEP_BACKOFFS]), frames=frames)
 
     # ------------------------------------------------------------------ helpers
 

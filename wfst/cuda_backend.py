@@ -212,7 +212,8 @@ class CudaBackend:
         start = sizes * (rescorer.big.start if rescorer is not None else 0)
         dev = self.to_device
         context = Context(rescorer is not None, dev(sizes), lm, lm0, small_of, lm_map, lm0_map,
-                          Automata(*(dev(a) for a in host.phrases)), dev(start.astype(np.int32)), gain)
+                          Automata(*(dev(a) for a in host.phrases)), dev(start.astype(np.int32)), gain,
+                          np.float32(plan.boosts.max_reward))
         return context, rescorer is not None or bool((sizes > 1).any())
 
     def _lm_parts(self, rescorer):
@@ -258,7 +259,7 @@ class CudaBackend:
         """The arc cache's counters now (constants.LM_FILL, ...), or None before any rescoring."""
         return None if self._cache is None or self._lm is None else _to_host(self._cache.counts).copy()
 
-    def lm_report(self, before, frames: int) -> dict:
+    def lm_report(self, before, frames: int, rescorer=None) -> dict:
         """What a decode() call did with the big LM ({} without rescoring):
 
         gpu_bytes            the big LM on the GPU: offsets, labels, backoff states and costs, arc cache

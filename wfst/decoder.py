@@ -96,13 +96,13 @@ class Decoder:
         with self._lock:
             start = time.perf_counter()
             plan = self._plan(log_probs, lengths, boost)
-            lm_before = self._backend.counters() if self.device == "cuda" else None
+            lm_before = self._backend.counters()
             paths, regrowths = self._search(plan)
             g, c, boosts = self.graph, self.config, plan.boosts
             results = [path_result(g, c, paths[b], int(plan.lengths[b]), boosts.maps[b], boosts.phrases[b],
                                    self.rescorer) if b in paths else EMPTY_RESULT for b in range(len(plan.lengths))]
             frames = int(plan.lengths.sum())
-            lm = self._backend.lm_report(lm_before, frames) if self.device == "cuda" else {}
+            lm = self._backend.lm_report(lm_before, frames, self.rescorer)
             self.stats = DecodeStats(len(results), frames, time.perf_counter() - start,
                                      sum(p.survivors for p in paths.values()) / frames if frames else 0.0,
                                      regrowths, sum(p.fallbacks for p in paths.values()), boosts.unknown, lm)

@@ -340,6 +340,13 @@ class Rescorer:
         """(big LM, graph LM) as kernels.groups.Automata."""
         return self.big.automaton(), self.small.automaton()
 
+    @property
+    def host_bytes(self) -> int:
+        """Host memory a CPU search reads: both LMs as automata, the maps and the gain bounds
+        (the store files' pages on top of it are the page cache's, shared and reclaimable)."""
+        arrays = [*self.automata()[0], *self.automata()[1], self.lm_map, self.lm0_map, self.small_of, self.gain]
+        return sum(int(a.nbytes) for a in arrays)
+
     def path_cost(self, word_ids, final: bool = True) -> float:
         """Big minus small LM cost of a word sequence, word by word as the decoder adds it."""
         from wfst.kernels.common import context_final, context_step

@@ -48,7 +48,7 @@ class DecodeStats:
     regrowths: int = 0  # utterances decoded again after a capacity overflow
     fltop_fallbacks: int = 0  # frames that FLToP emptied, expanded again without it
     boost_unknown: tuple = ()  # (utterance, word) boosted but not in the graph's vocabulary
-    lm: dict = dataclasses.field(default_factory=dict)  # device="cuda" with rescoring: LM memory and fetches
+    lm: dict = dataclasses.field(default_factory=dict)  # with rescoring: LM memory and lookups (backend lm_report)
 
 
 class TracedPath(NamedTuple):

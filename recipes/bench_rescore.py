@@ -1,15 +1,23 @@
 #!/usr/bin/env python3
 """make bench-rescore: on-the-fly rescoring with a big LM kept out of the graph.
 
-For the demo's character and BPE compact graphs: a small graph is built on a bigram cut
-from the demo 3-gram (wfst.lm.truncate_arpa), then SYNTHETIC emissions (wfst.synthetic)
-of the held-out sentences are decoded three ways on one CPU thread: the small graph
-alone, the small graph rescored on the fly with the 3-gram (Decoder(rescore_lm=...)),
-and the graph built statically on the 3-gram (make demo's).  Prints WER, RTFx, tokens
-per frame, the slowdown of rescoring, and how often rescoring finds the static graph's
-words; then how the big LM's store splits between what the GPU holds (per-state
-offsets, backoff states and costs, sorted labels) and what stays in host memory (arc
-costs and next states), as in the on-the-fly rescoring paper.
+Two setups, each decoded three ways on one CPU thread: the small-LM graph alone, the small
+graph rescored on the fly with the big LM (Decoder(rescore_lm=...)), and the graph built
+statically on the big LM.  Emissions are SYNTHETIC (wfst.synthetic) of held-out sentences.
+
+- demo: the demo's character and BPE compact graphs on a bigram cut from the demo 3-gram
+  (wfst.lm.truncate_arpa), rescored with the 3-gram; beam 16, max_active 7000.
+- large: a GENERATED English LM (recipes/generated_lm.py): the 12,600 most frequent words of
+  `wordfreq`, an unpruned 4-gram (150k bigrams, 394k trigrams, 553k 4-grams) rescoring a
+  BPE compact graph built on a 3-gram pruned from it (60k bigrams, 90k trigrams); 300 test
+  sentences sampled from the 4-gram; noisy emissions, beam 17, max_active 10000.
+
+Prints WER, RTFx, tokens per frame, the time of rescoring against the small graph, and how
+often rescoring finds the static graph's words (where not, which of the two word strings
+the big LM itself, with the path's acoustic cost, prefers); then where rescoring's time
+goes (the CPU search's counters, DecodeStats.lm) and the memory of the big LM: in host
+memory against its ARPA file, and how it splits between what the GPU holds and what stays
+in host memory, as in the on-the-fly rescoring paper.
 """
 from __future__ import annotations
 
@@ -18,6 +26,7 @@ import json
 import sys
 from pathlib import Path
 
+import generated_lm
 from demo_data import LM, PROFILES, TOKEN_SETS, emission_options, sentences
 from wfst.graphs import compile_graph
 from wfst_bench.machine import gpu_name, machine
@@ -28,77 +37,151 @@ from wfst.cuda_backend import GPU_LM_FIELDS, gpu_lm_automaton
 from wfst.lm import open_lm, truncate_arpa
 from wfst.scoring import rtfx, word_errors
 
+DEMO = dict(beam=16.0, max_active=7000)
+LARGE = dict(beam=17.0, max_active=10000)
+LARGE_WORDS, LARGE_SENTENCES = 12600, 300
+LARGE_COUNTS = [150_000, 394_000, 553_000]  # the 4-gram's 2-, 3- and 4-grams
+LARGE_PRUNED = [60_000, 90_000]  # the graph's 3-gram: 2- and 3-grams
+
 
 def timed(decoder, x, lengths, repeat):
     decoder.decode(x[:1], lengths[:1])  # compile
-    best, results = None, None
+    best, results, lm = None, None, {}
     for _ in range(repeat):
         results = decoder.decode(x, lengths)
-        best = min(best or decoder.stats.seconds, decoder.stats.seconds)
-    return results, best, decoder.stats.tokens_per_frame
+        if best is None or decoder.stats.seconds < best:
+            best, lm = decoder.stats.seconds, decoder.stats.lm
+    return results, best, decoder.stats.tokens_per_frame, lm
+
+
+def large_setup(out: Path):
+    """The large setup's LMs and test sentences (made once, seeded), and its two graphs."""
+    out.mkdir(parents=True, exist_ok=True)
+    big, small, test = out / "big_4gram.arpa", out / "small_3gram.arpa", out / "test.txt"
+    if not (big.exists() and small.exists() and test.exists()):
+        print("generating the large setup's LMs (a few minutes, once)", flush=True)
+        words, freq = generated_lm.english_words(LARGE_WORDS)
+        lm = generated_lm.generate_lm(words, freq, LARGE_COUNTS, seed=0)
+        generated_lm.prune(lm, 3, LARGE_PRUNED).write_arpa(small)
+        test.write_text("\n".join(generated_lm.sample(lm, LARGE_SENTENCES, seed=1)) + "\n")
+        lm.write_arpa(big)
+    graphs = {}
+    for name, arpa in [("small", small), ("big", big)]:
+        r = compile_graph(out / f"bpe_compact_{name}", lm=arpa, topology="compact", cache_dir=out / ".cache",
+                          **TOKEN_SETS["bpe"])
+        graphs[name] = wfst.load_graph(r.directory)
+    return graphs["small"], graphs["big"], big, test.read_text().splitlines()
+
+
+def compare(setup, name, small, big, big_lm, texts, token_set, emissions, config, repeat):
+    """Rows of the three decoders on one graph pair and emission profile."""
+    x, lengths = synthetic.from_texts(texts, small.tokens, seed=0, **emission_options(token_set),
+                                      **PROFILES[emissions])
+    frames = int(lengths.sum())
+    cells = {label: timed(wfst.Decoder(g, num_threads=1, **config, **kw), x, lengths, repeat)
+             for label, g, kw in [("small LM graph", small, {}), ("small + rescoring", small, dict(rescore_lm=big_lm)),
+                                  ("big LM graph", big, {})]}
+    base = cells["small LM graph"][1]
+    static = cells["big LM graph"][0]
+    store = open_lm(big_lm)
+    rows = []
+    for label, (results, seconds, tokens, lm) in cells.items():
+        differ = [(a, b) for a, b in zip(results, static) if a.words != b.words]
+        # which words the big LM itself prefers, each with its path's acoustic cost
+        own = sum(a.acoustic_cost + store.score(a.words) < b.acoustic_cost + store.score(b.words) - 1e-4
+                  for a, b in differ)
+        rows.append(dict(setup=setup, graph=name, emissions=emissions, decoder=label, **config,
+                         wer=word_errors(texts, [r.words for r in results]).rate, rtfx=rtfx(frames, seconds),
+                         seconds=seconds, tokens_per_frame=tokens, slowdown=seconds / base,
+                         same_words_as_big=1 - len(differ) / len(results), differ=len(differ),
+                         differ_big_lm_prefers_these=int(own), frames=frames, lm=lm,
+                         small_states=small.num_states, big_states=big.num_states))
+    return rows
+
+
+def print_tables(rows):
+    print("| setup | graph | emissions | decoder | WER % | RTFx | tokens/frame | time vs small graph | "
+          "same words as big-LM graph |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['setup']} | {r['graph']} | {r['emissions']} | {r['decoder']} | {100 * r['wer']:.2f} | "
+              f"{r['rtfx']:.0f} | {r['tokens_per_frame']:.0f} | {r['slowdown']:.2f}x | "
+              f"{100 * r['same_words_as_big']:.1f}% |")
+    print("\nWhere rescoring and the static big-LM graph disagree: for how many utterances the big LM "
+          "itself (its sentence score + the path's acoustic cost) prefers rescoring's words")
+    for r in rows:
+        if r["decoder"] == "small + rescoring" and r["differ"]:
+            print(f"  {r['setup']} {r['graph']} {r['emissions']}: {r['differ_big_lm_prefers_these']} of {r['differ']}")
+    print("\nWhere rescoring's time goes (per frame; word arcs: of the survivors; lookups: context steps "
+          "looked up, the rest out of reach of the beam; misses: computed in the LMs)")
+    print("| setup | graph | emissions | word arcs | lookups | closure word arcs | closure lookups | "
+          "memo hits % | misses | backoffs per miss |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        lm, f = r["lm"], r["frames"]
+        if r["decoder"] != "small + rescoring" or not lm:
+            continue
+        looked = lm["lookups"] + lm["closure_lookups"]
+        print(f"| {r['setup']} | {r['graph']} | {r['emissions']} | {lm['word_arcs'] / f:.0f} | "
+              f"{lm['lookups'] / f:.0f} | {lm['closure_word_arcs'] / f:.0f} | {lm['closure_lookups'] / f:.0f} | "
+              f"{100 * lm['hits'] / max(looked, 1):.1f} | {lm['misses'] / f:.0f} | "
+              f"{lm['backoffs'] / max(lm['misses'], 1):.2f} |")
+
+
+def memory(setup, big_lm, rescore_row):
+    store = open_lm(big_lm)
+    total = sum(int(a.nbytes) for a in store.automaton())  # what the CPU backend reads
+    on_gpu = gpu_lm_automaton(store)
+    device = sum(int(getattr(on_gpu, f).nbytes) for f in GPU_LM_FIELDS)
+    arpa = int(store.source.get("bytes", 0))
+    lm = rescore_row["lm"]
+    print(f"\n{setup}: big LM {store.num_states:,} states, {store.num_arcs:,} arcs; ARPA file {arpa / 2**20:.1f} MiB. "
+          f"Host memory of the CPU search: {lm['lm_bytes'] / 2**20:.1f} MiB for both LMs, their maps and bounds "
+          f"({lm['lm_bytes'] / max(arpa, 1):.2f}x the ARPA file) + a {lm['memo_bytes'] / 2**20:.0f} MiB memo of "
+          f"steps per thread. On the GPU the CUDA backend holds {device / 2**20:.2f} MiB of the big LM (int32 "
+          f"offsets, sorted labels as {on_gpu.labels.dtype}, backoff states and costs) = {100 * device / total:.1f}% "
+          f"of it; arc costs, next states and final costs stay in pinned host memory "
+          f"({(total - device) / 2**20:.2f} MiB).")
+    return dict(setup=setup, arpa_bytes=arpa, host_bytes=lm["lm_bytes"], memo_bytes=lm["memo_bytes"],
+                gpu_bytes=device, lm_arrays_bytes=total)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--graphs", default="build/demo", help="where make demo put the big-LM graphs")
-    ap.add_argument("--out", default="build/rescore", help="where the small-LM graphs go")
+    ap.add_argument("--out", default="build/rescore", help="where the small-LM graphs and the large setup go")
     ap.add_argument("--repeat", type=int, default=2, help="best of this many timed runs per cell")
+    ap.add_argument("--setups", default="demo,large", help="which setups to run (comma-separated)")
     ap.add_argument("--json", help="also write the rows here")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    big_lm = LM
-    small_lm = truncate_arpa(big_lm, out / "lm_2gram.arpa", 2)
-    texts = sentences("test")
+    setups = args.setups.split(",")
     m = machine()
-    print(f"On-the-fly rescoring on SYNTHETIC emissions of {len(texts)} held-out sentences; small LM: the "
-          f"demo 3-gram cut to 2-grams; big LM: the 3-gram; beam 16, max_active 7000; CPU backend, 1 thread; "
-          f"{m['cpu']}\n")
-    rows = []
-    for token_set, options in TOKEN_SETS.items():
-        name = f"{token_set}_compact"
-        small_dir = out / f"{name}_2gram"
-        compile_graph(small_dir, lm=small_lm, topology="compact", cache_dir=out / ".cache", **options)
-        kw = emission_options(token_set)
-        small, big = wfst.load_graph(small_dir), wfst.load_graph(Path(args.graphs) / name)
-        for setting, noise in PROFILES.items():
-            x, lengths = synthetic.from_texts(texts, small.tokens, seed=0, **kw, **noise)
-            frames = int(lengths.sum())
-            cells = {}
-            for label, dec in [("small LM graph", wfst.Decoder(small, num_threads=1)),
-                               ("small + rescoring", wfst.Decoder(small, num_threads=1, rescore_lm=big_lm)),
-                               ("big LM graph", wfst.Decoder(big, num_threads=1))]:
-                results, seconds, tokens = timed(dec, x, lengths, args.repeat)
-                cells[label] = (results, seconds, tokens)
-            base = cells["small LM graph"][1]
-            static = cells["big LM graph"][0]
-            for label, (results, seconds, tokens) in cells.items():
-                same = sum(a.words == b.words for a, b in zip(results, static))
-                rows.append(dict(graph=name, emissions=setting, decoder=label,
-                                 wer=word_errors(texts, [r.words for r in results]).rate,
-                                 rtfx=rtfx(frames, seconds), tokens_per_frame=tokens,
-                                 slowdown=seconds / base, same_words_as_big=same / len(results),
-                                 small_states=small.num_states, big_states=big.num_states))
-    print("| graph | emissions | decoder | WER % | RTFx | tokens/frame | time vs small graph | "
-          "same words as big-LM graph |")
-    print("|---|---|---|---:|---:|---:|---:|---:|")
-    for r in rows:
-        print(f"| {r['graph']} | {r['emissions']} | {r['decoder']} | {100 * r['wer']:.2f} | {r['rtfx']:.0f} | "
-              f"{r['tokens_per_frame']:.0f} | {r['slowdown']:.2f}x | {100 * r['same_words_as_big']:.1f}% |")
-    store = open_lm(big_lm)
-    total = sum(int(a.nbytes) for a in store.automaton())  # what the CPU backend reads
-    on_gpu = gpu_lm_automaton(store)
-    device = sum(int(getattr(on_gpu, f).nbytes) for f in GPU_LM_FIELDS)
-    print(f"\nBig LM: {store.num_states:,} states, {store.num_arcs:,} arcs, {total / 2**20:.2f} MiB as the CPU "
-          f"backend reads it. Held on the GPU by the CUDA backend (int32 offsets, sorted labels as "
-          f"{on_gpu.labels.dtype}, backoff states and costs): {device / 2**20:.2f} MiB = "
-          f"{100 * device / total:.1f}% of it; in pinned host memory (arc costs, next states, final costs): "
-          f"{(total - device) / 2**20:.2f} MiB.")
+    print(f"On-the-fly rescoring on SYNTHETIC emissions, CPU backend, 1 thread; {m['cpu']}\n")
+    rows, mem = [], []
+    if "demo" in setups:
+        small_lm = truncate_arpa(LM, out / "lm_2gram.arpa", 2)
+        texts = sentences("test")
+        for token_set, options in TOKEN_SETS.items():
+            name = f"{token_set}_compact"
+            r = compile_graph(out / f"{name}_2gram", lm=small_lm, topology="compact", cache_dir=out / ".cache",
+                              **options)
+            small, big = wfst.load_graph(r.directory), wfst.load_graph(Path(args.graphs) / name)
+            for emissions in PROFILES:
+                rows += compare("demo", name, small, big, LM, texts, token_set, emissions, DEMO, args.repeat)
+        mem.append(memory("demo", LM, next(r for r in rows if r["decoder"] == "small + rescoring")))
+    if "large" in setups:
+        small, big, big_lm, texts = large_setup(out / "large")
+        rows += compare("large", "bpe_compact", small, big, big_lm, texts, "bpe", "noisy", LARGE, args.repeat)
+        print_tables(rows)
+        mem.append(memory("large", big_lm, rows[-2]))
+    else:
+        print_tables(rows)
     print("GPU rows (rescoring speed on the GPU, bytes copied host->device per frame): "
           + (f"see the CUDA benchmark ({gpu_name()})" if gpu_name() else "not measured: no GPU on this machine"))
     if args.json:
-        Path(args.json).write_text(json.dumps(dict(machine=m, rows=rows, lm_bytes=total, device_bytes=device),
-                                              indent=2))
+        Path(args.json).write_text(json.dumps(dict(machine=m, rows=rows, memory=mem), indent=2))
     return 0
 
 

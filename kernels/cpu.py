@@ -298,11 +298,23 @@ def _group_by_state(sv, ns, sg):
         sg.slot[i] = slot
 
 
+_LOOKED, _SKIP, _CUT = 0, 1, 2
+
+
 @njit(inline="always")  # in NRT-free functions only (see _word_step)
-def _word_arcs_cut(c, w, floor, reach, limit, context):
-    """Whether a state's word arcs from this one on (in order of weight) all stay above
-    `limit` after their context steps: their cost is at least c + (w - reward) + floor."""
-    return out_of_reach(expanded_cost(c, np.float32(w - context.reward), floor), reach, limit)
+def _word_arc(c, w, nc, floor, reach, limit, ctx, word, context, memo):
+    """A word arc of a token of cost c and context ctx: its weight w, its cost nc before
+    the context step, floor the cheapest acoustic cost it could add (0 in the closure).
+    Returns (_CUT: this and every later word arc of the state, in order of weight, stays
+    above `limit` whatever their steps give back, as their cost is at least
+    c + (w - reward) + floor; _SKIP: this arc does; _LOOKED: its step was looked up),
+    and the cost and context after the step."""
+    if out_of_reach(expanded_cost(c, np.float32(w - context.reward), floor), reach, limit):
+        return _CUT, nc, ctx
+    if nc == INF or out_of_reach(nc, reach, limit):
+        return _SKIP, nc, ctx
+    nc, nctx = _word_step(nc, ctx, word, context, memo)
+    return _LOOKED, nc, nctx
 
 
 @njit(nogil=True, cache=True, _nrt=False)
@@ -318,8 +330,8 @@ def _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl
     that kept the best within the bound (never the best new cost), and their word arcs.
     A word arc's context step (an LM lookup) is skipped when the arc stays out of the beam
     whatever the step gives back (common.out_of_reach), and a state's word arcs, in order
-    of weight, are left at the first whose cheapest possible cost (_word_arcs_cut) is out
-    of reach."""
+    of weight, are left at the first whose cheapest possible cost is out of reach
+    (_word_arc)."""
     states, arcs = graph.states, graph.arcs
     floor = INF  # the frame's cheapest acoustic cost
     for il in range(1, ac.shape[0]):
@@ -343,12 +355,12 @@ def _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl
             w = _arc_weight(arcs, p, boosts)
             nc = expanded_cost(c, w, ac[arcs[p, 0]])
             if context is not None and p >= states[s, 1]:
-                if _word_arcs_cut(c, w, floor, reach, min_new, context):
+                step, nc, _ = _word_arc(c, w, nc, floor, reach, min_new, sv.ctx[i], arcs[p, 4], context, memo)
+                if step == _CUT:
                     break
-                if nc == INF or out_of_reach(nc, reach, min_new):
+                if step == _SKIP:
                     continue
                 lookups += 1
-                nc, _ = _word_step(nc, sv.ctx[i], arcs[p, 4], context, memo)
             if nc < min_new:
                 min_new = nc
     bound = np.float32(min_new + adaptive_beam)
@@ -385,12 +397,12 @@ def _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl
                 nc = expanded_cost(c, w, ac[arcs[p, 0]])
                 nctx = ctx
                 if context is not None and p >= states[s, 1]:
-                    if _word_arcs_cut(c, w, floor, reach, bound, context):
+                    step, nc, nctx = _word_arc(c, w, nc, floor, reach, bound, ctx, arcs[p, 4], context, memo)
+                    if step == _CUT:
                         break
-                    if nc == INF or out_of_reach(nc, reach, bound):
+                    if step == _SKIP:
                         continue
                     lookups += 1
-                    nc, nctx = _word_step(nc, ctx, arcs[p, 4], context, memo)
                 if nc < bound:
                     if context is not None and g == i and p < states[s, 1]:
                         if kept < sg.arcs.shape[0]:
@@ -437,12 +449,12 @@ def _closure(cutoff, n, graph, boosts, context, memo, ht, tl, stack):
             nc = np.float32(c + w)
             nctx = ctx
             if context is not None and p >= states[s, 3]:
-                if out_of_reach(np.float32(c + np.float32(w - context.reward)), reach, cutoff):
+                step, nc, nctx = _word_arc(c, w, nc, np.float32(0.0), reach, cutoff, ctx, arcs[p, 4], context, memo)
+                if step == _CUT:
                     break
-                if out_of_reach(nc, reach, cutoff):
+                if step == _SKIP:
                     continue
                 lookups += 1
-                nc, nctx = _word_step(nc, ctx, arcs[p, 4], context, memo)
             if nc > cutoff:
                 continue
             idx, n, improved = _recombine(arcs[p, 1], nctx, nc, in_frame_prev(j), arcs[p, 3], ctx, ht, tl, n,

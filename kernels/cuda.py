@@ -23,6 +23,8 @@ every array (groups.py).  Per frame `search` launches, in order:
     resolve       one thread per hash slot: the frame's token list and backpointers
     closure       one block per utterance: input-epsilon arcs, round by round, until no
                   cost improves
+    tick          advances the frame in device memory (ws.clock), which every kernel
+                  reads, so that a frame step can be captured once as a CUDA graph
 
 and after the last frame `traceback` walks the backpointers of the best token.
 
@@ -348,11 +350,12 @@ def init_kernel(graph, context, ht, tl):
 
 
 @cuda.jit
-def prune_store_kernel(t, u, settings, graph, context, cur, nxt, nxt_ht, sv, bp):
+def prune_store_kernel(clock, u, settings, graph, context, cur, nxt, nxt_ht, sv, bp):
     """One block per utterance: prune the frame's tokens `cur`, store the survivors and
     their in-frame ancestors as backpointers, list the survivors with the prefix sum of
     their arc counts, and empty the table `nxt_ht` that the next frame's tokens go to.
     On the last step (t == length) keep the single best token instead."""
+    t = clock[0]
     b = cuda.blockIdx.x
     tid = cuda.threadIdx.x
     nthreads = cuda.blockDim.x
@@ -533,18 +536,20 @@ def prune_store_kernel(t, u, settings, graph, context, cur, nxt, nxt_ht, sv, bp)
 
 
 @cuda.jit
-def frame_costs_kernel(t, u, settings, acoustics, prune):
+def frame_costs_kernel(clock, u, settings, acoustics, prune):
     """One thread per utterance: the frame's acoustic cost by input label (FLToP applied with `prune`)."""
+    t = clock[0]
     b = cuda.grid(1)
     if b < u.lengths.shape[0] and _active(t, u, b):
         frame_acoustic_costs(acoustics.log_probs[b], t, settings, prune, acoustics.costs[b])
 
 
 @cuda.jit
-def fltop_redo_kernel(t, u, settings, sv, acoustics):
+def fltop_redo_kernel(clock, u, settings, sv, acoustics):
     """One thread per utterance, after expand_min: where FLToP left no arc of the frame a
     finite cost, the frame's acoustic costs again without it, and redo[b] set so that
     expand_min runs again for the utterance (the CPU search's fallback)."""
+    t = clock[0]
     b = cuda.grid(1)
     if b >= u.lengths.shape[0]:
         return
@@ -557,10 +562,11 @@ def fltop_redo_kernel(t, u, settings, sv, acoustics):
 
 
 @cuda.jit
-def expand_min_kernel(t, u, graph, sv, acoustics, boosts, context, cache, redo_only):
+def expand_min_kernel(clock, u, graph, sv, acoustics, boosts, context, cache, redo_only):
     """The best new cost; when rescoring, the first walk over the frame's word arcs, which
     brings the big-LM arcs they read into the arc cache (expand and expand_ties hit).
     With redo_only, only the utterances that fltop_redo marked."""
+    t = clock[0]
     b = cuda.blockIdx.y
     if not _active(t, u, b) or (redo_only and u.redo[b] == 0):
         return
@@ -582,8 +588,9 @@ def expand_min_kernel(t, u, graph, sv, acoustics, boosts, context, cache, redo_o
 
 
 @cuda.jit
-def expand_kernel(t, u, graph, sv, acoustics, boosts, context, cache, ht, capacity):
+def expand_kernel(clock, u, graph, sv, acoustics, boosts, context, cache, ht, capacity):
     """ExpandArcs: the new tokens below the frame's bound, recombined in `ht`."""
+    t = clock[0]
     b = cuda.blockIdx.y
     if not _active(t, u, b):
         return
@@ -605,9 +612,10 @@ def expand_kernel(t, u, graph, sv, acoustics, boosts, context, cache, ht, capaci
 
 
 @cuda.jit
-def expand_ties_kernel(t, u, graph, sv, acoustics, boosts, context, cache, ht):
+def expand_ties_kernel(clock, u, graph, sv, acoustics, boosts, context, cache, ht):
     """After expand (contexts only): for each slot won by a word arc, the smallest ctx among
     the survivors whose arc reached it with exactly the winning (cost, arc id)."""
+    t = clock[0]
     b = cuda.blockIdx.y
     if not _active(t, u, b) or not contextual(context, b):
         return
@@ -630,9 +638,10 @@ def expand_ties_kernel(t, u, graph, sv, acoustics, boosts, context, cache, ht):
 
 
 @cuda.jit
-def resolve_kernel(t, u, graph, context, cur_ht, bp, ht, tl):
+def resolve_kernel(clock, u, graph, context, cur_ht, bp, ht, tl):
     """The new frame's token list `tl` from its hash table `ht`: one thread per slot; each
     token's predecessor is found in the previous frame's table `cur_ht`."""
+    t = clock[0]
     b = cuda.blockIdx.y
     if not _active(t, u, b):
         return
@@ -659,9 +668,10 @@ def resolve_kernel(t, u, graph, context, cur_ht, bp, ht, tl):
 
 
 @cuda.jit
-def closure_kernel(t, u, graph, boosts, context, cache, ht, tl, work, initial, capacity):
+def closure_kernel(clock, u, graph, boosts, context, cache, ht, tl, work, initial, capacity):
     """Input-epsilon closure of one utterance's frame tokens (Bellman-Ford rounds in a block).
     work: two (B, capacity) int32 lists, this round's tokens and the next round's slots."""
+    t = clock[0]
     b = cuda.blockIdx.x
     tid = cuda.threadIdx.x
     nthreads = cuda.blockDim.x
@@ -810,6 +820,7 @@ class Workspace(NamedTuple):
     bp: object  # groups.Backpointers
     work: tuple  # two (B, capacity) int32 lists for the closure
     paths: Paths
+    clock: np.ndarray  # (1,) int32: the frame that the kernels of a frame step work on
 
 
 class Launch(NamedTuple):
@@ -822,39 +833,69 @@ class Launch(NamedTuple):
     cache_blocks: int
 
 
-def search(launch, ws, settings, graph, acoustics, boosts, context, cache, capacity, num_frames, with_contexts):
-    """Launch the whole search of a batch, frame after frame (asynchronously: the caller
-    reads ws.u.status and ws.paths back when it needs them).  `with_contexts`: some utterance's
-    tokens carry a context (expand_ties runs)."""
+@cuda.jit
+def tick_kernel(clock):
+    """The frame step's last kernel: on to the next frame."""
+    if cuda.grid(1) == 0:
+        clock[0] += 1
+
+
+def search(launch, ws, settings, graph, acoustics, boosts, context, cache, capacity, num_frames, with_contexts,
+           stream=0, capture=None):
+    """Launch the whole search of a batch, frame after frame, on `stream` (asynchronously:
+    the caller reads ws.u.status and ws.paths back when it needs them).  `with_contexts`:
+    some utterance's tokens carry a context (expand_ties runs).
+
+    Every kernel of a frame step reads the frame from ws.clock, which the step's last
+    kernel advances, so a step is the same launches every frame.  `capture`, where given,
+    turns a function that launches them into a replayable CUDA graph (a callable): the two
+    steps (the token buffers alternate) are captured once and replayed each frame, one
+    graph launch instead of half a dozen kernel launches.  Without it every kernel is
+    launched every frame (the simulator's path)."""
     B = launch.batch
-    per_utt = (B, launch.block)
-    per_arc = ((launch.arc_blocks, B), launch.arc_block)
-    per_thread = ((B + 31) // 32, 32)
-    cache_grid = (launch.cache_blocks, launch.block)
+    per_utt = (B, launch.block, stream)
+    per_arc = ((launch.arc_blocks, B), launch.arc_block, stream)
+    per_thread = ((B + 31) // 32, 32, stream)
+    cache_grid = (launch.cache_blocks, launch.block, stream)
     rescoring = bool(context.rescoring)
     fltop = settings.top_n < acoustics.log_probs.shape[2] or settings.log_rel > -np.inf
-    u = ws.u
+    u, clock, sv = ws.u, ws.clock, ws.sv
+
+    def prune_store(cur):
+        prune_store_kernel[per_utt](clock, u, settings, graph, context, ws.tokens[cur], ws.tokens[1 - cur],
+                                    ws.tables[1 - cur], sv, ws.bp)
+
+    def step(cur):
+        """The kernels of one frame whose tokens are in buffer `cur`."""
+        nxt = 1 - cur
+        prune_store(cur)
+        frame_costs_kernel[per_thread](clock, u, settings, acoustics, fltop)
+        if rescoring:
+            lm_cache_clear_kernel[cache_grid](cache)
+        expand_min_kernel[per_arc](clock, u, graph, sv, acoustics, boosts, context, cache, False)
+        if fltop:
+            fltop_redo_kernel[per_thread](clock, u, settings, sv, acoustics)
+            expand_min_kernel[per_arc](clock, u, graph, sv, acoustics, boosts, context, cache, True)
+        expand_kernel[per_arc](clock, u, graph, sv, acoustics, boosts, context, cache, ws.tables[nxt], capacity)
+        if with_contexts:
+            expand_ties_kernel[per_arc](clock, u, graph, sv, acoustics, boosts, context, cache, ws.tables[nxt])
+        resolve_kernel[per_arc](clock, u, graph, context, ws.tables[cur], ws.bp, ws.tables[nxt], ws.tokens[nxt])
+        closure_kernel[per_utt](clock, u, graph, boosts, context, cache, ws.tables[nxt], ws.tokens[nxt], ws.work,
+                                False, capacity)
+        tick_kernel[1, 1, stream](clock)
+
+    graphs = None
+    if capture is not None and num_frames > 1:  # captured before anything runs: the GPU waits for no capture
+        graphs = [capture(lambda: step(0)), capture(lambda: step(1))]
     init_kernel[per_thread](graph, context, ws.tables[0], ws.tokens[0])
     if rescoring:
         lm_cache_clear_kernel[cache_grid](cache)
-    closure_kernel[per_utt](0, u, graph, boosts, context, cache, ws.tables[0], ws.tokens[0], ws.work, True, capacity)
-    for t in range(num_frames + 1):
-        cur, nxt = t % 2, (t + 1) % 2
-        prune_store_kernel[per_utt](t, u, settings, graph, context, ws.tokens[cur], ws.tokens[nxt], ws.tables[nxt],
-                                    ws.sv, ws.bp)
-        if t == num_frames:
-            break
-        frame_costs_kernel[per_thread](t, u, settings, acoustics, fltop)
-        if rescoring:
-            lm_cache_clear_kernel[cache_grid](cache)
-        expand_min_kernel[per_arc](t, u, graph, ws.sv, acoustics, boosts, context, cache, False)
-        if fltop:
-            fltop_redo_kernel[per_thread](t, u, settings, ws.sv, acoustics)
-            expand_min_kernel[per_arc](t, u, graph, ws.sv, acoustics, boosts, context, cache, True)
-        expand_kernel[per_arc](t, u, graph, ws.sv, acoustics, boosts, context, cache, ws.tables[nxt], capacity)
-        if with_contexts:
-            expand_ties_kernel[per_arc](t, u, graph, ws.sv, acoustics, boosts, context, cache, ws.tables[nxt])
-        resolve_kernel[per_arc](t, u, graph, context, ws.tables[cur], ws.bp, ws.tables[nxt], ws.tokens[nxt])
-        closure_kernel[per_utt](t, u, graph, boosts, context, cache, ws.tables[nxt], ws.tokens[nxt], ws.work, False,
-                                capacity)
+    closure_kernel[per_utt](clock, u, graph, boosts, context, cache, ws.tables[0], ws.tokens[0], ws.work, True,
+                            capacity)
+    for t in range(num_frames):
+        if graphs:
+            graphs[t % 2]()
+        else:
+            step(t % 2)
+    prune_store(num_frames % 2)  # the last step keeps the best token
     traceback_kernel[per_thread](u, ws.bp, ws.paths)

@@ -25,7 +25,7 @@ import wfst.cuda_backend as backend  # noqa: E402
 
 KERNELS = ["init_kernel", "prune_store_kernel", "frame_costs_kernel", "lm_cache_clear_kernel", "expand_min_kernel",
            "fltop_redo_kernel", "expand_kernel", "expand_ties_kernel", "resolve_kernel", "closure_kernel",
-           "traceback_kernel"]
+           "traceback_kernel", "tick_kernel"]
 compiled: dict[str, set] = {}
 problems: list[str] = []
 
@@ -68,6 +68,7 @@ def main(graph_dir: str) -> int:
     backend._pinned = np.array
     cuda.is_available = lambda: True
     backend.CudaBackend.free_bytes = lambda self: None
+    backend.CudaBackend._run = lambda self, search: search(0, None)  # no stream, no graph capture
     g = wfst.load_graph(graph_dir)
     lm = g.info["inputs"]["lm"]["path"]
     words = [w for w in g.words.symbols[1:] if w.isalnum()]

@@ -343,7 +343,8 @@ def test_config_is_frozen_and_validated():
                       (dict(max_active=10, min_active=11), "min_active"), (dict(acoustic_scale=-1), "acoustic_scale"),
                       (dict(token_capacity=0), "token_capacity"), (dict(max_active=2.5), "max_active"),
                       (dict(blank_penalty=float("inf")), "blank_penalty"), (dict(token_top_n=0), "token_top_n"),
-                      (dict(token_rel_threshold=1.5), "token_rel_threshold")]:
+                      (dict(token_rel_threshold=1.5), "token_rel_threshold"),
+                      (dict(cuda_graphs="yes"), "cuda_graphs")]:
         with pytest.raises(ValueError, match=word):
             DecoderConfig(**bad)
 
@@ -415,6 +416,27 @@ def test_memory_estimate_refuses_impossible_searches(tiny_decoder, tiny):
     x = random_log_probs(0, batch=1, frames=3, columns=5)
     with pytest.raises(DecoderMemoryError, match=r"GiB of host memory.*max_active=2000000000"):
         huge.decode(x)
+
+
+def test_a_batch_too_big_for_memory_is_decoded_in_groups_that_fit(tiny_decoder, monkeypatch):
+    """Where the whole batch's workspaces do not fit (a GPU's batch of 1,024 long utterances),
+    decode searches it in groups that do, longest first, with the same results."""
+    from wfst.kernels import constants as C
+
+    x = random_log_probs(3, batch=5, frames=6, columns=5)
+    lengths = np.array([6, 2, 5, 0, 4])
+    expected = tiny_decoder.decode(x, lengths)
+    c, backend, groups = tiny_decoder.config, tiny_decoder._backend, []
+    one = C.workspace_bytes(tiny_decoder._capacity.tokens, c.max_active, c.min_active, 6)
+    search = backend.search
+    monkeypatch.setattr(backend, "free_bytes", lambda: int(2 * one / 0.8) + 1)
+    monkeypatch.setattr(backend, "concurrent", lambda n: n)  # as on a GPU: the whole group at once
+    monkeypatch.setattr(backend, "search", lambda plan, group: groups.append(list(group)) or search(plan, group))
+    assert tiny_decoder.decode(x, lengths) == expected
+    assert groups == [[0, 2], [4, 1]]
+    monkeypatch.setattr(backend, "free_bytes", lambda: one // 2)
+    with pytest.raises(DecoderMemoryError, match=r"utterance 0 \(6 frames\) alone needs"):
+        tiny_decoder.decode(x, lengths)
 
 
 def test_missing_or_corrupt_graph(tmp_path, tiny):

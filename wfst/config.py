@@ -24,6 +24,7 @@ class DecoderConfig:
     token_rel_threshold: float = 0.0  # FLToP: and only those with p >= R * the frame's best p
     token_capacity: int | None = None  # tokens per frame per utterance; grows on overflow
     num_threads: int | None = None  # CPU threads, one utterance each; default: all cores
+    cuda_graphs: bool = True  # device="cuda": replay each frame step as a CUDA graph (False: launch each kernel)
 
     def __post_init__(self):
         def check(ok, name, what):
@@ -45,6 +46,7 @@ class DecoderConfig:
               "token_capacity", "None or an integer >= 1")
         check(self.num_threads is None or (_int(self.num_threads) and self.num_threads >= 1),
               "num_threads", "None or an integer >= 1")
+        check(isinstance(self.cuda_graphs, bool), "cuda_graphs", "True or False")
 
     def fltop(self, num_columns: int) -> tuple[int, float]:
         """(top_n, log R) as the kernels take them; (V, -inf) when pruning is off."""

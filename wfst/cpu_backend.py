@@ -58,6 +58,8 @@ class CpuBackend:
     def nonfinite_rows(self, x, lengths) -> np.ndarray:
         return nonfinite_rows(np, x, lengths)
 
+    device_seconds = 0.0  # no GPU
+
     def free_bytes(self) -> int | None:
         return available_host_bytes()
 

@@ -37,6 +37,7 @@ from .inputs import host_array, nonfinite_rows
 from .results import TracedPath, emitting_reads
 
 SIMULATOR = bool(numba_config.ENABLE_CUDASIM)
+numba_config.CUDA_LOW_OCCUPANCY_WARNINGS = False  # a batch of one is one block per kernel: expected, not news
 GPU_LM_FIELDS = ("offsets", "labels", "backoff", "bo_weight")  # what of a big LM the GPU holds
 
 
@@ -82,7 +83,7 @@ class CudaBackend:
 
     memory = "GPU"
 
-    def __init__(self, graph, *, block: int | None = None, arc_blocks: int | None = None):
+    def __init__(self, graph, *, block: int | None = None, arc_blocks: int | None = None, cuda_graphs: bool = True):
         if not cuda.is_available():
             raise OptionError("device='cuda' but Numba finds no usable CUDA GPU (numba.cuda.is_available() is "
                               "False); decode with device='cpu'")
@@ -98,6 +99,10 @@ class CudaBackend:
         self._lm = None  # (rescorer, its device Context parts, sizes), made on first use
         self._no_lm = None
         self._cache = None  # the big LM's arc cache (ArcCache), kept from call to call
+        # the search's stream, and whether frame steps are replayed as CUDA graphs (never in the simulator)
+        self._stream = None
+        self.device_seconds = 0.0  # summed over searches: first kernel to last (CUDA events)
+        self.cuda_graphs = cuda_graphs and not SIMULATOR
 
     def to_device(self, a):
         return on_device(self.xp.asarray(np.ascontiguousarray(a)))
@@ -114,7 +119,7 @@ class CudaBackend:
         if SIMULATOR:
             return None
         free, _ = self.xp.cuda.runtime.memGetInfo()
-        return int(free)
+        return int(free) + int(self.xp.get_default_memory_pool().free_bytes())  # CuPy's cached blocks are free too
 
     def concurrent(self, batch: int) -> int:
         return batch
@@ -127,7 +132,8 @@ class CudaBackend:
         x = plan.log_probs
         sub = x if len(utterances) == x.shape[0] else xp.ascontiguousarray(x[xp.asarray(utterances)])
         lengths = plan.lengths[utterances]
-        B, T, V = sub.shape
+        B, V = sub.shape[0], sub.shape[2]
+        T = int(lengths.max())  # a batch padded wider than its longest utterance searches no padding
         capacity = plan.capacity.tokens
         ws = self._workspace(B, T, capacity, plan.capacity.backpointers, lengths)
         boosts = self._boosts(plan.boosts, utterances)
@@ -135,7 +141,8 @@ class CudaBackend:
         cache = self._arc_cache(plan)
         acoustics = Acoustics(on_device(sub), self._zeros((B, V + 1), np.float32))
         launch = K.Launch(B, self.block, self.arc_blocks, self.block if SIMULATOR else 256, 1 if SIMULATOR else 64)
-        K.search(launch, ws, plan.settings, self.csr, acoustics, boosts, context, cache, capacity, T, with_contexts)
+        self._run(lambda stream, capture: K.search(launch, ws, plan.settings, self.csr, acoustics, boosts, context,
+                                                   cache, capacity, T, with_contexts, stream, capture))
 
         status, length = _to_host(ws.u.status), _to_host(ws.paths.length)
         reached, survivors, fallbacks = _to_host(ws.u.reached_final), _to_host(ws.u.survivors), _to_host(
@@ -161,6 +168,33 @@ class CudaBackend:
                 outcomes.append(Outcome(int(status[i])))
             at += k
         return outcomes
+
+    def _run(self, search):
+        """search(stream, capture) on the search's own stream, after the work queued on the
+        default stream (the workspace's set-up), and wait for it.  The simulator runs it as is."""
+        if SIMULATOR:
+            return search(0, None)
+        if self._stream is None:
+            self._stream = self.xp.cuda.Stream(non_blocking=True)
+        s = self._stream
+        s.wait_event(self.xp.cuda.Stream.null.record())
+        self._start = s.record()  # (a capture records it again: the GPU idles while the host captures)
+        search(cuda.external_stream(s.ptr), self._capture if self.cuda_graphs else None)
+        end = s.record()
+        end.synchronize()
+        self.device_seconds += self.xp.cuda.get_elapsed_time(self._start, end) / 1000
+
+    def _capture(self, launches):
+        """The kernels that `launches` queues on the search's stream, as a CUDA graph: a callable
+        that replays them."""
+        s = self._stream
+        s.begin_capture()
+        try:
+            launches()
+        finally:
+            graph = s.end_capture()
+        self._start = s.record()
+        return lambda: graph.launch(s)
 
     # ------------------------------------------------------------------ workspace
 
@@ -194,7 +228,7 @@ class CudaBackend:
                           zeros((B, capacity), i32), zeros((B, capacity), np.uint8))
         return K.Workspace(u, (tokens(), tokens()), (table(), table()), sv, bp,
                            (zeros((B, capacity), i32), zeros((B, capacity), i32)),
-                           K.Paths(zeros((B, L), i32), zeros((B, L), i32), zeros(B, i32)))
+                           K.Paths(zeros((B, L), i32), zeros((B, L), i32), zeros(B, i32)), zeros(1, i32))
 
     def _boosts(self, tables, utterances) -> WordBoosts:
         keys, costs, bits = tables.hash_maps(utterances)

@@ -22,6 +22,8 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
+
 from wfst.kernels import constants as C
 from wfst.kernels.groups import settings_of
 
@@ -74,7 +76,7 @@ class Decoder:
         if device == "cuda":
             from .cuda_backend import CudaBackend
 
-            self._backend = CudaBackend(graph)
+            self._backend = CudaBackend(graph, cuda_graphs=config.cuda_graphs)
         else:
             from .cpu_backend import CpuBackend
 
@@ -96,7 +98,7 @@ class Decoder:
         with self._lock:
             start = time.perf_counter()
             plan = self._plan(log_probs, lengths, boost)
-            lm_before = self._backend.counters()
+            lm_before, device_before = self._backend.counters(), self._backend.device_seconds
             paths, regrowths = self._search(plan)
             g, c, boosts = self.graph, self.config, plan.boosts
             results = [path_result(g, c, paths[b], int(plan.lengths[b]), boosts.maps[b], boosts.phrases[b],
@@ -105,7 +107,8 @@ class Decoder:
             lm = self._backend.lm_report(lm_before, frames, self.rescorer)
             self.stats = DecodeStats(len(results), frames, time.perf_counter() - start,
                                      sum(p.survivors for p in paths.values()) / frames if frames else 0.0,
-                                     regrowths, sum(p.fallbacks for p in paths.values()), boosts.unknown, lm)
+                                     regrowths, sum(p.fallbacks for p in paths.values()), boosts.unknown, lm,
+                                     self._backend.device_seconds - device_before)
             return results
 
     # ------------------------------------------------------------------ a batch
@@ -132,12 +135,11 @@ class Decoder:
         the capacity it overflowed grown (Capacity.grown), until it fits."""
         todo = [b for b in range(len(plan.lengths)) if plan.lengths[b] > 0]
         paths, regrowths = {}, 0
-        T = int(plan.lengths.max(initial=0))
         while todo:
-            self._check_memory(self._backend.concurrent(len(todo)), T)
-            outcomes = self._backend.search(plan, todo)
+            outcomes = [o for group in self._groups(todo, plan.lengths) for o in
+                        zip(group, self._backend.search(plan, group))]
             again = []
-            for b, outcome in zip(todo, outcomes):
+            for b, outcome in outcomes:
                 if outcome.status == C.EPS_CYCLE:
                     raise WfstError(f"utterance {b}: the graph has a zero-cost epsilon cycle; "
                                     f"the best path cannot be traced back")
@@ -146,25 +148,41 @@ class Decoder:
                 else:
                     again.append(b)
             if again:
-                self._capacity = self._capacity.grown(o.status for o in outcomes)
+                self._capacity = self._capacity.grown(o.status for _, o in outcomes)
                 plan = dataclasses.replace(plan, capacity=self._capacity)
                 regrowths += len(again)
-            todo = again
+            todo = sorted(again)
         return paths, regrowths
 
-    def _check_memory(self, batch: int, num_frames: int) -> None:
-        """Refuse a search whose workspace would not fit, with the estimate and what to change."""
+    def _groups(self, todo: list[int], lengths: np.ndarray) -> list[list[int]]:
+        """The utterances in groups whose workspaces fit the backend's free memory: all at once
+        where they fit, else longest first (a group's workspace is sized by its longest
+        utterance) in groups as large as fit.  Refuses an utterance that fits alone no more."""
         available = self._backend.free_bytes()
         if available is None:
-            return
+            return [todo]
+        available = int(0.8 * available)  # the estimate leaves out small arrays, and allocators fragment
         c = self.config
-        need = batch * C.workspace_bytes(self._capacity.tokens, c.max_active, c.min_active, num_frames)
-        if need > available:
-            raise DecoderMemoryError(
-                f"decoding {batch} utterance(s) of {num_frames} frames needs about {need / 2**30:.2f} GiB of "
-                f"{self._backend.memory} memory ({self._capacity.tokens} token slots per frame from max_active="
-                f"{c.max_active}) but {available / 2**30:.2f} GiB is available; "
-                f"lower max_active or token_capacity, or decode smaller batches")
+
+        def need(n, frames):
+            return self._backend.concurrent(n) * C.workspace_bytes(self._capacity.tokens, c.max_active,
+                                                                   c.min_active, frames)
+
+        if need(len(todo), int(lengths[todo].max())) <= available:
+            return [todo]
+        order, groups = sorted(todo, key=lambda b: -int(lengths[b])), []
+        while order:
+            frames = int(lengths[order[0]])
+            n = available // need(1, frames)
+            if n == 0:
+                raise DecoderMemoryError(
+                    f"utterance {order[0]} ({frames} frames) alone needs about {need(1, frames) / 2**30:.2f} GiB of "
+                    f"{self._backend.memory} memory ({self._capacity.tokens} token slots per frame from max_active="
+                    f"{c.max_active}) but {available / 2**30:.2f} GiB is available; lower max_active or "
+                    f"token_capacity, or decode shorter utterances")
+            groups.append(order[:n])
+            order = order[n:]
+        return groups
 
 
 def _rescorer(graph: Graph, rescore_lm, graph_lm):

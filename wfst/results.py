@@ -49,6 +49,7 @@ class DecodeStats:
     fltop_fallbacks: int = 0  # frames that FLToP emptied, expanded again without it
     boost_unknown: tuple = ()  # (utterance, word) boosted but not in the graph's vocabulary
     lm: dict = dataclasses.field(default_factory=dict)  # with rescoring: LM memory and lookups (backend lm_report)
+    device_seconds: float = 0.0  # GPU: from each search's first kernel to its last (CUDA events); CPU: 0
 
 
 class TracedPath(NamedTuple):

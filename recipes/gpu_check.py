@@ -1,0 +1,466 @@
+#!/usr/bin/env python3
+"""make gpu-check: verify and measure the CUDA backend on this machine's GPU, in one command.
+
+1. The machine: GPU, driver, CUDA runtime, CuPy (and which wheel: cupy-cuda12x or -13x),
+   numba, numba-cuda, NumPy, Python; a tiny kernel must compile and run.
+2. The CUDA tests (tests/test_cuda.py) on the GPU, not the simulator.
+3. CUDA == CPU on the six demo graphs, for every held-out sentence (seed 0) and 1,128 more
+   synthetic utterances (seeds 1-4): the same words, word frames and reached_final, costs
+   to 1e-4.  Then, on 256 of them, with 20 boosted words, a phrase and FLToP switched on;
+   and on the character and BPE compact graphs of the demo LM's 2-gram, with on-the-fly
+   rescoring by the 3-gram as well.
+4. The GPU benchmark: char_compact and bpe_compact x beam/max_active 16/7000 and 12/3000 x
+   batch 1, 8, 64, 256, 1,024: RTFx, frames/s, milliseconds per frame step, the GPU's share
+   of the wall time (CUDA events from a search's first kernel to its last), peak device
+   memory (CuPy's pool), and the ratio to Kaldi's FasterDecoder on one CPU thread of this
+   machine (same TLG, beam, max_active, utterances); batch 1 without CUDA graphs; word
+   boosting of 1,000 words; on-the-fly rescoring on the GPU against our CPU backend on one
+   thread, with both WERs.
+5. build/gpu-check/report.md and report.json; the exit status is 1 if any check failed.
+
+Synthetic emissions (wfst.synthetic) of the demo's held-out sentences; 40 ms frames.  A
+batch decodes utterances of similar lengths (a random sample sorted by length, as an
+offline job would batch them): a batch's step count is its longest utterance's frames.
+
+--simulate (make gpu-check SIMULATE=1) runs the same steps in Numba's CUDA simulator on a
+tiny subset (the BPE compact graphs, the shortest sentence, narrow beams, batches of 1 and 2):
+it checks the script where there is no GPU (CI); its figures measure nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+SIMULATE = "--simulate" in sys.argv
+os.environ["NUMBA_ENABLE_CUDASIM"] = "1" if SIMULATE else "0"  # before numba is imported
+
+import dataclasses  # noqa: E402
+import importlib.metadata as metadata  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+from demo_data import LM, TOKEN_SETS, emission_options, sentences  # noqa: E402
+from numba import cuda  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+FRAME_SECONDS = 0.04
+COST_TOLERANCE = 1e-4
+
+
+@dataclasses.dataclass(frozen=True)
+class Scale:
+    """How much the check decodes: the real run, or the simulator's tiny subset."""
+
+    sentences: int | None  # held-out sentences (None: all)
+    seeds: int  # synthetic copies of each (seed 0 is "the held-out sentences")
+    extras: int  # utterances decoded with boosts, phrase, rescoring and FLToP on
+    check_config: dict  # the equality check's beam and max_active
+    bench_configs: tuple  # (beam, max_active) of the benchmark
+    batches: tuple
+    kaldi_utterances: int
+    rescore_utterances: int
+    no_graph_utterances: int
+    topologies: tuple = ("normal", "compact", "minimal")  # of the equality check's demo graphs
+    options: dict = dataclasses.field(default_factory=dict)  # more Decoder options of the benchmark
+    token_sets: tuple = ("char", "bpe")
+
+
+FULL = Scale(None, 5, 256, dict(beam=16.0, max_active=7000), ((16.0, 7000), (12.0, 3000)), (1, 8, 64, 256, 1024),
+             128, 64, 4)
+TINY = Scale(1, 1, 1, dict(beam=8.0, max_active=16, min_active=4, token_capacity=64), ((8.0, 16),), (1, 2), 1, 1, 1,
+             ("compact",), dict(token_capacity=64), ("bpe",))
+
+
+# ---------------------------------------------------------------------- the report
+
+class Report:
+    def __init__(self):
+        self.checks, self.sections = [], {}
+
+    def check(self, name: str, ok: bool, detail: str = ""):
+        self.checks.append(dict(name=name, ok=bool(ok), detail=detail))
+        print(f"  [{'ok' if ok else 'FAILED'}] {name}{': ' + detail if detail else ''}", flush=True)
+
+    @property
+    def ok(self) -> bool:
+        return all(c["ok"] for c in self.checks)
+
+    def write(self, out: Path, env: dict, bench: list, extras: dict, args):
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "report.json").write_text(json.dumps(dict(simulated=SIMULATE, environment=env, checks=self.checks,
+                                                         benchmark=bench, **extras), indent=1, default=str))
+        lines = ["# gpu-check report", ""]
+        if SIMULATE:
+            lines += ["**Simulated** (Numba's CUDA simulator, tiny subset): checks the script; the figures measure "
+                      "nothing.", ""]
+        lines += ["## Machine", "", "| | |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in env.items()]
+        lines += ["", f"## Checks: {'all passed' if self.ok else 'FAILED'}", ""]
+        lines += [f"- {'ok' if c['ok'] else '**FAILED**'}: {c['name']}{' (' + c['detail'] + ')' if c['detail'] else ''}"
+                  for c in self.checks]
+        if bench:
+            lines += ["", "## Benchmark", "", bench_note(), "",
+                      "| graph | beam/max_active | batch | CUDA graphs | utts | RTFx | frames/s | ms/step | GPU busy "
+                      "| peak GiB | x Kaldi |", "| --- | --- | ---: | --- " + "| ---: " * 7 + "|"]
+            for r in bench:
+                lines.append(f"| {r['graph']} | {r['beam']:g}/{r['max_active']} | {r['batch']} | "
+                             f"{'yes' if r['cuda_graphs'] else 'no'} | {r['utterances']} | {r['rtfx']:,.0f} | "
+                             f"{r['frames_per_s']:,.0f} | {r['ms_per_step']:.3f} | {100 * r['gpu_busy']:.0f}% | "
+                             f"{r['peak_gib']:.2f} | {r['vs_kaldi']:.1f} |")
+        for name, section in extras.items():
+            lines += ["", f"## {name}", ""] + [f"- {k}: {v}" for k, v in section.items()]
+        lines += ["", f"Command: `{' '.join(['python', 'recipes/gpu_check.py', *args])}`", ""]
+        (out / "report.md").write_text("\n".join(lines))
+
+
+def bench_note() -> str:
+    return ("Synthetic emissions of the demo's held-out sentences, 40 ms frames; each batch holds utterances of "
+            "similar length (a random sample sorted by length); ms/step = wall time / frame steps (a batch's steps "
+            "are its longest utterance's frames); GPU busy = CUDA-event time from each search's first kernel to its "
+            "last / wall time; x Kaldi = RTFx / Kaldi FasterDecoder's RTFx on one CPU thread of this machine (same "
+            "TLG, beam, max_active).")
+
+
+# ---------------------------------------------------------------------- 1. the machine
+
+def environment(report: Report) -> dict:
+    env = {"python": platform.python_version()}
+    for pkg in ("numpy", "numba", "numba-cuda", "cupy-cuda12x", "cupy-cuda13x", "cupy", "torch"):
+        try:
+            env[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    wheels = [p for p in ("cupy-cuda12x", "cupy-cuda13x") if p in env]
+    env["cupy wheel"] = ", ".join(wheels) or ("none" if "cupy" not in env else "cupy (built from source)")
+    if not SIMULATE:
+        try:
+            import cupy
+
+            rt = cupy.cuda.runtime
+            props = rt.getDeviceProperties(0)
+            env["device"] = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+            env["compute capability"] = f"{props['major']}.{props['minor']}"
+            env["device memory"] = f"{props['totalGlobalMem'] / 2**30:.1f} GiB"
+            env["CUDA runtime"] = _cuda_version(rt.runtimeGetVersion())
+            env["CUDA driver API"] = _cuda_version(rt.driverGetVersion())
+            smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                 capture_output=True, text=True)
+            if smi.returncode == 0:
+                env["driver"] = smi.stdout.strip()
+        except Exception as e:  # noqa: BLE001 -- a report, whatever broke
+            report.check("CuPy sees a GPU", False, f"{type(e).__name__}: {e}")
+    try:
+        a = np.arange(4, dtype=np.int32)
+        d = cuda.to_device(a)
+        cuda.jit(_add_one)[1, 32](d)
+        report.check("a Numba-CUDA kernel compiles and runs", (d.copy_to_host() == a + 1).all())
+    except Exception as e:  # noqa: BLE001
+        report.check("a Numba-CUDA kernel compiles and runs", False,
+                     f"{type(e).__name__}: {e} (numba {env.get('numba')}, numba-cuda {env.get('numba-cuda')}, "
+                     f"numpy {env.get('numpy')}: install versions that work together)")
+    return env
+
+
+def _add_one(a):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        a[i] += 1
+
+
+def _cuda_version(v: int) -> str:
+    return f"{v // 1000}.{v % 1000 // 10}"
+
+
+# ---------------------------------------------------------------------- 2. the CUDA tests
+
+def cuda_tests(report: Report):
+    tests = ROOT / "tests" / "test_cuda.py"
+    if not tests.is_file():
+        report.check("CUDA tests", False, f"{tests} not found: run gpu-check from a source checkout")
+        return
+    cmd = [sys.executable, "-m", "pytest", str(tests), "-q", "-p", "no:cacheprovider"]
+    if SIMULATE:
+        cmd += ["-k", "random_graphs and 0-wide"]
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=dict(os.environ))
+    summary = (out.stdout.strip().splitlines() or [""])[-1]
+    report.check(f"CUDA tests on the {'simulator' if SIMULATE else 'GPU'} (tests/test_cuda.py)", out.returncode == 0,
+                 f"{summary.strip('= ')}, {time.perf_counter() - t0:.0f} s")
+    if out.returncode != 0:
+        print(out.stdout[-4000:], out.stderr[-2000:])
+
+
+# ---------------------------------------------------------------------- 3. CUDA == CPU
+
+def differences(gpu, cpu) -> list[str]:
+    """What differs between two results: words, frames, reached_final, a cost beyond 1e-4."""
+    diff = [f for f in ("words", "word_frames", "reached_final") if getattr(gpu, f) != getattr(cpu, f)]
+    diff += [f for f in ("cost", "acoustic_cost", "graph_cost", "boost_cost", "rescore_cost")
+             if abs(getattr(gpu, f) - getattr(cpu, f)) > COST_TOLERANCE]
+    return diff
+
+
+def compare(report, name, gpu, cpu, x, lengths, batch, **kw) -> int:
+    """Decode with both in batches; report the utterances that differ."""
+    bad = []
+    for i in range(0, len(lengths), batch):
+        sl = slice(i, i + batch)
+        for k, (g, c) in enumerate(zip(gpu.decode(x[sl], lengths[sl], **kw), cpu.decode(x[sl], lengths[sl], **kw))):
+            if d := differences(g, c):
+                bad.append((i + k, d))
+    detail = f"{len(lengths) - len(bad)}/{len(lengths)} identical"
+    if bad:
+        detail += "; first: " + ", ".join(f"utterance {u} ({'/'.join(d)})" for u, d in bad[:3])
+    report.check(name, not bad, detail)
+    return len(bad)
+
+
+def utterances(graph, token_set, texts, seeds):
+    xs, ls = [], []
+    for seed in range(seeds):
+        x, lengths = synthetic_from(graph, token_set, texts, seed)
+        xs.append(x)
+        ls.append(lengths)
+    T = max(x.shape[1] for x in xs)
+    return np.concatenate([np.pad(x, ((0, 0), (0, T - x.shape[1]), (0, 0))) for x in xs]), np.concatenate(ls)
+
+
+def synthetic_from(graph, token_set, texts, seed):
+    from wfst import synthetic
+
+    return synthetic.from_texts(texts, graph.tokens, seed=seed, **emission_options(token_set))
+
+
+def equality(report: Report, scale: Scale, graphs: dict, texts: list[str], small_graphs: dict, small_lm: Path):
+    """CUDA == CPU on every demo graph, plain and with boosts, a phrase and FLToP; on the
+    2-gram graphs, with rescoring by the 3-gram as well."""
+    import wfst
+
+    words = None
+    for name, g in tqdm({**graphs, **small_graphs}.items(), desc="CUDA == CPU", unit="graph", disable=SIMULATE):
+        token_set = name.split("_")[0]
+        x, lengths = utterances(g, token_set, texts, scale.seeds)
+        if words is None:
+            vocab = [w for w in g.words.symbols[1:] if w.isalpha()]
+            words = {w: 1.0 for w in np.random.default_rng(0).choice(vocab, min(20, len(vocab)), replace=False)}
+            words["of the"] = 2.0  # a phrase
+        extras = dict(scale.check_config, token_top_n=4 if token_set == "char" else 16, token_rel_threshold=0.001)
+        what = "20 boosted words, a phrase and FLToP"
+        if name in small_graphs:
+            extras.update(rescore_lm=LM, graph_lm=small_lm)
+            what = "rescoring by the 3-gram, " + what
+        else:
+            compare(report, f"{name}: {len(texts)} held-out + {len(lengths) - len(texts)} synthetic utterances",
+                    wfst.Decoder(g, device="cuda", **scale.check_config),
+                    wfst.Decoder(g, device="cpu", **scale.check_config), x, lengths, 256)
+        n = scale.extras
+        compare(report, f"{name}: {n} utterances with {what}", wfst.Decoder(g, device="cuda", **extras),
+                wfst.Decoder(g, device="cpu", **extras), x[:n], lengths[:n], 64, boost=words)
+
+
+# ---------------------------------------------------------------------- 4. the benchmark
+
+def timed(decoder, x, lengths, batch, **kw):
+    """Wall seconds, GPU seconds, steps and results of decoding in batches (after a warm-up)."""
+    if not SIMULATE:  # compiles the kernels (the simulator compiles nothing)
+        decoder.decode(x[:1], lengths[:1], **kw)
+    wall = device = 0.0
+    steps, results = 0, []
+    for i in range(0, len(lengths), batch):
+        sl = slice(i, i + batch)
+        t0 = time.perf_counter()
+        results += decoder.decode(x[sl], lengths[sl], **kw)
+        wall += time.perf_counter() - t0
+        device += decoder.stats.device_seconds
+        steps += int(lengths[sl].max())
+    return wall, device, steps, results
+
+
+def benchmark(report: Report, scale: Scale, graphs: dict, dirs: dict, texts: list[str], small_graphs: dict,
+              small_lm: Path) -> tuple[list, dict]:
+    from wfst_bench.kaldi import KaldiFasterDecoder
+    from wfst_bench.peers import PeerUnavailable
+
+    import wfst
+    from wfst.scoring import word_errors
+
+    xp = _array_module()
+    rows, extras = [], {}
+    rng = np.random.default_rng(0)
+    for name in [f"{s}_compact" for s in scale.token_sets]:
+        g = graphs[name]
+        token_set = name.split("_")[0]
+        x, lengths = utterances(g, token_set, texts, scale.seeds)
+        for beam, max_active in scale.bench_configs:
+            min_active = min(20, max_active // 2)
+            cpu = wfst.Decoder(g, device="cpu", beam=beam, max_active=max_active, min_active=min_active,
+                               **scale.options)
+            sample = rng.permutation(len(lengths))[:scale.kaldi_utterances]
+            try:
+                kaldi = KaldiFasterDecoder(Path(dirs[name]) / "TLG.fst", beam=beam, max_active=max_active,
+                                           min_active=min_active, blank_column=g.tokens.blank)
+                found = kaldi.decode(x[sample], lengths[sample])
+                kaldi_rtfx = FRAME_SECONDS * lengths[sample].sum() / kaldi.seconds
+                ours = cpu.decode(x[sample], lengths[sample])
+                same = sum(tuple(r.word_ids) == k.word_ids for r, k in zip(ours, found))
+                report.check(f"{name} {beam:g}/{max_active}: same words as Kaldi's FasterDecoder", True,
+                             f"{same}/{len(sample)} utterances; Kaldi RTFx {kaldi_rtfx:,.0f} on one thread")
+            except PeerUnavailable as e:
+                kaldi_rtfx = float("nan")
+                print(f"  (no Kaldi ratio: {e})")
+            for batch in tqdm(scale.batches, desc=f"{name} {beam:g}/{max_active}", disable=SIMULATE):
+                n = min(len(lengths), max(batch, 32 if batch == 1 else 128))
+                pick = np.sort(rng.permutation(len(lengths))[:n])
+                pick = pick[np.argsort(-lengths[pick], kind="stable")]
+                xd, ld = xp.asarray(x[pick]), lengths[pick]
+                for graphs_on in (True, False) if batch == 1 else (True,):
+                    m = n if graphs_on else min(n, scale.no_graph_utterances)
+                    gpu = wfst.Decoder(g, device="cuda", beam=beam, max_active=max_active, min_active=min_active,
+                                       cuda_graphs=graphs_on, **scale.options)
+                    _free_pool()
+                    try:
+                        wall, device, steps, _ = timed(gpu, xd[:m], ld[:m], batch)
+                    except Exception as e:  # noqa: BLE001 -- the other rows still run
+                        report.check(f"{name} {beam:g}/{max_active} batch {batch}: decoded", False,
+                                     f"{type(e).__name__}: {e}")
+                        continue
+                    frames = int(ld[:m].sum())
+                    rows.append(dict(graph=name, beam=beam, max_active=max_active, batch=batch, cuda_graphs=graphs_on,
+                                     utterances=m, frames=frames, seconds=wall, rtfx=FRAME_SECONDS * frames / wall,
+                                     frames_per_s=frames / wall, ms_per_step=1000 * wall / steps,
+                                     gpu_busy=device / wall, peak_gib=_pool_bytes() / 2**30,
+                                     vs_kaldi=FRAME_SECONDS * frames / wall / kaldi_rtfx))
+    # word boosting of 1,000 words, and rescoring, on bpe_compact at the first config's beam
+    g = graphs["bpe_compact"]
+    beam, max_active = scale.bench_configs[0]
+    min_active = min(20, max_active // 2)
+    x, lengths = utterances(g, "bpe", texts, scale.seeds)
+    n = min(len(lengths), 256 if not SIMULATE else 2)
+    xd = xp.asarray(x[:n])
+    vocab = [w for w in g.words.symbols[1:] if w.isalpha()]
+    boost = {w: 1.0 for w in rng.choice(vocab, min(1000, len(vocab)), replace=False)}
+    gpu = wfst.Decoder(g, device="cuda", beam=beam, max_active=max_active, min_active=min_active, **scale.options)
+    plain = timed(gpu, xd, lengths[:n], 64)[0]
+    boosted = timed(gpu, xd, lengths[:n], 64, boost=boost)[0]
+    extras["Word boosting (bpe_compact, GPU, batch 64)"] = {
+        "utterances": n, "boosted words": len(boost), "seconds without": f"{plain:.3f}",
+        "seconds with": f"{boosted:.3f}", "overhead": f"{100 * (boosted / plain - 1):+.1f}%"}
+    extras["Rescoring"] = rescoring(report, scale, small_graphs["bpe_compact_2gram"], texts, small_lm, beam,
+                                    max_active, xp, word_errors)
+    return rows, extras
+
+
+def rescoring(report, scale, g, texts, small_lm, beam, max_active, xp, word_errors) -> dict:
+    """The BPE compact graph on the demo 3-gram's 2-gram, rescored on the fly with the 3-gram:
+    the GPU (batch 64) against our CPU backend on one thread, same utterances, both WERs."""
+    import wfst
+
+    n = scale.rescore_utterances
+    x, lengths = synthetic_from(g, "bpe", texts[:n] if SIMULATE else texts, 0)
+    x, lengths, refs = x[:n], lengths[:n], (texts[:n] if SIMULATE else texts)[:n]
+    config = dict(beam=beam, max_active=max_active, min_active=min(20, max_active // 2), rescore_lm=LM,
+                  graph_lm=small_lm, **scale.options)
+    cpu = wfst.Decoder(g, device="cpu", num_threads=1, **config)
+    gpu = wfst.Decoder(g, device="cuda", **config)
+    cpu_wall, _, _, cpu_res = timed(cpu, x, lengths, n)
+    gpu_wall, _, _, gpu_res = timed(gpu, xp.asarray(x), lengths, 64)
+    same = sum(not differences(a, b) for a, b in zip(gpu_res, cpu_res))
+    report.check("rescoring: GPU == CPU", same == n, f"{same}/{n} identical")
+    frames = int(lengths.sum())
+    return {"graph": "bpe_compact on the demo 2-gram, rescored with the 3-gram", "utterances": n,
+            "CPU (1 thread) RTFx": f"{FRAME_SECONDS * frames / cpu_wall:,.0f}",
+            "GPU (batch 64) RTFx": f"{FRAME_SECONDS * frames / gpu_wall:,.0f}",
+            "GPU / CPU": f"{cpu_wall / gpu_wall:.1f}x",
+            "WER CPU": f"{100 * word_errors(refs, [r.words for r in cpu_res]).rate:.2f}%",
+            "WER GPU": f"{100 * word_errors(refs, [r.words for r in gpu_res]).rate:.2f}%",
+            "big LM on the GPU": f"{gpu.stats.lm.get('gpu_bytes', 0) / 2**20:.1f} MiB"}
+
+
+def _array_module():
+    from wfst.cuda_backend import array_module
+
+    return array_module()
+
+
+def _free_pool():
+    if not SIMULATE:
+        import cupy
+
+        cupy.get_default_memory_pool().free_all_blocks()
+
+
+def _pool_bytes() -> int:
+    if SIMULATE:
+        return 0
+    import cupy
+
+    return cupy.get_default_memory_pool().total_bytes()
+
+
+# ---------------------------------------------------------------------- main
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--simulate", action="store_true", help="Numba's CUDA simulator on a tiny subset (no GPU)")
+    ap.add_argument("--out", default="build/gpu-check", help="where report.md and report.json go")
+    ap.add_argument("--skip-tests", action="store_true", help="do not run tests/test_cuda.py")
+    args = ap.parse_args()
+    scale = TINY if SIMULATE else FULL
+    report = Report()
+    t0 = time.perf_counter()
+    print("1. the machine", flush=True)
+    env = environment(report)
+    for k, v in env.items():
+        print(f"     {k}: {v}")
+    bench, extras = [], {}
+    if report.ok:
+        from wfst.graphs import TOPOLOGIES, compile_graph
+
+        import wfst
+        from wfst.lm import truncate_arpa
+
+        if not args.skip_tests:
+            print("2. the CUDA tests", flush=True)
+            cuda_tests(report)
+        print("3. CUDA == CPU on the demo graphs", flush=True)
+        build = ROOT / "build"
+        dirs = {f"{s}_{t}": compile_graph(build / "demo" / f"{s}_{t}", lm=LM, topology=t,
+                                          cache_dir=build / "demo" / ".wfst-cache", **kw).directory
+                for s, kw in TOKEN_SETS.items() for t in TOPOLOGIES if t in scale.topologies and s in scale.token_sets}
+        graphs = {name: wfst.load_graph(d) for name, d in dirs.items()}
+        texts = sentences("test", scale.sentences)
+        if SIMULATE:
+            texts = sorted(texts, key=len)[:scale.sentences]
+        out = ROOT / args.out
+        out.mkdir(parents=True, exist_ok=True)
+        small_lm = truncate_arpa(LM, out / "lm_2gram.arpa", 2)
+        small_graphs = {f"{s}_compact_2gram": wfst.load_graph(compile_graph(
+            out / f"{s}_compact_2gram", lm=small_lm, topology="compact", cache_dir=out / ".wfst-cache",
+            **TOKEN_SETS[s]).directory) for s in scale.token_sets}
+        try:
+            equality(report, scale, graphs, texts, small_graphs, small_lm)
+            print("4. the benchmark", flush=True)
+            bench, extras = benchmark(report, scale, graphs, dirs, texts, small_graphs, small_lm)
+        except Exception as e:  # noqa: BLE001 -- the report says what broke, and the exit status
+            traceback.print_exc()
+            report.check("the checks and the benchmark ran to the end", False, f"{type(e).__name__}: {e}")
+    extras["Run"] = {"seconds": f"{time.perf_counter() - t0:.0f}"}
+    report.write(ROOT / args.out, env, bench, extras, sys.argv[1:])
+    for r in bench:
+        print(f"  {r['graph']:<13}{r['beam']:>5g}/{r['max_active']:<5} batch {r['batch']:>5} "
+              f"graphs {'on ' if r['cuda_graphs'] else 'off'} RTFx {r['rtfx']:>9,.0f}  ms/step {r['ms_per_step']:7.3f}"
+              f"  GPU busy {100 * r['gpu_busy']:3.0f}%  {r['peak_gib']:6.2f} GiB  x Kaldi {r['vs_kaldi']:6.1f}")
+    failed = [c["name"] for c in report.checks if not c["ok"]]
+    print(f"\n{'all checks passed' if not failed else f'{len(failed)} check(s) FAILED'}; "
+          f"report: {args.out}/report.md ({time.perf_counter() - t0:.0f} s)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

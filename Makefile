@@ -18,7 +18,7 @@ GRAPH_ARGS = --tokens '$(TOKENS)' --lm '$(LM)' --topo '$(TOPO)' --out '$(GRAPH_D
 	$(if $(SPM),--spm '$(SPM)') $(if $(BOUNDARY),--word-boundary '$(BOUNDARY)') \
 	$(if $(BLANK),--blank '$(BLANK)') $(if $(EPSILON_FREE),--epsilon-free)
 
-.PHONY: demo test graph bench-graph bench-decode bench-fltop bench-boost bench-rescore install install-test \
+.PHONY: demo test gpu-check graph bench-graph bench-decode bench-fltop bench-boost bench-rescore install install-test \
 	install-bench clean
 
 $(VENV)/.installed: setup.py pyproject.toml
@@ -27,16 +27,19 @@ $(VENV)/.installed: setup.py pyproject.toml
 	$(PY) -m pip install --quiet -e .
 	touch $@
 
-# On a machine with an NVIDIA GPU the tests run the CUDA kernels for real: add CuPy.
+# On a machine with an NVIDIA GPU the tests run the CUDA kernels for real: add the CuPy wheel of
+# the driver's CUDA (nvidia-smi's "CUDA Version": the cuda12 or cuda13 extra).
 , := ,
-TEST_EXTRAS := $(if $(wildcard /dev/nvidia0),test$(,)cuda,test)
+CUDA_MAJOR := $(shell nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9]*\).*/\1/p' | head -1)
+CUDA_EXTRA := $(if $(wildcard /dev/nvidia0),$(,)cuda$(or $(CUDA_MAJOR),12))
+TEST_EXTRAS := test$(CUDA_EXTRA)
 $(VENV)/.installed-test: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e '.[$(TEST_EXTRAS)]'
 	touch $@
 
 # The benchmarks and experiments (wfst_bench, in benchmarks/): what they need beyond the runtime
 # (matplotlib, Kaldi's FasterDecoder, flashlight-text), and CuPy for their CUDA rows on a GPU machine.
-BENCH_EXTRAS := $(if $(wildcard /dev/nvidia0),bench$(,)cuda,bench)
+BENCH_EXTRAS := bench$(CUDA_EXTRA)
 $(VENV)/.installed-bench: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e '.[$(BENCH_EXTRAS)]'
 	touch $@
@@ -55,6 +58,20 @@ graph: install
 test: install-test
 	$(VENV)/bin/ruff check wfst kernels graphs benchmarks recipes tests
 	$(VENV)/bin/pytest
+
+# The CUDA backend on this machine's GPU, verified and measured in one command (recipes/gpu_check.py;
+# report in build/gpu-check/).  Its venv (recipes/gpu_env.sh) uses the machine's own CuPy, numba and
+# torch as they are; WHEELS=dir installs what is missing from that folder of wheels only (offline).
+# SIMULATE=1: the same script in Numba's CUDA simulator on a tiny subset, no GPU needed (CI runs it).
+GPU_VENV ?= build/gpu-venv
+gpu-check:
+ifeq ($(SIMULATE),1)
+	$(MAKE) --no-print-directory install-test
+	$(PY) recipes/gpu_check.py --simulate
+else
+	recipes/gpu_env.sh '$(PYTHON)' '$(GPU_VENV)' '$(WHEELS)'
+	$(GPU_VENV)/bin/python recipes/gpu_check.py
+endif
 
 bench-graph: install
 	$(PY) recipes/bench_graph.py

@@ -10,6 +10,9 @@ BENCH = [
     "wordfreq",  # English words and their frequencies for the generated LMs (recipes/generated_lm.py)
 ]
 
+# numba-cuda 0.30 calls np.row_stack, which NumPy 2.5 removed: its kernels do not compile there.
+CUDA = ["numba-cuda>=0.20", "numpy<2.5"]
+
 setup(
     name="wfst-ctc",
     version="0.1.0",
@@ -29,8 +32,13 @@ setup(
         "kaldialign>=0.9",  # WER in wfst-decode and the benchmarks
     ],
     extras_require={
-        # device="cuda": Numba-CUDA kernels on CuPy arrays (pick the CuPy wheel of your CUDA)
-        "cuda": ["numba-cuda>=0.20", "cupy-cuda12x"],
+        # device="cuda": Numba-CUDA kernels on CuPy arrays; pick the CuPy wheel of your driver's CUDA
+        # (nvidia-smi's "CUDA Version"); "cuda" is cuda12
+        "cuda12": CUDA + ["cupy-cuda12x"],
+        "cuda13": CUDA + ["cupy-cuda13x"],
+        "cuda": CUDA + ["cupy-cuda12x"],
+        # make gpu-check (recipes/gpu_check.py): the CUDA tests, Kaldi's FasterDecoder for the ratio
+        "gpu-check": CUDA + ["pytest>=7", "kaldi-decoder", "kaldifst"],
         # make bench-* / compare-*: see BENCH
         "bench": BENCH,
         # tests: references (kenlm, Kaldi's FasterDecoder), the CUDA simulator, NVRTC to compile

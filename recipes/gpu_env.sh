@@ -12,9 +12,11 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 extras=gpu-check
 if ! "$venv/bin/python" -c 'import cupy' 2>/dev/null; then  # no CuPy yet: the wheel of the driver's CUDA
-  major=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9]*\).*/\1/p' | head -1)
+  major=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9]*\).*/\1/p' | head -1 || true)
   case "$major" in 12|13) extras="$extras,cuda$major" ;; *) echo "no CuPy, and nvidia-smi names no CUDA 12 or 13" >&2 ;; esac
 fi
 src=()
 if [ -n "$wheels" ]; then src=(--no-index --find-links "$wheels" --no-build-isolation); fi
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${src[@]}" -e ".[$extras]"
+pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${src[@]}")
+"${pip[@]}" -e ".[$extras]"
+"${pip[@]}" --no-deps --force-reinstall -e .  # into this venv, even where the machine's Python has it too

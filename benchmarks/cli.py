@@ -26,7 +26,7 @@ import wfst
 from wfst.cli import CliParser, fail
 from wfst.files import read_lines
 from wfst.scoring import FRAME_SECONDS, rtfx, word_errors
-from wfst.synthetic import from_texts, load_npz
+from wfst.synthetic import from_texts_seeds, load_npz
 
 from .machine import machine
 from .peers import PeerUnavailable
@@ -146,12 +146,8 @@ def main(argv: list[str] | None = None) -> int:
             log_probs, lengths, refs, synthetic = em.log_probs, em.lengths, em.texts, em.synthetic
         else:
             texts = [t for t in read_lines(args.texts, "texts file") if t.strip()]
-            parts = [from_texts(texts, graph.tokens, spm=args.spm, word_boundary=args.word_boundary, seed=s)
-                     for s in range(args.seeds)]
-            T = max(p[0].shape[1] for p in parts)
-            log_probs = np.concatenate([np.pad(x, ((0, 0), (0, T - x.shape[1]), (0, 0)), constant_values=0.0)
-                                        for x, _ in parts])
-            lengths = np.concatenate([n for _, n in parts])
+            log_probs, lengths = from_texts_seeds(texts, graph.tokens, args.seeds, spm=args.spm,
+                                                  word_boundary=args.word_boundary)
             refs, synthetic = texts * args.seeds, True
         del graph
     except (wfst.WfstError, ValueError) as e:  # unreadable inputs, text the token set cannot spell

@@ -49,8 +49,9 @@ from demo_data import LM, TOKEN_SETS, emission_options, sentences  # noqa: E402
 from numba import cuda  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
+from wfst.scoring import FRAME_SECONDS  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
-FRAME_SECONDS = 0.04
 COST_TOLERANCE = 1e-4
 
 
@@ -222,19 +223,10 @@ def compare(report, name, gpu, cpu, x, lengths, batch, **kw) -> int:
 
 
 def utterances(graph, token_set, texts, seeds):
-    xs, ls = [], []
-    for seed in range(seeds):
-        x, lengths = synthetic_from(graph, token_set, texts, seed)
-        xs.append(x)
-        ls.append(lengths)
-    T = max(x.shape[1] for x in xs)
-    return np.concatenate([np.pad(x, ((0, 0), (0, T - x.shape[1]), (0, 0))) for x in xs]), np.concatenate(ls)
-
-
-def synthetic_from(graph, token_set, texts, seed):
+    """Synthetic emissions of each text with seeds 0 .. seeds-1 (seed 0: the held-out sentences)."""
     from wfst import synthetic
 
-    return synthetic.from_texts(texts, graph.tokens, seed=seed, **emission_options(token_set))
+    return synthetic.from_texts_seeds(texts, graph.tokens, seeds, **emission_options(token_set))
 
 
 def equality(report: Report, scale: Scale, graphs: dict, texts: list[str], small_graphs: dict, small_lm: Path):
@@ -362,8 +354,8 @@ def rescoring(report, scale, g, texts, small_lm, beam, max_active, xp, word_erro
     import wfst
 
     n = scale.rescore_utterances
-    x, lengths = synthetic_from(g, "bpe", texts[:n] if SIMULATE else texts, 0)
-    x, lengths, refs = x[:n], lengths[:n], (texts[:n] if SIMULATE else texts)[:n]
+    x, lengths = utterances(g, "bpe", texts, 1)
+    x, lengths, refs = x[:n], lengths[:n], texts[:n]
     config = dict(beam=beam, max_active=max_active, min_active=min(20, max_active // 2), rescore_lm=LM,
                   graph_lm=small_lm, **scale.options)
     cpu = wfst.Decoder(g, device="cpu", num_threads=1, **config)

@@ -4,7 +4,16 @@ import pytest
 
 from wfst import InputFileError, MissingFileError, TokenTable, WfstError
 from wfst.errors import OptionError
-from wfst.synthetic import Emissions, emissions, from_texts, greedy_ctc, load_npz, save_npz, tokenize
+from wfst.synthetic import (
+    Emissions,
+    emissions,
+    from_texts,
+    from_texts_seeds,
+    greedy_ctc,
+    load_npz,
+    save_npz,
+    tokenize,
+)
 
 CHARS = TokenTable(("<blk>", "|", "'", *"abcdefghijklmnopqrstuvwxyz"), 0)
 WORDS = ["hello", "book", "moon", "see", "all", "the", "aaa", "it's", "a", "bb"]
@@ -171,6 +180,17 @@ def test_from_texts_is_tokenize_then_emissions():
     assert greedy_ctc(lp, ln, CHARS.blank) == seqs
     with pytest.raises(OptionError, match=r"the token table \(29 symbols\) has no blank"):
         from_texts(texts, TokenTable(CHARS.symbols, None))
+
+
+def test_from_texts_seeds_stacks_each_seed_padded():
+    texts = ["hello world", "a"]
+    lp, ln = from_texts_seeds(texts, CHARS, 3, word_boundary="|")
+    assert lp.shape[0] == ln.shape[0] == 6 and lp.shape[1] == ln.max()
+    for s in range(3):
+        x, n = from_texts(texts, CHARS, word_boundary="|", seed=s)
+        assert (ln[2 * s:2 * s + 2] == n).all()
+        assert lp[2 * s:2 * s + 2, :x.shape[1]].tobytes() == x.tobytes()
+        assert not lp[2 * s:2 * s + 2, x.shape[1]:].any()  # padding is zeros
 
 
 @pytest.mark.parametrize("seqs,kw,message", [

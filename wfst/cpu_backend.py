@@ -33,6 +33,7 @@ class CpuBackend:
     """The graph in the CPU layout, and decoding of batches on `num_threads` threads."""
 
     memory = "host"
+    device_seconds = 0.0  # no GPU
 
     def __init__(self, graph, num_threads: int | None):
         from wfst.kernels import cpu
@@ -57,8 +58,6 @@ class CpuBackend:
 
     def nonfinite_rows(self, x, lengths) -> np.ndarray:
         return nonfinite_rows(np, x, lengths)
-
-    device_seconds = 0.0  # no GPU
 
     def free_bytes(self) -> int | None:
         return available_host_bytes()

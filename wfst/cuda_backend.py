@@ -102,6 +102,7 @@ class CudaBackend:
         # the search's stream, and whether frame steps are replayed as CUDA graphs (never in the simulator)
         self._stream = None
         self.device_seconds = 0.0  # summed over searches: first kernel to last (CUDA events)
+        self._start = None  # the event the GPU's work of the running search starts at
         self.cuda_graphs = cuda_graphs and not SIMULATOR
 
     def to_device(self, a):

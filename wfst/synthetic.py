@@ -279,6 +279,15 @@ def from_texts(texts: Sequence[str], tokens: TokenTable, *, spm=None, word_bound
     return emissions(seqs, tokens.num_columns, tokens.blank, seed=seed, **kw)
 
 
+def from_texts_seeds(texts: Sequence[str], tokens: TokenTable, seeds: int, **kw) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`from_texts` with seeds 0 .. seeds-1, one batch after the other (padded to the
+    longest): `seeds` synthetic copies of each text (`kw` goes to from_texts)."""
+    parts = [from_texts(texts, tokens, seed=s, **kw) for s in range(seeds)]
+    T = max(x.shape[1] for x, _ in parts)
+    return (np.concatenate([np.pad(x, ((0, 0), (0, T - x.shape[1]), (0, 0))) for x, _ in parts]),
+            np.concatenate([n for _, n in parts]))
+
+
 # --------------------------------------------------------------------------- files
 
 @dataclasses.dataclass(frozen=True, eq=False)

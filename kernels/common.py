@@ -133,8 +133,9 @@ def arc_acoustic_cost(log_probs, t, ilabel, acoustic_scale, blank_ilabel, blank_
 
 
 @njit(cache=True)
-def frame_acoustic_costs(log_probs, t, settings, prune, ac):
-    """ac[il] = cost of consuming frame t with input label il, for il = 1..V (ac[0] unused).
+def fltop_bounds(log_probs, t, settings, prune):
+    """(floor, kth) of frame t: a column keeps a finite cost when its log-probability is at
+    least both (column_cost).  Without `prune`, (-inf, -inf): every column does.
 
     With `prune`, frame-level token pruning (FLToP): only columns among the frame's top_n
     best (ties at the boundary all kept) whose log-probability is within log_rel = log(R)
@@ -167,14 +168,27 @@ def frame_acoustic_costs(log_probs, t, settings, prune, ac):
                 if log_probs[t, c] == m:
                     remaining -= 1
             kth = m
-    for c in range(V):
-        v = log_probs[t, c]
-        il = c + 1
-        if (v >= floor and v >= kth) or il == settings.blank_ilabel:
-            ac[il] = arc_acoustic_cost(log_probs, t, il, settings.acoustic_scale, settings.blank_ilabel,
-                                       settings.blank_penalty)
-        else:
-            ac[il] = INF
+    return floor, kth
+
+
+@njit(inline="always", cache=True)
+def column_cost(log_probs, t, il, settings, floor, kth):
+    """The cost of consuming frame t with input label il (column il - 1), +inf where FLToP's
+    bounds (fltop_bounds) prune the column."""
+    v = log_probs[t, il - 1]
+    if (v >= floor and v >= kth) or il == settings.blank_ilabel:
+        return arc_acoustic_cost(log_probs, t, il, settings.acoustic_scale, settings.blank_ilabel,
+                                 settings.blank_penalty)
+    return INF
+
+
+@njit(cache=True)
+def frame_acoustic_costs(log_probs, t, settings, prune, ac):
+    """ac[il] = cost of consuming frame t with input label il, for il = 1..V (ac[0] unused),
+    FLToP applied with `prune` (fltop_bounds)."""
+    floor, kth = fltop_bounds(log_probs, t, settings, prune)
+    for il in range(1, log_probs.shape[1] + 1):
+        ac[il] = column_cost(log_probs, t, il, settings, floor, kth)
 
 
 @njit(inline="always", cache=True)

@@ -7,7 +7,8 @@ every array (groups.py).  Per frame `search` launches, in order:
                   max_active/min_active-th costs, Kaldi's cutoff, survivors and their
                   in-frame epsilon ancestors stored as backpointers, and the prefix sum
                   of the survivors' emitting-arc counts (load balancing)
-    frame_costs   one thread per utterance: the frame's acoustic cost of each input
+    batch_scan    one block: the batch's prefix sum of the utterances' arc counts
+    frame_costs   one block per utterance: the frame's acoustic cost of each input
                   label, with frame-level token pruning (FLToP) when asked
     lm_cache_clear  (rescoring only) empties the big LM's arc cache when half full
     expand_min    one thread per arc: the best new cost (atomicMin on its key); when
@@ -17,14 +18,22 @@ every array (groups.py).  Per frame `search` launches, in order:
                   expand_min runs again for it
     expand        one thread per arc: new tokens below best + adaptive beam recombined
                   in an open-addressing hash table (atomicCAS insert, atomicMin on the
-                  packed (cost, arc id) so that the argmin comes with the min)
+                  packed (cost, arc id) so that the argmin comes with the min); the
+                  thread that inserts a key lists it in the frame's token list
     expand_ties   (contexts only) one thread per word arc: the smallest predecessor
                   context among the arcs that tie for a slot's best (cost, arc id)
-    resolve       one thread per hash slot: the frame's token list and backpointers
+    batch_scan    the batch's prefix sum of the new token counts
+    resolve       one thread per listed token: its cost, arc and backpointer
     closure       one block per utterance: input-epsilon arcs, round by round, until no
                   cost improves
     tick          advances the frame in device memory (ws.clock), which every kernel
                   reads, so that a frame step can be captured once as a CUDA graph
+
+The per-arc and per-token kernels are flat: one grid strides over the whole batch's arcs
+(tokens), each index mapped to its utterance by the batch scan, so that the work spreads
+over the GPU whether one utterance or a thousand are still searching.  (A grid of blocks
+per utterance left most threads idle: survivors are a few hundred where max_active allows
+thousands, and the batch's long tail searches a few utterances at a time.)
 
 and after the last frame `traceback` walks the backpointers of the best token.
 
@@ -56,12 +65,13 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from numba import cuda, float32, int32, int64, uint32, uint64
+from numba import cuda, float32, float64, int32, int64, uint32, uint64
 
 from .common import (
     arc_source,
     boost_cost,
     boosted_weight,
+    column_cost,
     context_arrive,
     context_locate,
     contextual,
@@ -71,6 +81,7 @@ from .common import (
     expanded_cost,
     find_segment,
     fltop_active,
+    fltop_bounds,
     frame_acoustic_costs,
     hash_slot,
     in_frame,
@@ -110,6 +121,7 @@ from .constants import (
 from .select import RADIX_BINS, RADIX_PASSES, matches_prefix, pick_bin, radix_digit, radix_shift
 
 MAX_BLOCK = 256  # threads per block of the per-utterance kernels (sizes their shared arrays)
+SCAN_BLOCK = 1024  # threads of batch_scan_kernel's one block (at most)
 NO_SLOT = -1
 NOT_STORED = MAX_PACKED  # an arc-cache payload not stored yet (its next state would be -1: never real)
 # what a word step did with the arc cache
@@ -147,14 +159,20 @@ def _lookup(ht, base, mask, key):
 
 
 @cuda.jit(device=True)
-def _insert(ht, b, base, mask, capacity, key):
-    """Slot of `key`, inserting it if new (atomicCAS); -1 when the table is over capacity."""
+def _insert(ht, b, base, mask, capacity, key, tl, listed):
+    """Slot of `key`, inserting it if new (atomicCAS); -1 when the table is over capacity.
+    With `listed`, a new key also gets the next entry of the token list `tl` (its slot and
+    ht.tok set; the rest is filled later), so that the list, not the table, is walked."""
     slot = hash_slot(key, mask)
     for _ in range(mask + 1):
         old = cuda.atomic.cas(ht.key, base + slot, int64(EMPTY_KEY), key)
         if old == EMPTY_KEY:
             if cuda.atomic.add(ht.count, b, 1) >= capacity:
                 return -1
+            if listed:
+                j = cuda.atomic.add(tl.n, b, 1)
+                ht.tok[base + slot] = j
+                tl.slot[b, j] = slot
             return slot
         if old == key:
             return slot
@@ -194,14 +212,24 @@ def _block_select(costs, n, k, hist, sh_u32, sh_i64):
 
 @cuda.jit(device=True)
 def _block_exclusive_scan(counts, nthreads, sh_i64, slot):
-    """Thread 0 turns counts[:nthreads] into exclusive prefix sums; the total goes to sh_i64[slot]."""
-    if cuda.threadIdx.x == 0:
-        total = int64(0)
-        for i in range(nthreads):
-            c = counts[i]
-            counts[i] = total
-            total += c
-        sh_i64[slot] = total
+    """counts[:nthreads] (one per thread, in shared memory) becomes its exclusive prefix
+    sums, the total goes to sh_i64[slot]: Hillis-Steele, log2(nthreads) rounds of the
+    whole block.  Every thread of the block calls it."""
+    tid = cuda.threadIdx.x
+    own = counts[tid]
+    d = 1
+    while d < nthreads:
+        cuda.syncthreads()
+        add = counts[tid - d] if tid >= d else int64(0)
+        cuda.syncthreads()
+        counts[tid] += add
+        d *= 2
+    cuda.syncthreads()
+    inclusive = counts[tid]
+    if tid == nthreads - 1:
+        sh_i64[slot] = inclusive
+    cuda.syncthreads()
+    counts[tid] = inclusive - own
     cuda.syncthreads()
 
 
@@ -209,6 +237,15 @@ def _block_exclusive_scan(counts, nthreads, sh_i64, slot):
 def _active(t, u, b):
     """Whether utterance b still searches frame t."""
     return t < u.lengths[b] and u.status[b] == OK
+
+
+@cuda.jit(device=True)
+def _flat(starts, k):
+    """(utterance b, index within b) of the batch-wide index k, `starts` the batch's prefix
+    sums (batch_scan_kernel): the flat kernels spread a batch's arcs or tokens over one grid,
+    however unevenly the utterances hold them."""
+    b = find_segment(starts, starts.shape[0] - 1, k)
+    return b, k - starts[b]
 
 
 # ---------------------------------------------------------------------- arcs and contexts
@@ -533,15 +570,56 @@ def prune_store_kernel(clock, u, settings, graph, context, cur, nxt, nxt_ht, sv,
         offset += graph.e_indptr[st + 1] - graph.e_indptr[st]
     if tid == 0:
         sv.scan[b, ns] = sh_i64[2]
+        u.arcs[b] = sh_i64[2]
+
+
+@cuda.jit
+def batch_scan_kernel(clock, u, counts, starts):
+    """One block: starts[b] = the sum of counts[:b] over the utterances still searching the
+    frame, starts[B] the total, which the flat kernels spread over their grid."""
+    t = clock[0]
+    B = u.lengths.shape[0]
+    tid = cuda.threadIdx.x
+    nthreads = cuda.blockDim.x
+    sums = cuda.shared.array(SCAN_BLOCK, int64)
+    sh_i64 = cuda.shared.array(1, int64)
+    chunk = (B + nthreads - 1) // nthreads
+    lo = min(tid * chunk, B)
+    hi = min(lo + chunk, B)
+    own = int64(0)
+    for b in range(lo, hi):
+        if _active(t, u, b):
+            own += counts[b]
+    sums[tid] = own
+    cuda.syncthreads()
+    _block_exclusive_scan(sums, nthreads, sh_i64, 0)
+    offset = sums[tid]
+    for b in range(lo, hi):
+        starts[b] = offset
+        if _active(t, u, b):
+            offset += counts[b]
+    if tid == 0:
+        starts[B] = sh_i64[0]
 
 
 @cuda.jit
 def frame_costs_kernel(clock, u, settings, acoustics, prune):
-    """One thread per utterance: the frame's acoustic cost by input label (FLToP applied with `prune`)."""
+    """One block per utterance: the frame's acoustic cost by input label (FLToP applied with
+    `prune`: its bounds by one thread, the columns by all)."""
     t = clock[0]
-    b = cuda.grid(1)
-    if b < u.lengths.shape[0] and _active(t, u, b):
-        frame_acoustic_costs(acoustics.log_probs[b], t, settings, prune, acoustics.costs[b])
+    b = cuda.blockIdx.x
+    if not _active(t, u, b):
+        return
+    bounds = cuda.shared.array(2, float64)
+    log_probs = acoustics.log_probs[b]
+    if cuda.threadIdx.x == 0:
+        floor, kth = fltop_bounds(log_probs, t, settings, prune)
+        bounds[0] = floor
+        bounds[1] = kth
+    cuda.syncthreads()
+    floor, kth = bounds[0], bounds[1]
+    for il in range(cuda.threadIdx.x + 1, log_probs.shape[1] + 1, cuda.blockDim.x):
+        acoustics.costs[b, il] = column_cost(log_probs, t, il, settings, floor, kth)
 
 
 @cuda.jit
@@ -567,48 +645,42 @@ def expand_min_kernel(clock, u, graph, sv, acoustics, boosts, context, cache, re
     brings the big-LM arcs they read into the arc cache (expand and expand_ties hit).
     With redo_only, only the utterances that fltop_redo marked."""
     t = clock[0]
-    b = cuda.blockIdx.y
-    if not _active(t, u, b) or (redo_only and u.redo[b] == 0):
-        return
-    total = sv.scan[b, sv.n[b]]
-    best = MAX_KEY
     lookups = misses = fetches = int64(0)
-    for k in range(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, total, cuda.gridDim.x * cuda.blockDim.x):
-        a, i, nc, ctx, event = _expanded_arc(b, k, graph, sv, acoustics.costs, boosts, context, cache)
+    for k in range(cuda.grid(1), u.arc_start[-1], cuda.gridsize(1)):
+        b, kb = _flat(u.arc_start, k)
+        if not _active(t, u, b) or (redo_only and u.redo[b] == 0):
+            continue
+        a, i, nc, ctx, event = _expanded_arc(b, kb, graph, sv, acoustics.costs, boosts, context, cache)
         if event == ARC_FULL:
             u.status[b] = LM_OVERFLOW
-            break
+            continue
         lookups, misses, fetches = _tally(event, lookups, misses, fetches)
         key = cost_key(nc)
-        if key < best:
-            best = key
-    if best != MAX_KEY:
-        cuda.atomic.min(u.min_key, b, best)
+        if key < u.min_key[b]:  # (a stale read only costs an atomic)
+            cuda.atomic.min(u.min_key, b, key)
     _count_lookups(cache, lookups, misses, fetches)
 
 
 @cuda.jit
-def expand_kernel(clock, u, graph, sv, acoustics, boosts, context, cache, ht, capacity):
-    """ExpandArcs: the new tokens below the frame's bound, recombined in `ht`."""
+def expand_kernel(clock, u, graph, sv, acoustics, boosts, context, cache, ht, tl, capacity):
+    """ExpandArcs: the new tokens below the frame's bound, recombined in `ht`; a new key
+    gets its entry in the token list `tl`."""
     t = clock[0]
-    b = cuda.blockIdx.y
-    if not _active(t, u, b):
-        return
-    total = sv.scan[b, sv.n[b]]
-    bound = float32(key_cost(u.min_key[b]) + u.adaptive_beam[b])
     H, mask = _table(ht)
-    base = b * H
-    for k in range(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, total, cuda.gridDim.x * cuda.blockDim.x):
-        a, i, nc, ctx, event = _expanded_arc(b, k, graph, sv, acoustics.costs, boosts, context, cache)
+    for k in range(cuda.grid(1), u.arc_start[-1], cuda.gridsize(1)):
+        b, kb = _flat(u.arc_start, k)
+        if not _active(t, u, b):
+            continue
+        a, i, nc, ctx, event = _expanded_arc(b, kb, graph, sv, acoustics.costs, boosts, context, cache)
         if event == ARC_FULL:  # not expected: expand_min cached every arc this frame reads
             u.status[b] = LM_OVERFLOW
-            return
-        if nc < bound:
-            slot = _insert(ht, b, base, mask, capacity, token_key(graph.nextstate[a], ctx))
+            continue
+        if nc < float32(key_cost(u.min_key[b]) + u.adaptive_beam[b]):
+            slot = _insert(ht, b, b * H, mask, capacity, token_key(graph.nextstate[a], ctx), tl, True)
             if slot < 0:
                 u.status[b] = TOKEN_OVERFLOW
-                return
-            cuda.atomic.min(ht.val, base + slot, pack(nc, a))
+                continue
+            cuda.atomic.min(ht.val, b * H + slot, pack(nc, a))
 
 
 @cuda.jit
@@ -616,22 +688,20 @@ def expand_ties_kernel(clock, u, graph, sv, acoustics, boosts, context, cache, h
     """After expand (contexts only): for each slot won by a word arc, the smallest ctx among
     the survivors whose arc reached it with exactly the winning (cost, arc id)."""
     t = clock[0]
-    b = cuda.blockIdx.y
-    if not _active(t, u, b) or not contextual(context, b):
-        return
-    total = sv.scan[b, sv.n[b]]
-    bound = float32(key_cost(u.min_key[b]) + u.adaptive_beam[b])
     H, mask = _table(ht)
-    base = b * H
-    for k in range(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, total, cuda.gridDim.x * cuda.blockDim.x):
-        i = find_segment(sv.scan[b], sv.n[b], k)
-        if graph.olabel[graph.e_indptr[sv.state[b, i]] + (k - sv.scan[b, i])] == 0:
+    for k in range(cuda.grid(1), u.arc_start[-1], cuda.gridsize(1)):
+        b, kb = _flat(u.arc_start, k)
+        if not _active(t, u, b) or not contextual(context, b):
+            continue
+        i = find_segment(sv.scan[b], sv.n[b], kb)
+        if graph.olabel[graph.e_indptr[sv.state[b, i]] + (kb - sv.scan[b, i])] == 0:
             continue  # a non-word arc keeps its ctx: its predecessor is known
-        a, i, nc, ctx, event = _expanded_arc(b, k, graph, sv, acoustics.costs, boosts, context, cache)
+        a, i, nc, ctx, event = _expanded_arc(b, kb, graph, sv, acoustics.costs, boosts, context, cache)
         if event == ARC_FULL:
             u.status[b] = LM_OVERFLOW
-            return
-        if nc < bound:
+            continue
+        if nc < float32(key_cost(u.min_key[b]) + u.adaptive_beam[b]):
+            base = b * H
             slot = _find_slot(ht, base, mask, token_key(graph.nextstate[a], ctx))
             if slot >= 0 and ht.val[base + slot] == pack(nc, a):
                 cuda.atomic.min(ht.pctx, base + slot, sv.ctx[b, i])
@@ -639,32 +709,28 @@ def expand_ties_kernel(clock, u, graph, sv, acoustics, boosts, context, cache, h
 
 @cuda.jit
 def resolve_kernel(clock, u, graph, context, cur_ht, bp, ht, tl):
-    """The new frame's token list `tl` from its hash table `ht`: one thread per slot; each
-    token's predecessor is found in the previous frame's table `cur_ht`."""
+    """The new frame's tokens `tl`, listed by expand, completed from their hash table `ht`:
+    one thread per token; its predecessor is found in the previous frame's table `cur_ht`."""
     t = clock[0]
-    b = cuda.blockIdx.y
-    if not _active(t, u, b):
-        return
-    with_ctx = contextual(context, b)
     H, mask = _table(ht)
-    base = b * H
-    for slot in range(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, H, cuda.gridDim.x * cuda.blockDim.x):
+    for k in range(cuda.grid(1), u.token_start[-1], cuda.gridsize(1)):
+        b, j = _flat(u.token_start, k)
+        if not _active(t, u, b):
+            continue
+        base = b * H
+        slot = tl.slot[b, j]
         key = ht.key[base + slot]
-        if key != EMPTY_KEY:
-            packed = ht.val[base + slot]
-            a = packed_arc(packed)
-            ctx = key_ctx(key)
-            # the predecessor's key: the arc's source state and, after a word arc, the ctx it came from
-            src_ctx = ht.pctx[base + slot] if with_ctx and graph.olabel[a] != 0 else ctx
-            source = _lookup(cur_ht, base, mask, token_key(arc_source(graph.e_indptr, graph.num_states, a), src_ctx))
-            j = cuda.atomic.add(tl.n, b, 1)
-            ht.tok[base + slot] = j
-            tl.state[b, j] = key_state(key)
-            tl.ctx[b, j] = ctx
-            tl.cost[b, j] = packed_cost(packed)
-            tl.prev[b, j] = bp.gid[b, source]
-            tl.arc[b, j] = a
-            tl.slot[b, j] = slot
+        packed = ht.val[base + slot]
+        a = packed_arc(packed)
+        ctx = key_ctx(key)
+        # the predecessor's key: the arc's source state and, after a word arc, the ctx it came from
+        src_ctx = ht.pctx[base + slot] if contextual(context, b) and graph.olabel[a] != 0 else ctx
+        source = _lookup(cur_ht, base, mask, token_key(arc_source(graph.e_indptr, graph.num_states, a), src_ctx))
+        tl.state[b, j] = key_state(key)
+        tl.ctx[b, j] = ctx
+        tl.cost[b, j] = packed_cost(packed)
+        tl.prev[b, j] = bp.gid[b, source]
+        tl.arc[b, j] = a
 
 
 @cuda.jit
@@ -715,7 +781,7 @@ def closure_kernel(clock, u, graph, boosts, context, cache, ht, tl, work, initia
                 lookups, misses, fetches = _tally(event, lookups, misses, fetches)
                 if nc > cutoff:
                     continue
-                slot = _insert(ht, b, base, mask, capacity, token_key(graph.nextstate[a], nctx))
+                slot = _insert(ht, b, base, mask, capacity, token_key(graph.nextstate[a], nctx), tl, False)
                 if slot < 0:
                     sh[2] = TOKEN_OVERFLOW
                     break
@@ -824,12 +890,14 @@ class Workspace(NamedTuple):
 
 
 class Launch(NamedTuple):
-    """Grid shapes: per utterance (blocks of `block` threads), per arc and for the arc cache."""
+    """Grid shapes: per utterance (blocks of `block` threads), of the flat kernels (one grid
+    over the whole batch's arcs or tokens), of the batch scan and for the arc cache."""
 
     batch: int
     block: int  # threads per block of the per-utterance kernels (<= MAX_BLOCK)
-    arc_blocks: int  # blocks per utterance of the per-arc kernels
-    arc_block: int  # threads per block of the per-arc kernels
+    flat_blocks: int  # blocks of the flat kernels (expand_min, expand, expand_ties, resolve)
+    flat_block: int  # threads per block of the flat kernels
+    scan_block: int  # threads of batch_scan_kernel's block (<= SCAN_BLOCK)
     cache_blocks: int
 
 
@@ -854,7 +922,8 @@ def search(launch, ws, settings, graph, acoustics, boosts, context, cache, capac
     launched every frame (the simulator's path)."""
     B = launch.batch
     per_utt = (B, launch.block, stream)
-    per_arc = ((launch.arc_blocks, B), launch.arc_block, stream)
+    flat = (launch.flat_blocks, launch.flat_block, stream)
+    scan = (1, launch.scan_block, stream)
     per_thread = ((B + 31) // 32, 32, stream)
     cache_grid = (launch.cache_blocks, launch.block, stream)
     rescoring = bool(context.rescoring)
@@ -869,17 +938,20 @@ def search(launch, ws, settings, graph, acoustics, boosts, context, cache, capac
         """The kernels of one frame whose tokens are in buffer `cur`."""
         nxt = 1 - cur
         prune_store(cur)
-        frame_costs_kernel[per_thread](clock, u, settings, acoustics, fltop)
+        batch_scan_kernel[scan](clock, u, u.arcs, u.arc_start)
+        frame_costs_kernel[per_utt](clock, u, settings, acoustics, fltop)
         if rescoring:
             lm_cache_clear_kernel[cache_grid](cache)
-        expand_min_kernel[per_arc](clock, u, graph, sv, acoustics, boosts, context, cache, False)
+        expand_min_kernel[flat](clock, u, graph, sv, acoustics, boosts, context, cache, False)
         if fltop:
             fltop_redo_kernel[per_thread](clock, u, settings, sv, acoustics)
-            expand_min_kernel[per_arc](clock, u, graph, sv, acoustics, boosts, context, cache, True)
-        expand_kernel[per_arc](clock, u, graph, sv, acoustics, boosts, context, cache, ws.tables[nxt], capacity)
+            expand_min_kernel[flat](clock, u, graph, sv, acoustics, boosts, context, cache, True)
+        expand_kernel[flat](clock, u, graph, sv, acoustics, boosts, context, cache, ws.tables[nxt], ws.tokens[nxt],
+                            capacity)
         if with_contexts:
-            expand_ties_kernel[per_arc](clock, u, graph, sv, acoustics, boosts, context, cache, ws.tables[nxt])
-        resolve_kernel[per_arc](clock, u, graph, context, ws.tables[cur], ws.bp, ws.tables[nxt], ws.tokens[nxt])
+            expand_ties_kernel[flat](clock, u, graph, sv, acoustics, boosts, context, cache, ws.tables[nxt])
+        batch_scan_kernel[scan](clock, u, ws.tokens[nxt].n, u.token_start)
+        resolve_kernel[flat](clock, u, graph, context, ws.tables[cur], ws.bp, ws.tables[nxt], ws.tokens[nxt])
         closure_kernel[per_utt](clock, u, graph, boosts, context, cache, ws.tables[nxt], ws.tokens[nxt], ws.work,
                                 False, capacity)
         tick_kernel[1, 1, stream](clock)

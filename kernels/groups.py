@@ -176,6 +176,9 @@ class Utterances(NamedTuple):
     survivors: np.ndarray  # int64 survivors summed over frames (for stats)
     fallbacks: np.ndarray  # int32 frames that FLToP emptied and were expanded again unpruned
     redo: np.ndarray  # uint8 this frame is expanded again without FLToP
+    arcs: np.ndarray  # int32 emitting arcs of this frame's survivors
+    arc_start: np.ndarray  # int64 (B + 1,) the batch's prefix sums of arcs (utterances still searching)
+    token_start: np.ndarray  # int64 (B + 1,) and of the new frame's listed tokens
 
 
 class Acoustics(NamedTuple):

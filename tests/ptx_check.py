@@ -23,9 +23,9 @@ from wfst.kernels import cuda as K  # noqa: E402
 import wfst  # noqa: E402
 import wfst.cuda_backend as backend  # noqa: E402
 
-KERNELS = ["init_kernel", "prune_store_kernel", "frame_costs_kernel", "lm_cache_clear_kernel", "expand_min_kernel",
-           "fltop_redo_kernel", "expand_kernel", "expand_ties_kernel", "resolve_kernel", "closure_kernel",
-           "traceback_kernel", "tick_kernel"]
+KERNELS = ["init_kernel", "prune_store_kernel", "batch_scan_kernel", "frame_costs_kernel", "lm_cache_clear_kernel",
+           "expand_min_kernel", "fltop_redo_kernel", "expand_kernel", "expand_ties_kernel", "resolve_kernel",
+           "closure_kernel", "traceback_kernel", "tick_kernel"]
 compiled: dict[str, set] = {}
 problems: list[str] = []
 
@@ -67,6 +67,7 @@ def main(graph_dir: str) -> int:
     backend.array_module = lambda: np
     backend._pinned = np.array
     cuda.is_available = lambda: True
+    backend._sm_count = lambda: 132  # an H100's
     backend.CudaBackend.free_bytes = lambda self: None
     backend.CudaBackend._run = lambda self, search: search(0, None)  # no stream, no graph capture
     g = wfst.load_graph(graph_dir)

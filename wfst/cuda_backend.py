@@ -78,12 +78,17 @@ def gpu_lm_automaton(store) -> Automata:
                                  labels_dtype=np.uint16 if len(store.words) <= 2**16 else np.int32)
 
 
+def _sm_count() -> int:
+    """Streaming multiprocessors of the current GPU."""
+    return cuda.get_current_device().MULTIPROCESSOR_COUNT
+
+
 class CudaBackend:
     """The graph's CSR arrays on the device, and decoding of batches."""
 
     memory = "GPU"
 
-    def __init__(self, graph, *, block: int | None = None, arc_blocks: int | None = None, cuda_graphs: bool = True):
+    def __init__(self, graph, *, block: int | None = None, flat_blocks: int | None = None, cuda_graphs: bool = True):
         if not cuda.is_available():
             raise OptionError("device='cuda' but Numba finds no usable CUDA GPU (numba.cuda.is_available() is "
                               "False); decode with device='cpu'")
@@ -95,7 +100,8 @@ class CudaBackend:
                             np.int64(graph.num_states))
         # launch shapes: small under the simulator, which runs every thread in Python
         self.block = block or (4 if SIMULATOR else 256)
-        self.arc_blocks = arc_blocks or (1 if SIMULATOR else 64)
+        # the flat kernels' grid: a few resident blocks per SM, striding over the batch's arcs
+        self.flat_blocks = flat_blocks or (2 if SIMULATOR else 4 * _sm_count())
         self._lm = None  # (rescorer, its device Context parts, sizes), made on first use
         self._no_lm = None
         self._cache = None  # the big LM's arc cache (ArcCache), kept from call to call
@@ -141,7 +147,8 @@ class CudaBackend:
         context, with_contexts = self._context(plan, utterances)
         cache = self._arc_cache(plan)
         acoustics = Acoustics(on_device(sub), self._zeros((B, V + 1), np.float32))
-        launch = K.Launch(B, self.block, self.arc_blocks, self.block if SIMULATOR else 256, 1 if SIMULATOR else 64)
+        launch = K.Launch(B, self.block, self.flat_blocks, self.block if SIMULATOR else 256,
+                          self.block if SIMULATOR else K.SCAN_BLOCK, 1 if SIMULATOR else 64)
         self._run(lambda stream, capture: K.search(launch, ws, plan.settings, self.csr, acoustics, boosts, context,
                                                    cache, capacity, T, with_contexts, stream, capture))
 
@@ -222,7 +229,7 @@ class CudaBackend:
         L = 2 * (T + 1) + 64
         u = Utterances(self.to_device(lengths.astype(i64)), zeros(B, i32), zeros(B, np.float32),
                        full(B, C.INF_KEY, np.uint32), full(B, -1, i64), zeros(B, np.uint8), zeros(B, i64),
-                       zeros(B, i32), zeros(B, np.uint8))
+                       zeros(B, i32), zeros(B, np.uint8), zeros(B, i32), zeros(B + 1, i64), zeros(B + 1, i64))
         sv = Survivors(zeros((B, capacity), i32), zeros((B, capacity), i32), zeros((B, capacity), np.float32),
                        zeros((B, capacity), i32), zeros((B, capacity + 1), i64), zeros(B, i32))
         bp = Backpointers(zeros((B, P), i32), zeros((B, P), i32), zeros(B, i64), zeros((B, T + 2), i64),

@@ -909,7 +909,7 @@ def tick_kernel(clock):
 
 
 def search(launch, ws, settings, graph, acoustics, boosts, context, cache, capacity, num_frames, with_contexts,
-           stream=0, capture=None):
+           stream=0, capture=None, graphs=None):
     """Launch the whole search of a batch, frame after frame, on `stream` (asynchronously:
     the caller reads ws.u.status and ws.paths back when it needs them).  `with_contexts`:
     some utterance's tokens carry a context (expand_ties runs).
@@ -919,7 +919,9 @@ def search(launch, ws, settings, graph, acoustics, boosts, context, cache, capac
     turns a function that launches them into a replayable CUDA graph (a callable): the two
     steps (the token buffers alternate) are captured once and replayed each frame, one
     graph launch instead of half a dozen kernel launches.  Without it every kernel is
-    launched every frame (the simulator's path)."""
+    launched every frame (the simulator's path).  `graphs`: the two steps captured by an
+    earlier search on the very same arrays and arguments, replayed as they are.  Returns
+    the captured steps (None without `capture`)."""
     B = launch.batch
     per_utt = (B, launch.block, stream)
     flat = (launch.flat_blocks, launch.flat_block, stream)
@@ -956,8 +958,9 @@ def search(launch, ws, settings, graph, acoustics, boosts, context, cache, capac
                                 False, capacity)
         tick_kernel[1, 1, stream](clock)
 
-    graphs = None
-    if capture is not None and num_frames > 1:  # captured before anything runs: the GPU waits for no capture
+    if capture is None:
+        graphs = None
+    elif graphs is None:  # captured before anything runs: the GPU waits for no capture
         graphs = [capture(lambda: step(0)), capture(lambda: step(1))]
     init_kernel[per_thread](graph, context, ws.tables[0], ws.tokens[0])
     if rescoring:
@@ -971,3 +974,4 @@ def search(launch, ws, settings, graph, acoustics, boosts, context, cache, capac
             step(t % 2)
     prune_store(num_frames % 2)  # the last step keeps the best token
     traceback_kernel[per_thread](u, ws.bp, ws.paths)
+    return graphs

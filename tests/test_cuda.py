@@ -97,6 +97,27 @@ def test_word_boosting_cuda_equals_cpu(tiny):
     assert_same(g, x, np.array([6, 5, 6]), boost=boost[2], beam=20.0, max_active=30, min_active=1)
 
 
+def test_calls_reuse_the_last_search_arrays_and_stay_exact(tiny):
+    """A decoder keeps its last search's arrays (and on a GPU its captured frame steps) and
+    reuses them for a search like it: shorter utterances and other boosts of the same table
+    size decode exactly as on a fresh decoder; another batch size or boost table gets new ones."""
+    r = compile_graph(tiny / "g", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=tiny / "lexicon.txt",
+                      word_boundary="|", topology="compact")
+    g = wfst.load_graph(r.directory)
+    config = dict(beam=20.0, max_active=30, min_active=1)
+    x = random_log_probs(11, batch=2, frames=7, columns=5, sharpness=3.0)
+    gpu = Decoder(g, device="cuda", **config)
+    calls = [(np.array([7, 5]), [{"ab": 3.0}, None]), (np.array([4, 6]), [None, {"ba": 1.0}]),
+             (np.array([7, 7]), [{"ab": 3.0}, None])]
+    bounds = []
+    for lengths, boost in calls:
+        assert_same(g, x, lengths, boost=boost, gpu=gpu, **config)
+        bounds.append(gpu._backend._bound)
+    assert bounds[0] is bounds[1] is bounds[2]  # reset and reused, not made again
+    assert_same(g, x[:1], np.array([7]), gpu=gpu, **config)
+    assert gpu._backend._bound is not bounds[0]  # another batch size
+
+
 def test_phrase_boosting_cuda_equals_cpu(tiny):
     r = compile_graph(tiny / "g", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=tiny / "lexicon.txt",
                       word_boundary="|", topology="compact")

@@ -62,6 +62,8 @@ class BoostTables:
         bits = np.zeros((len(maps), (self.num_words + 31) // 32 or 1), np.uint32)
         rows: dict[int, int] = {}
         for r, m in enumerate(maps):
+            if not m:
+                continue
             if id(m) in rows:  # the same map: copy its row
                 keys[r], costs[r], bits[r] = keys[rows[id(m)]], costs[rows[id(m)]], bits[rows[id(m)]]
                 continue

@@ -105,6 +105,7 @@ class CudaBackend:
         self._lm = None  # (rescorer, its device Context parts, sizes), made on first use
         self._no_lm = None
         self._cache = None  # the big LM's arc cache (ArcCache), kept from call to call
+        self._bound = None  # the last search's arrays and CUDA graphs, reused by a search like it (_bind)
         # the search's stream, and whether frame steps are replayed as CUDA graphs (never in the simulator)
         self._stream = None
         self.device_seconds = 0.0  # summed over searches: first kernel to last (CUDA events)
@@ -126,7 +127,8 @@ class CudaBackend:
         if SIMULATOR:
             return None
         free, _ = self.xp.cuda.runtime.memGetInfo()
-        return int(free) + int(self.xp.get_default_memory_pool().free_bytes())  # CuPy's cached blocks are free too
+        # CuPy's cached blocks are free too, and so is the last search's workspace, kept for reuse
+        return int(free) + int(self.xp.get_default_memory_pool().free_bytes()) + self._bound_bytes()
 
     def concurrent(self, batch: int) -> int:
         return batch
@@ -142,15 +144,15 @@ class CudaBackend:
         B, V = sub.shape[0], sub.shape[2]
         T = int(lengths.max())  # a batch padded wider than its longest utterance searches no padding
         capacity = plan.capacity.tokens
-        ws = self._workspace(B, T, capacity, plan.capacity.backpointers, lengths)
-        boosts = self._boosts(plan.boosts, utterances)
-        context, with_contexts = self._context(plan, utterances)
-        cache = self._arc_cache(plan)
-        acoustics = Acoustics(on_device(sub), self._zeros((B, V + 1), np.float32))
         launch = K.Launch(B, self.block, self.flat_blocks, self.block if SIMULATOR else 256,
                           self.block if SIMULATOR else K.SCAN_BLOCK, 1 if SIMULATOR else 64)
-        self._run(lambda stream, capture: K.search(launch, ws, plan.settings, self.csr, acoustics, boosts, context,
-                                                   cache, capacity, T, with_contexts, stream, capture))
+        bound = self._bind(plan, utterances, launch, V, T)
+        ws, boosts, context, with_contexts = bound.ws, bound.boosts, bound.context, bound.with_contexts
+        bound.log_probs[:, :T] = sub[:, :T]
+        acoustics = Acoustics(on_device(bound.log_probs), bound.costs)
+        bound.graphs = self._run(lambda stream, capture: K.search(
+            launch, ws, plan.settings, self.csr, acoustics, boosts, context, bound.cache, capacity, T, with_contexts,
+            stream, capture, bound.graphs))
 
         status, length = _to_host(ws.u.status), _to_host(ws.paths.length)
         reached, survivors, fallbacks = _to_host(ws.u.reached_final), _to_host(ws.u.survivors), _to_host(
@@ -179,7 +181,8 @@ class CudaBackend:
 
     def _run(self, search):
         """search(stream, capture) on the search's own stream, after the work queued on the
-        default stream (the workspace's set-up), and wait for it.  The simulator runs it as is."""
+        default stream (the workspace's set-up), and wait for it; what it returns (the
+        frame steps' CUDA graphs).  The simulator runs it as is."""
         if SIMULATOR:
             return search(0, None)
         if self._stream is None:
@@ -187,10 +190,11 @@ class CudaBackend:
         s = self._stream
         s.wait_event(self.xp.cuda.Stream.null.record())
         self._start = s.record()  # (a capture records it again: the GPU idles while the host captures)
-        search(cuda.external_stream(s.ptr), self._capture if self.cuda_graphs else None)
+        graphs = search(cuda.external_stream(s.ptr), self._capture if self.cuda_graphs else None)
         end = s.record()
         end.synchronize()
         self.device_seconds += self.xp.cuda.get_elapsed_time(self._start, end) / 1000
+        return graphs
 
     def _capture(self, launches):
         """The kernels that `launches` queues on the search's stream, as a CUDA graph: a callable
@@ -206,17 +210,79 @@ class CudaBackend:
 
     # ------------------------------------------------------------------ workspace
 
+    def _bind(self, plan: BatchPlan, utterances: list[int], launch, V: int, T: int) -> "_Bound":
+        """The device arrays a search of these utterances runs on, holding this call's
+        lengths, boosts and phrase automata.  The last call's are reused when the search is
+        the same but for those values (same shapes, settings, LM and capacities, and at
+        least T frames of room): its workspace is reset and its frame steps' CUDA graphs,
+        which hold the arrays' addresses, are replayed instead of captured again."""
+        rescorer = plan.rescorer
+        lengths = plan.lengths[utterances].astype(np.int64)
+        keys, costs, bits = plan.boosts.hash_maps(utterances)
+        host = contexts.context(None, [plan.boosts.phrases[b] for b in utterances])  # the phrase rows and sizes
+        sizes = host.phrase_states
+        start = (sizes * (rescorer.big.start if rescorer is not None else 0)).astype(np.int32)
+        uploads = (lengths, keys, costs, bits, sizes, start, *host.phrases)
+        lm = self._lm_parts(rescorer)
+        cache = self._arc_cache(plan)
+        B = len(utterances)
+        with_contexts = rescorer is not None or bool((sizes > 1).any())
+        boosting = bool((keys >= 0).any())
+        key = (launch, V, plan.capacity.tokens, plan.capacity.backpointers, tuple(plan.settings), with_contexts,
+               boosting, id(lm), id(cache),
+               tuple((a.shape, a.dtype.str) for a in uploads))
+        bound = self._bound
+        if bound is not None and bound.key == key and bound.frames >= T:
+            for a, value in bound.fills:
+                a.fill(value)
+        else:
+            self._bound = bound = None  # its memory goes back first
+            frames = T if SIMULATOR else -(-T // 128) * 128  # room for the next batches' lengths
+            fills = []
+            ws = self._workspace(B, frames, plan.capacity.tokens, plan.capacity.backpointers, fills)
+            dev = [self.xp.empty(a.shape, a.dtype) for a in uploads]
+            _, d_keys, d_costs, d_bits, d_sizes, d_start, *d_phrases = (on_device(a) for a in dev)
+            ws = ws._replace(u=ws.u._replace(lengths=on_device(dev[0])))
+            boosts = WordBoosts(d_keys, d_costs, d_bits, boosting)
+            # reward 0: only the CPU's arc order reads it, and a captured step would hold its value
+            context = Context(rescorer is not None, d_sizes, *lm[:2], *lm[2:5], Automata(*d_phrases), d_start, lm[5],
+                              np.float32(0.0))
+            bound = _Bound(key, frames, ws, fills, dev, boosts, context, with_contexts, cache,
+                           self.xp.empty((B, frames, V), np.float32), self._zeros((B, V + 1), np.float32))
+            self._bound = bound
+        for d, h in zip(bound.uploads, uploads):
+            d[...] = self.xp.asarray(h)
+        return bound
+
+    def _bound_bytes(self) -> int:
+        """Device memory held for reuse by the last search's arrays (given back when a search
+        needs others)."""
+        b = self._bound
+        if b is None:
+            return 0
+        return int(sum(a.nbytes for a, _ in b.fills) + sum(a.nbytes for a in b.uploads) + b.log_probs.nbytes)
+
     def _zeros(self, shape, dtype):
         return on_device(self.xp.zeros(shape, dtype))
 
     def _full(self, shape, value, dtype):
         return on_device(self.xp.full(shape, value, dtype))
 
-    def _workspace(self, B: int, T: int, capacity: int, bp_per_frame: int, lengths: np.ndarray):
+    def _workspace(self, B: int, T: int, capacity: int, bp_per_frame: int, fills: list):
+        """A search's workspace for B utterances of up to T frames; `fills` gets each array with
+        the value that resets it."""
         from wfst.kernels import cuda as K
 
         H = C.hash_slots(capacity)
-        i32, i64, zeros, full = np.int32, np.int64, self._zeros, self._full
+        i32, i64 = np.int32, np.int64
+
+        def full(shape, value, dtype):
+            a = self.xp.full(shape, value, dtype)
+            fills.append((a, value))
+            return on_device(a)
+
+        def zeros(shape, dtype):
+            return full(shape, 0, dtype)
 
         def tokens():
             return Tokens(*(zeros((B, capacity), d) for d in (i32, i32, np.float32, i32, i32, i32)), zeros(B, i32))
@@ -227,9 +293,9 @@ class CudaBackend:
 
         P = (T + 1) * bp_per_frame
         L = 2 * (T + 1) + 64
-        u = Utterances(self.to_device(lengths.astype(i64)), zeros(B, i32), zeros(B, np.float32),
-                       full(B, C.INF_KEY, np.uint32), full(B, -1, i64), zeros(B, np.uint8), zeros(B, i64),
-                       zeros(B, i32), zeros(B, np.uint8), zeros(B, i32), zeros(B + 1, i64), zeros(B + 1, i64))
+        u = Utterances(None, zeros(B, i32), zeros(B, np.float32), full(B, C.INF_KEY, np.uint32), full(B, -1, i64),
+                       zeros(B, np.uint8), zeros(B, i64), zeros(B, i32), zeros(B, np.uint8), zeros(B, i32),
+                       zeros(B + 1, i64), zeros(B + 1, i64))
         sv = Survivors(zeros((B, capacity), i32), zeros((B, capacity), i32), zeros((B, capacity), np.float32),
                        zeros((B, capacity), i32), zeros((B, capacity + 1), i64), zeros(B, i32))
         bp = Backpointers(zeros((B, P), i32), zeros((B, P), i32), zeros(B, i64), zeros((B, T + 2), i64),
@@ -238,25 +304,7 @@ class CudaBackend:
                            (zeros((B, capacity), i32), zeros((B, capacity), i32)),
                            K.Paths(zeros((B, L), i32), zeros((B, L), i32), zeros(B, i32)), zeros(1, i32))
 
-    def _boosts(self, tables, utterances) -> WordBoosts:
-        keys, costs, bits = tables.hash_maps(utterances)
-        return WordBoosts(self.to_device(keys), self.to_device(costs), self.to_device(bits), bool((keys >= 0).any()))
-
     # ------------------------------------------------------------------ contexts
-
-    def _context(self, plan: BatchPlan, utterances: list[int]):
-        """The kernels' Context for these utterances, and whether any token carries one."""
-        automata = [plan.boosts.phrases[b] for b in utterances]
-        host = contexts.context(None, automata)  # the phrase rows, sizes and (LM-free) start contexts
-        sizes = host.phrase_states
-        rescorer = plan.rescorer
-        lm, lm0, small_of, lm_map, lm0_map, gain = self._lm_parts(rescorer)
-        start = sizes * (rescorer.big.start if rescorer is not None else 0)
-        dev = self.to_device
-        context = Context(rescorer is not None, dev(sizes), lm, lm0, small_of, lm_map, lm0_map,
-                          Automata(*(dev(a) for a in host.phrases)), dev(start.astype(np.int32)), gain,
-                          np.float32(plan.boosts.max_reward))
-        return context, rescorer is not None or bool((sizes > 1).any())
 
     def _lm_parts(self, rescorer):
         """(big LM, graph LM, small_of, lm_map, lm0_map, gain bounds) on the device, made once per rescorer;
@@ -335,6 +383,17 @@ class CudaBackend:
                     misses=int(counts[C.LM_MISSES]), fetches=int(counts[C.LM_FETCHES]), fetched_bytes=fetched,
                     fetched_bytes_per_frame=fetched / frames if frames else 0.0, clears=int(counts[C.LM_CLEARS]),
                     frames=frames)
+
+
+class _Bound:
+    """The arrays a search runs on (CudaBackend._bind), its key, and its frame steps' CUDA
+    graphs once captured."""
+
+    def __init__(self, key, frames, ws, fills, uploads, boosts, context, with_contexts, cache, log_probs, costs):
+        self.key, self.frames, self.ws, self.fills, self.uploads = key, frames, ws, fills, uploads
+        self.boosts, self.context, self.with_contexts, self.cache = boosts, context, with_contexts, cache
+        self.log_probs, self.costs = log_probs, costs
+        self.graphs = None
 
 
 def _pinned(a: np.ndarray):

@@ -214,8 +214,19 @@ def _block_select(costs, n, k, hist, sh_u32, sh_i64):
 def _block_exclusive_scan(counts, nthreads, sh_i64, slot):
     """counts[:nthreads] (one per thread, in shared memory) becomes its exclusive prefix
     sums, the total goes to sh_i64[slot]: Hillis-Steele, log2(nthreads) rounds of the
-    whole block.  Every thread of the block calls it."""
+    whole block; one thread's loop for a block of at most a warp (the simulator's small
+    blocks, where every barrier is slow).  Every thread of the block calls it."""
     tid = cuda.threadIdx.x
+    if nthreads <= 32:
+        if tid == 0:
+            total = int64(0)
+            for i in range(nthreads):
+                c = counts[i]
+                counts[i] = total
+                total += c
+            sh_i64[slot] = total
+        cuda.syncthreads()
+        return
     own = counts[tid]
     d = 1
     while d < nthreads:

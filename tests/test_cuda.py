@@ -28,6 +28,9 @@ from wfst.lm import truncate_arpa
 from wfst.symbols import TokenTable, WordTable
 
 pytest.importorskip("numba.cuda")
+from numba import cuda, int64  # noqa: E402
+from wfst.kernels import cuda as K  # noqa: E402
+
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 if not SIMULATED:  # a GPU is here: its tests must run, not skip
     try:
@@ -226,3 +229,32 @@ def test_kernels_compile_for_sm90(tiny):
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("signature(s) compiled to PTX for sm_90") == 13, out.stdout
     assert "refuses" not in out.stdout, out.stdout
+
+
+@cuda.jit
+def _scan_kernel(values, out, total):
+    """A block's exclusive scan of `values`, one per thread (K._block_exclusive_scan)."""
+    counts = cuda.shared.array(64, int64)
+    sh = cuda.shared.array(1, int64)
+    tid = cuda.threadIdx.x
+    counts[tid] = values[tid]
+    cuda.syncthreads()
+    K._block_exclusive_scan(counts, cuda.blockDim.x, sh, 0)
+    out[tid] = counts[tid]
+    if tid == 0:
+        total[0] = sh[0]
+
+
+@pytest.mark.parametrize("threads", [4, 64])
+def test_block_exclusive_scan(threads):
+    """The block scan of prune_store and batch_scan: one thread's loop for small blocks,
+    Hillis-Steele rounds above a warp; both equal NumPy's exclusive prefix sum."""
+    values = np.random.default_rng(threads).integers(0, 100, threads).astype(np.int64)
+    out, total = np.zeros(threads, np.int64), np.zeros(1, np.int64)
+    if SIMULATED:
+        _scan_kernel[1, threads](values, out, total)
+    else:
+        d_out, d_total = cuda.to_device(out), cuda.to_device(total)
+        _scan_kernel[1, threads](cuda.to_device(values), d_out, d_total)
+        out, total = d_out.copy_to_host(), d_total.copy_to_host()
+    assert out.tolist() == (np.cumsum(values) - values).tolist() and total[0] == values.sum()

@@ -159,14 +159,18 @@ class Workspace(NamedTuple):
 class StateGroups(NamedTuple):
     """ExpandArcs' survivors grouped by graph state (with a context several survivors share
     a state): an open-addressing map state -> the group's best survivor, and the emitting
-    arcs without a word that kept the best survivor within the frame's bound."""
+    arcs without a word that kept the best survivor within the frame's bound, each with
+    what it adds to a token's cost (weight + acoustic cost, the same for every survivor of
+    the state), so that the others test an arc with one add before reading it."""
 
     key: np.ndarray  # int32 (H,): a state, EMPTY_KEY: free
     best: np.ndarray  # int32 (H,): the state's cheapest survivor
     slot: np.ndarray  # int32 (C,): each survivor's slot in the map
     lo: np.ndarray  # int32 (C,): per best survivor, its kept arcs are arcs[lo:hi] (hi -1: not recorded)
     hi: np.ndarray  # int32 (C,)
+    least: np.ndarray  # float32 (C,): per best survivor, the least `adds` of its kept arcs
     arcs: np.ndarray  # int32 (4C,): arc positions
+    adds: np.ndarray  # float32 (4C,): each kept arc's weight + acoustic cost
 
 
 def new_workspace(capacity: int) -> Workspace:
@@ -179,7 +183,7 @@ def new_workspace(capacity: int) -> Workspace:
     sv = Survivors(np.empty(C, i32), np.empty(C, i32), np.empty(C, np.float32), np.empty(C, i32),
                    np.empty(1, np.int64), np.empty(1, i32))
     sg = StateGroups(np.full(H, EMPTY_KEY, i32), np.empty(H, i32), np.empty(C, i32), np.empty(C, i32),
-                     np.empty(C, i32), np.empty(4 * C, i32))
+                     np.empty(C, i32), np.empty(C, np.float32), np.empty(4 * C, i32), np.empty(4 * C, np.float32))
     return Workspace(ht, tl, sv, np.empty(C, i32), np.zeros(C, np.uint8), np.empty(4 * C, i32),
                      np.zeros(RADIX_BINS, np.int64), sg)
 
@@ -382,19 +386,24 @@ def _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl
                 word_arcs += states[s, 2] - states[s, 1]
                 if g == i:
                     sg.lo[i] = kept
+                    sg.least[i] = INF
                 elif sg.hi[g] >= 0:
                     lo = states[s, 1]
-                    for k in range(sg.lo[g], sg.hi[g]):  # the arcs without a word that kept the best
-                        p = sg.arcs[k]
-                        nc = expanded_cost(c, _arc_weight(arcs, p, boosts), ac[arcs[p, 0]])
-                        if nc < bound:
-                            idx, n, _ = _recombine(arcs[p, 1], ctx, nc, sv.gid[i], arcs[p, 3], ctx, ht, tl, n,
-                                                   context)
-                            if idx < 0:
-                                return n, min_new, True
+                    # the arcs without a word that kept the best; none if even the cheapest stays above
+                    # the bound (rounding is monotone: c + a >= c + least for every kept a)
+                    if np.float32(c + sg.least[g]) < bound:
+                        for k in range(sg.lo[g], sg.hi[g]):
+                            nc = np.float32(c + sg.adds[k])  # = expanded_cost of the arc
+                            if nc < bound:
+                                p = sg.arcs[k]
+                                idx, n, _ = _recombine(arcs[p, 1], ctx, nc, sv.gid[i], arcs[p, 3], ctx, ht, tl, n,
+                                                       context)
+                                if idx < 0:
+                                    return n, min_new, True
             for p in range(lo, hi):
                 w = _arc_weight(arcs, p, boosts)
-                nc = expanded_cost(c, w, ac[arcs[p, 0]])
+                add = np.float32(w + ac[arcs[p, 0]])
+                nc = np.float32(c + add)  # = expanded_cost(c, w, acoustic)
                 nctx = ctx
                 if context is not None and p >= states[s, 1]:
                     step, nc, nctx = _word_arc(c, w, nc, floor, reach, bound, ctx, arcs[p, 4], context, memo)
@@ -407,6 +416,8 @@ def _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl
                     if context is not None and g == i and p < states[s, 1]:
                         if kept < sg.arcs.shape[0]:
                             sg.arcs[kept] = p
+                            sg.adds[kept] = add
+                            sg.least[i] = min(sg.least[i], add)
                         kept += 1
                     idx, n, _ = _recombine(arcs[p, 1], nctx, nc, sv.gid[i], arcs[p, 3], ctx, ht, tl, n, context)
                     if idx < 0:

@@ -18,7 +18,7 @@ GRAPH_ARGS = --tokens '$(TOKENS)' --lm '$(LM)' --topo '$(TOPO)' --out '$(GRAPH_D
 	$(if $(SPM),--spm '$(SPM)') $(if $(BOUNDARY),--word-boundary '$(BOUNDARY)') \
 	$(if $(BLANK),--blank '$(BLANK)') $(if $(EPSILON_FREE),--epsilon-free)
 
-.PHONY: demo test gpu-check graph bench-graph bench-decode bench-fltop bench-boost bench-rescore install install-test \
+.PHONY: demo test gpu-check graph bench-graph bench-decode bench-fltop bench-boost bench-rescore bench-stream install install-test \
 	install-bench clean
 
 $(VENV)/.installed: setup.py pyproject.toml
@@ -100,6 +100,10 @@ bench-boost: install-bench
 
 # On-the-fly rescoring against the static big-LM graph: the demo's bigram graphs rescored with its
 # 3-gram, and a generated 12.6k-word setup (a pruned 3-gram graph rescored with a 4-gram).
+bench-stream: install-bench
+	$(PY) recipes/demo.py --graphs-only > /dev/null
+	$(PY) recipes/bench_stream.py --json build/stream/bench.json
+
 bench-rescore: install-bench
 	$(PY) recipes/demo.py --graphs-only > /dev/null
 	$(PY) recipes/bench_rescore.py --json build/rescore/bench.json

@@ -35,6 +35,7 @@ from .common import (
     bits_f32,
     boosted_weight,
     context_arrive,
+    context_final,
     context_locate,
     cutoff_and_adaptive_beam,
     end_key,
@@ -520,6 +521,154 @@ def _cutoff(tl, n, settings, hist):
 
 
 # ---------------------------------------------------------------------- the search
+#
+# A search is begin(), frames() over the frames (in one call, or chunk by chunk for a stream:
+# the tokens of the last frame stay in the stream's token list between calls), then finish().
+# Backpointers (prev, arc) grow in a Trace; a stream's Trace lives as long as the stream.
+
+
+class Trace(NamedTuple):
+    """Backpointers of a search: (prev, arc) per stored token, and where each step's start
+    (step t = after t frames; steps[t]: the first backpointer stored at step t)."""
+
+    prev: np.ndarray  # int32
+    arc: np.ndarray  # int32
+    steps: np.ndarray  # int64 (frames + 2,)
+    survivors: np.ndarray  # int32 (frames,): tokens that survived pruning, per frame
+
+
+def new_trace(frames: int, capacity: int) -> Trace:
+    size = max(capacity, 1024)
+    return Trace(np.empty(size, np.int32), np.empty(size, np.int32), np.zeros(frames + 2, np.int64),
+                 np.zeros(frames, np.int32))
+
+
+@njit(nogil=True, cache=True)
+def begin(graph, boosts, context, memo, ws):
+    """The start token and its epsilon closure, in ws.tl.  Returns (n, overflow)."""
+    ws.ht.key[:] = EMPTY_KEY  # a search that overflowed left keys behind
+    ws.sg.key[:] = EMPTY_KEY
+    start_ctx = np.int32(0)
+    if context is not None:
+        start_ctx = context.start[0]
+    _, n, _ = _recombine(graph.start, start_ctx, np.float32(0.0), NO_TOKEN, NO_ARC, start_ctx, ws.ht, ws.tl, 0,
+                         context)
+    return _closure(np.float32(np.finfo(np.float32).max), n, graph, boosts, context, memo, ws.ht, ws.tl, ws.stack)
+
+
+@njit(nogil=True, cache=True)
+def _store(ws, n, keep, cutoff, last, prev, arc, stored):
+    """Store the frame's survivors (cost below cutoff; on the last step token `keep` alone)
+    and their in-frame ancestors as backpointers from `stored` on, the survivors in ws.sv,
+    and empty the hash table.  Returns (prev, arc, stored, survivors): the arrays grown
+    when full."""
+    ht, tl, sv, gid, mark = ws.ht, ws.tl, ws.sv, ws.gid, ws.mark
+    mark[:n] = 0
+    for j in range(n):
+        if (last and j == keep) or (not last and tl.cost[j] < cutoff):
+            mark_ancestors(j, tl.prev, mark)
+    if stored + n > prev.shape[0]:
+        size = max(2 * prev.shape[0], stored + n)
+        grown_prev = np.empty(size, np.int32)
+        grown_arc = np.empty(size, np.int32)
+        grown_prev[:stored] = prev[:stored]
+        grown_arc[:stored] = arc[:stored]
+        prev = grown_prev
+        arc = grown_arc
+    for j in range(n):
+        if mark[j]:
+            gid[j] = stored
+            stored += 1
+    ns = 0
+    for j in range(n):
+        if mark[j]:
+            p = tl.prev[j]
+            prev[gid[j]] = gid[in_frame(p)] if p <= -2 else p
+            arc[gid[j]] = tl.arc[j]
+            if not last and tl.cost[j] < cutoff:
+                sv.state[ns] = tl.state[j]
+                sv.ctx[ns] = tl.ctx[j]
+                sv.cost[ns] = tl.cost[j]
+                sv.gid[ns] = gid[j]
+                ns += 1
+        ht.key[tl.slot[j]] = EMPTY_KEY
+    return prev, arc, stored, ns
+
+
+@njit(nogil=True, cache=True)
+def frames(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n, ns, resume, resume_beam, trace, first,
+           stored):
+    """Frames 0 .. num_frames - 1 of log_probs: prune the n tokens in ws.tl, store the
+    survivors as backpointers (from `stored` on, step first + t in trace.steps), expand
+    them and close over epsilon arcs.  resume: frame 0 was pruned already (adaptive beam
+    resume_beam), its ns survivors are in ws.sv: a stream whose frame overflowed goes on
+    from there in a larger workspace.
+
+    Returns (status, frames done, n, ns, adaptive beam, prev, arc, stored, FLToP
+    fallbacks): status OK, or TOKEN_OVERFLOW at frame `frames done`, whose ns survivors
+    are in ws.sv; prev and arc are trace's arrays, grown when full."""
+    ht, tl, sv, sg = ws.ht, ws.tl, ws.sv, ws.sg
+    num_columns = log_probs.shape[1]
+    ac = np.zeros(num_columns + 1, np.float32)  # acoustic cost by input label
+    pruning = fltop_active(settings, num_columns)
+    fallbacks = 0
+    prev, arc = trace.prev, trace.arc
+    for t in range(num_frames):
+        fell_back = 0
+        cutoff = INF
+        adaptive_beam = settings.beam
+        if resume and t == 0:
+            adaptive_beam = resume_beam
+        else:
+            if n > 0:
+                cutoff, adaptive_beam = _cutoff(tl, n, settings, ws.hist)
+            trace.steps[first + t] = stored
+            prev, arc, stored, ns = _store(ws, n, -1, cutoff, False, prev, arc, stored)
+            trace.survivors[first + t] = ns
+        # ExpandArcs (again without FLToP if it left no arc a finite cost), then the closure
+        frame_acoustic_costs(log_probs, t, settings, pruning, ac)
+        n, best, overflow = _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl, sg)
+        if pruning and ns > 0 and not overflow and best == INF:
+            fell_back = 1
+            frame_acoustic_costs(log_probs, t, settings, False, ac)
+            n, best, overflow = _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl, sg)
+        if not overflow:
+            n, overflow = _closure(np.float32(best + adaptive_beam), n, graph, boosts, context, memo, ht, tl,
+                                   ws.stack)
+        if overflow:  # the frame is done again from its survivors: its fallback is not counted
+            return TOKEN_OVERFLOW, t, n, ns, adaptive_beam, prev, arc, stored, fallbacks
+        fallbacks += fell_back
+    return OK, num_frames, n, ns, np.float32(settings.beam), prev, arc, stored, fallbacks
+
+
+@njit(nogil=True, cache=True)
+def finish(graph, context, ws, n, trace, first, stored):
+    """The last step: keep the best token (with its final cost where one is final, else
+    without), store it and trace its path back.  first: its step in trace.steps.
+
+    Returns (status, path arcs, path backpointers, reached_final): status OK or EPS_CYCLE
+    (a zero-cost epsilon cycle in the graph made the backpointers loop); no arcs when the
+    search has no token."""
+    empty = np.empty(0, np.int32)
+    tl = ws.tl
+    keep = _best_token(tl, n, graph.final, context, True)
+    reached_final = keep >= 0
+    if not reached_final:
+        keep = _best_token(tl, n, graph.final, context, False)
+    trace.steps[first] = stored
+    prev, arc, stored, _ = _store(ws, n, keep, INF, True, trace.prev, trace.arc, stored)
+    trace.steps[first + 1] = stored
+    if keep < 0:
+        return OK, empty, empty, False
+    g = ws.gid[keep]
+    length = trace_length(prev, g, stored)
+    if length < 0:
+        return EPS_CYCLE, empty, empty, False
+    path_arcs = np.empty(length - 1, np.int32)  # the start token has no arc
+    path_gids = np.empty(length - 1, np.int32)
+    trace_path(prev, arc, g, length, path_arcs, path_gids)
+    return OK, path_arcs, path_gids, reached_final
+
 
 @njit(nogil=True, cache=True)
 def search(graph, boosts, context, memo, log_probs, num_frames, settings, ws):
@@ -537,102 +686,170 @@ def search(graph, boosts, context, memo, log_probs, num_frames, settings, ws):
     (step t = after t frames: an emitting arc on step t consumed frame t - 1); the frames
     that FLToP emptied and were expanded again without it.
     """
-    ht, tl, sv, gid, mark, stack, hist, sg = ws
-    ht.key[:] = EMPTY_KEY  # a search that overflowed left keys behind
-    sg.key[:] = EMPTY_KEY
-    C = tl.state.shape[0]
-    num_columns = log_probs.shape[1]
-    ac = np.zeros(num_columns + 1, np.float32)  # acoustic cost by input label
-    bp_prev = np.empty(max(C, 1024), np.int32)
-    bp_arc = np.empty(max(C, 1024), np.int32)
-    bp_n = 0
-    step_start = np.zeros(num_frames + 2, np.int64)
-    tokens_per_frame = np.zeros(num_frames, np.int32)
     empty = np.empty(0, np.int32)
-    pruning = fltop_active(settings, num_columns)
-    fallbacks = 0
-    reached_final = False
-    keep = -1
-
-    start_ctx = np.int32(0)
-    if context is not None:
-        start_ctx = context.start[0]
-    _, n, _ = _recombine(graph.start, start_ctx, np.float32(0.0), NO_TOKEN, NO_ARC, start_ctx, ht, tl, 0, context)
-    n, overflow = _closure(np.float32(np.finfo(np.float32).max), n, graph, boosts, context, memo, ht, tl, stack)
+    C = ws.tl.state.shape[0]
+    trace = Trace(np.empty(max(C, 1024), np.int32), np.empty(max(C, 1024), np.int32),
+                  np.zeros(num_frames + 2, np.int64), np.zeros(num_frames, np.int32))
+    n, overflow = begin(graph, boosts, context, memo, ws)
     if overflow:
-        return TOKEN_OVERFLOW, empty, empty, False, tokens_per_frame, fallbacks
+        return TOKEN_OVERFLOW, empty, empty, False, trace.survivors, 0
+    status, _, n, _, _, prev, arc, stored, fallbacks = frames(graph, boosts, context, memo, log_probs, num_frames,
+                                                              settings, ws, n, 0, False, np.float32(0.0), trace,
+                                                              0, 0)
+    if status != OK:
+        return status, empty, empty, False, trace.survivors, fallbacks
+    trace = Trace(prev, arc, trace.steps, trace.survivors)
+    status, path_arcs, path_gids, reached_final = finish(graph, context, ws, n, trace, num_frames, stored)
+    path_steps = (np.searchsorted(trace.steps, path_gids, side="right") - 1).astype(np.int32)
+    return status, path_arcs, path_steps, reached_final, trace.survivors, fallbacks
 
-    for t in range(num_frames + 1):
-        last = t == num_frames
-        # ---- prune: cutoff, or on the last step the single best (final) token
-        cutoff = INF
-        adaptive_beam = settings.beam
-        if last:
-            keep = _best_token(tl, n, graph.final, context, True)
-            reached_final = keep >= 0
-            if not reached_final:
-                keep = _best_token(tl, n, graph.final, context, False)
-        elif n > 0:
-            cutoff, adaptive_beam = _cutoff(tl, n, settings, hist)
 
-        # ---- store survivors and their in-frame ancestors as backpointers
-        step_start[t] = bp_n
-        mark[:n] = 0
-        for j in range(n):
-            if (last and j == keep) or (not last and tl.cost[j] < cutoff):
-                mark_ancestors(j, tl.prev, mark)
-        if bp_n + n > bp_prev.shape[0]:
-            size = max(2 * bp_prev.shape[0], bp_n + n)
-            grown_prev = np.empty(size, np.int32)
-            grown_arc = np.empty(size, np.int32)
-            grown_prev[:bp_n] = bp_prev[:bp_n]
-            grown_arc[:bp_n] = bp_arc[:bp_n]
-            bp_prev = grown_prev
-            bp_arc = grown_arc
-        for j in range(n):
-            if mark[j]:
-                gid[j] = bp_n
-                bp_n += 1
-        ns = 0
-        for j in range(n):
-            if mark[j]:
-                p = tl.prev[j]
-                bp_prev[gid[j]] = gid[in_frame(p)] if p <= -2 else p
-                bp_arc[gid[j]] = tl.arc[j]
-                if not last and tl.cost[j] < cutoff:
-                    sv.state[ns] = tl.state[j]
-                    sv.ctx[ns] = tl.ctx[j]
-                    sv.cost[ns] = tl.cost[j]
-                    sv.gid[ns] = gid[j]
-                    ns += 1
-            ht.key[tl.slot[j]] = EMPTY_KEY
-        if last:
-            break
-        tokens_per_frame[t] = ns
+# ---------------------------------------------------------------------- streams
 
-        # ---- ExpandArcs (again without FLToP if it left no arc a finite cost), then the closure
-        frame_acoustic_costs(log_probs, t, settings, pruning, ac)
-        n, best, overflow = _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl, sg)
-        if pruning and ns > 0 and not overflow and best == INF:
-            fallbacks += 1
-            frame_acoustic_costs(log_probs, t, settings, False, ac)
-            n, best, overflow = _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl, sg)
-        if overflow:
-            return TOKEN_OVERFLOW, empty, empty, False, tokens_per_frame, fallbacks
-        n, overflow = _closure(np.float32(best + adaptive_beam), n, graph, boosts, context, memo, ht, tl, stack)
-        if overflow:
-            return TOKEN_OVERFLOW, empty, empty, False, tokens_per_frame, fallbacks
+@njit(nogil=True, cache=True, _nrt=False)
+def release(ws, n):
+    """Empty the hash-table slots of the frame's n tokens: a stream leaves the workspace's
+    table as it found it (the next frame's pruning empties them anyway)."""
+    for j in range(n):
+        ws.ht.key[ws.tl.slot[j]] = EMPTY_KEY
 
-    step_start[num_frames + 1] = bp_n
+
+@njit(nogil=True, cache=True)
+def partial_path(tl, n, final, context, prev, arc, stored):
+    """The path of the frame's best token (final costs left out, as for a partial result):
+    (graph arc ids in path order, each arc's backpointer or -1 for the frame's own
+    in-frame arcs).  No arcs when there is no token."""
+    keep = _best_token(tl, n, final, context, False)
+    arcs = np.empty(0, np.int32)
+    gids = np.empty(0, np.int32)
     if keep < 0:
-        return OK, empty, empty, False, tokens_per_frame, fallbacks
-    # ---- traceback: walk (prev, arc) from the kept token
-    g = gid[keep]
-    length = trace_length(bp_prev, g, bp_n)
+        return arcs, gids
+    in_frame_arcs = 0
+    k = keep
+    while True:  # the frame's own epsilon chain back to a stored token
+        if tl.arc[k] != NO_ARC:
+            in_frame_arcs += 1
+        p = tl.prev[k]
+        if p > -2:
+            break
+        k = in_frame(p)
+    g = tl.prev[k]
+    length = trace_length(prev, g, stored) if g >= 0 else 0
     if length < 0:
-        return EPS_CYCLE, empty, empty, False, tokens_per_frame, fallbacks
-    path_arcs = np.empty(length - 1, np.int32)  # the start token has no arc
-    path_gids = np.empty(length - 1, np.int32)
-    trace_path(bp_prev, bp_arc, g, length, path_arcs, path_gids)
-    path_steps = (np.searchsorted(step_start, path_gids, side="right") - 1).astype(np.int32)
-    return OK, path_arcs, path_steps, reached_final, tokens_per_frame, fallbacks
+        return arcs, gids
+    stored_arcs = max(length - 1, 0)
+    arcs = np.empty(stored_arcs + in_frame_arcs, np.int32)
+    gids = np.full(stored_arcs + in_frame_arcs, -1, np.int32)
+    if length > 0:
+        trace_path(prev, arc, g, length, arcs, gids)
+    i = stored_arcs + in_frame_arcs
+    k = keep
+    while True:
+        if tl.arc[k] != NO_ARC:
+            i -= 1
+            arcs[i] = tl.arc[k]
+        p = tl.prev[k]
+        if p > -2:
+            break
+        k = in_frame(p)
+    return arcs, gids
+
+
+@njit(nogil=True, cache=True)
+def common_ancestor(tl, n, prev, stored):
+    """The last backpointer shared by the paths of all the frame's tokens (their words up
+    to it can no longer change), or -1 when they share none but the start."""
+    if n == 0:
+        return -1
+    NONE = np.int32(-1)
+    # the first token's chain, each node with its depth from the start
+    depth = np.full(stored, NONE, np.int32)
+    k = 0
+    while tl.prev[k] <= -2:
+        k = in_frame(tl.prev[k])
+    g = tl.prev[k]
+    if g < 0:
+        return -1
+    chain = 0
+    h = g
+    while h >= 0:
+        chain += 1
+        h = prev[h]
+    h = g
+    d = chain - 1
+    while h >= 0:
+        depth[h] = d
+        d -= 1
+        h = prev[h]
+    # every other token walks up to a node whose shallowest meeting depth is known
+    meet = np.full(stored, NONE, np.int32)
+    lowest = chain - 1
+    for j in range(1, n):
+        k = j
+        while tl.prev[k] <= -2:
+            k = in_frame(tl.prev[k])
+        h = tl.prev[k]
+        if h < 0:
+            return -1
+        first = h
+        while depth[h] < 0 and meet[h] < 0:
+            h = prev[h]
+            if h < 0:
+                return -1
+        m = depth[h] if depth[h] >= 0 else meet[h]
+        lowest = min(lowest, m)
+        h = first
+        while depth[h] < 0 and meet[h] < 0:  # remember the meeting depth along the walk
+            meet[h] = m
+            h = prev[h]
+    h = g
+    for _ in range(chain - 1 - lowest):
+        h = prev[h]
+    return h
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def final_relative_cost(tl, n, final, context):
+    """Kaldi's FinalRelativeCost: the best cost with final costs minus the best without
+    (+inf when no token is in a final state)."""
+    best = INF
+    best_final = INF
+    for j in range(n):
+        best = min(best, tl.cost[j])
+        c = np.float32(tl.cost[j] + final[tl.state[j]])
+        if context is not None and c < INF:
+            c = np.float32(c + context_final(context, 0, tl.ctx[j]))
+        best_final = min(best_final, c)
+    if best_final == INF:
+        return INF
+    return np.float32(best_final - best)
+
+
+@njit(nogil=True, cache=True)
+def trailing_blanks(tl, n, final, context, prev, arc, stored, ilabel, blank):
+    """Emitting arcs that read blank at the end of the best token's path (final costs left
+    out), and whether a non-blank one came before them (else the count ran to the start)."""
+    keep = _best_token(tl, n, final, context, False)
+    count = 0
+    if keep < 0:
+        return 0, False
+    k = keep
+    while True:
+        a = tl.arc[k]
+        if a != NO_ARC and ilabel[a] != 0:
+            if ilabel[a] != blank:
+                return count, True
+            count += 1
+        p = tl.prev[k]
+        if p > -2:
+            break
+        k = in_frame(p)
+    g = tl.prev[k]
+    while g >= 0:
+        a = arc[g]
+        if a != NO_ARC and ilabel[a] != 0:
+            if ilabel[a] != blank:
+                return count, True
+            count += 1
+        g = prev[g]
+    return count, False

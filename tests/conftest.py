@@ -60,6 +60,23 @@ def demo():
         raise FileNotFoundError(f"the bundled demo data is missing from {DEMO}")
     return DEMO
 
+@pytest.fixture(scope="session")
+def demo_graphs(demo, tmp_path_factory):
+    """The six demo graphs (built once per test session into a temp dir; LG is shared)."""
+    from wfst.graphs import TOPOLOGIES, compile_graph
+
+    out = tmp_path_factory.getbasetemp() / "demo_graphs"
+    sets = {"char": dict(tokens=demo / "chars_tokens.txt", word_boundary="|"),
+            "bpe": dict(tokens=demo / "bpe_tokens.txt", spm=demo / "bpe.model")}
+    graphs = {}
+    for name, kw in sets.items():
+        for topo in TOPOLOGIES:
+            r = compile_graph(out / f"{name}_{topo}", lm=demo / "lm.arpa", topology=topo,
+                              cache_dir=out / ".cache", **kw)
+            graphs[f"{name}_{topo}"] = (r.directory, kw)
+    return graphs
+
+
 # CI machines are small and shared: time limits per example only make tests flaky.
 from hypothesis import settings as _settings  # noqa: E402
 

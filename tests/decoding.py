@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pywrapfst as fst
 
+from wfst import synthetic
 from wfst.graph import graph_from_fst
 from wfst.symbols import TokenTable
 
@@ -50,3 +51,13 @@ def top_k_only(log_probs: np.ndarray, k: int) -> np.ndarray:
     OpenFST's exact composition with a large graph stays small."""
     kth = np.sort(log_probs, axis=-1)[..., -k][..., None]
     return np.where(log_probs >= kth, log_probs, -np.inf).astype(np.float32)
+
+
+def demo_emissions(demo, graph, kw, count, seed=1):
+    """Synthetic emissions of held-out sentences whose words are all in the vocabulary."""
+    vocab = graph.words.ids()
+    lines = [ln for ln in (demo / "test.txt").read_text().splitlines() if ln.strip()]
+    texts = [t for t in lines if all(w in vocab for w in t.split())][:count]
+    x, lengths = synthetic.from_texts(texts, graph.tokens, spm=kw.get("spm"),
+                                      word_boundary=kw.get("word_boundary"), seed=seed)
+    return texts, x, lengths

@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from decoding import random_log_probs, random_tlg, top_k_only
+from decoding import demo_emissions, random_log_probs, random_tlg, top_k_only
 from fst_paths import shortest_decode
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,7 +15,7 @@ from wfst.kernels.common import cost_key, key_cost, pack
 from wfst.kernels.select import RADIX_BINS, select_cost
 
 import wfst
-from wfst import contexts, synthetic
+from wfst import contexts
 from wfst.boost import NO_PHRASES
 from wfst.decoder import DecodeInputError, Decoder, DecoderConfig, DecoderMemoryError
 from wfst.graph import read_fst
@@ -137,33 +137,6 @@ def test_tiny_tlg_matches_openfst(tiny, topology):
     for b, res in enumerate(Decoder(g, **WIDE).decode(x, lengths)):
         assert_exact(res, *shortest_decode(tlg, x[b, : lengths[b]]))
         assert res.acoustic_cost + res.graph_cost == pytest.approx(res.cost)
-
-
-@pytest.fixture(scope="module")
-def demo_graphs(demo, tmp_path_factory):
-    """The six demo graphs (built once per test session into a temp dir; LG is shared)."""
-    from wfst.graphs import TOPOLOGIES
-
-    out = tmp_path_factory.getbasetemp() / "demo_graphs"
-    sets = {"char": dict(tokens=demo / "chars_tokens.txt", word_boundary="|"),
-            "bpe": dict(tokens=demo / "bpe_tokens.txt", spm=demo / "bpe.model")}
-    graphs = {}
-    for name, kw in sets.items():
-        for topo in TOPOLOGIES:
-            r = compile_graph(out / f"{name}_{topo}", lm=demo / "lm.arpa", topology=topo,
-                              cache_dir=out / ".cache", **kw)
-            graphs[f"{name}_{topo}"] = (r.directory, kw)
-    return graphs
-
-
-def demo_emissions(demo, graph, kw, count, seed=1):
-    """Synthetic emissions of held-out sentences whose words are all in the vocabulary."""
-    vocab = graph.words.ids()
-    lines = [ln for ln in (demo / "test.txt").read_text().splitlines() if ln.strip()]
-    texts = [t for t in lines if all(w in vocab for w in t.split())][:count]
-    x, lengths = synthetic.from_texts(texts, graph.tokens, spm=kw.get("spm"),
-                                      word_boundary=kw.get("word_boundary"), seed=seed)
-    return texts, x, lengths
 
 
 @pytest.mark.parametrize("name", ["char_normal", "char_compact", "char_minimal",

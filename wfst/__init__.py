@@ -3,6 +3,7 @@
     g = wfst.load_graph("build/demo/char_compact")    # CSR arrays of TLG.fst
     dec = wfst.Decoder(g, beam=16.0, max_active=7000, device="cpu")   # or "cuda"
     results = dec.decode(log_probs, lengths)           # (B, T, V) float32 log-posteriors
+    s = dec.stream(); dec.advance([s], [chunk]); dec.finish([s])   # live streams (wfst.stream)
 
 Graph compilation lives in :mod:`wfst.graphs`.  Importing this package compiles nothing:
 Numba comes in with the first decode.
@@ -25,11 +26,12 @@ from .errors import (
 )
 from .graph import Graph, load_graph
 from .results import DecodeResult, DecodeStats
+from .stream import EndpointConfig, EndpointRule, Partial, Stream
 from .symbols import TokenTable, WordTable
 
 __version__ = "0.1.0"
 
 __all__ = ["BoostError", "DecodeInputError", "DecodeResult", "DecodeStats", "Decoder", "DecoderConfig",
-           "DecoderMemoryError", "Graph", "GraphBuildError", "GraphFormatError", "InputFileError", "LmStoreError",
-           "MissingFileError", "OptionError", "OutputFileError", "TokenTable", "VocabularyError", "WfstError",
-           "WordTable", "load_graph", "__version__"]
+           "DecoderMemoryError", "EndpointConfig", "EndpointRule", "Graph", "GraphBuildError", "GraphFormatError",
+           "InputFileError", "LmStoreError", "MissingFileError", "OptionError", "OutputFileError", "Partial", "Stream",
+           "TokenTable", "VocabularyError", "WfstError", "WordTable", "load_graph", "__version__"]

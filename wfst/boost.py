@@ -111,7 +111,8 @@ def boost_tables(boost, batch: int, words: WordTable | None, beam: float) -> Boo
         per_utt = boost
     else:
         raise BoostError(f"boost must be a mapping word -> reward, or one per utterance; got {type(boost).__name__}")
-    ids = words.ids() if words is not None else {}
+    wanted = words is not None and any(m is not None for m in per_utt)
+    ids = words.ids() if wanted else {}
     unknown, maps, built, automata = [], [], {}, []
     for b, m in enumerate(per_utt):
         if m is None:

@@ -1,6 +1,7 @@
 """wfst-decode: decode an emissions file with a graph and print hypotheses, WER and RTFx.
 
     wfst-decode --graph build/demo/char_compact --emissions emissions.npz [--refs refs.txt]
+    wfst-decode ... --stream --chunk-ms 320     # as live streams: partial results, then finals
 
 The emissions file is a NumPy .npz with `log_probs` (B, T, V) float32 and `lengths` (B,)
 (as written by wfst.synthetic.save_npz; a `texts` array, when present, serves as the
@@ -70,6 +71,10 @@ def decode_main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
     ap.add_argument("--batch-size", type=int, default=64, help="utterances per decode() call")
     ap.add_argument("--frame-ms", type=float, default=1000 * FRAME_SECONDS, help="audio per frame, for RTFx")
+    ap.add_argument("--stream", action="store_true",
+                    help="decode as live streams (--batch-size at once), chunk by chunk, printing partial results "
+                         "as they change ('stable words | the rest') and endpoints")
+    ap.add_argument("--chunk-ms", type=float, default=320.0, help="with --stream: audio per chunk")
     ap.add_argument("--output", help="also write the hypotheses here, one line per utterance")
     ap.add_argument("--quiet", action="store_true", help="print only the summary")
     args = ap.parse_args(argv)
@@ -87,6 +92,8 @@ def decode_main(argv: list[str] | None = None) -> int:
         ap.error(f"argument --batch-size: must be >= 1, got {args.batch_size}")
     if not args.frame_ms > 0:
         ap.error(f"argument --frame-ms: must be > 0, got {args.frame_ms}")
+    if not args.chunk_ms >= args.frame_ms:
+        ap.error(f"argument --chunk-ms: must be at least one frame ({args.frame_ms:g} ms), got {args.chunk_ms}")
     try:
         return _decode(args, config)
     except WfstError as e:
@@ -106,15 +113,22 @@ def _decode(args, config: DecoderConfig) -> int:
     decoder = Decoder(args.graph, config, device=args.device)
     results, seconds = [], 0.0
     B = len(em.lengths)
-    with _progress(B, B > args.batch_size) as bar:
+    with _progress(B, B > args.batch_size and not args.stream) as bar:
         for lo in range(0, B, args.batch_size):
             hi = min(lo + args.batch_size, B)
+            if args.stream:
+                found, took = _streams(decoder, em, lo, hi, args)
+                results += found
+                seconds += took
+                continue
             T = int(em.lengths[lo:hi].max(initial=0))
             batch = np.ascontiguousarray(em.log_probs[lo:hi, :T])
             start = time.perf_counter()
             results += decoder.decode(batch, em.lengths[lo:hi])
             seconds += time.perf_counter() - start
             bar.update(hi - lo)
+    if args.stream and not args.quiet:
+        print("\nfinal:")
     if not args.quiet:
         for i, r in enumerate(results):
             print(f"{i}\t{r.text}" + ("" if r.reached_final else "\t(no final state reached)"))
@@ -127,10 +141,40 @@ def _decode(args, config: DecoderConfig) -> int:
           f"max_active={args.max_active}")
     if refs is not None:
         print(word_errors(refs, [r.words for r in results]))
+    if args.stream:
+        print(f"streams of {args.chunk_ms:g} ms chunks, {args.batch_size} at a time")
     print(f"decode {seconds:.3f} s, RTFx {rtfx(frames, seconds, args.frame_ms / 1000):.1f}, "
           f"{frames / seconds if seconds else 0:.0f} frames/s, "
           f"{decoder.stats.tokens_per_frame:.0f} tokens/frame (last batch)")
     return 0
+
+
+def _streams(decoder: Decoder, em, lo: int, hi: int, args):
+    """Utterances lo..hi as concurrent streams fed chunk by chunk: (results, seconds in
+    advance and finish).  Prints each stream's partial result when it changes."""
+    step = max(1, round(args.chunk_ms / args.frame_ms))
+    lengths = [int(n) for n in em.lengths[lo:hi]]
+    streams = [decoder.stream() for _ in lengths]
+    shown: dict[int, str] = {}
+    seconds = 0.0
+    for pos in range(0, max(lengths, default=0), step):
+        live = [i for i, n in enumerate(lengths) if n > pos]
+        chunks = [em.log_probs[lo + i, pos:min(pos + step, lengths[i])] for i in live]
+        start = time.perf_counter()
+        decoder.advance([streams[i] for i in live], chunks)
+        seconds += time.perf_counter() - start
+        if args.quiet:
+            continue
+        for i in live:
+            p, s = streams[i].partial(), streams[i]
+            text = " ".join(p.words[:p.stable]) + " | " + " ".join(p.words[p.stable:])
+            text += "  (endpoint)" if s.endpoint else ""
+            if shown.get(i) != text:
+                shown[i] = text
+                print(f"{lo + i}\t{s.frames * args.frame_ms / 1000:6.2f} s\t{text}")
+    start = time.perf_counter()
+    results = decoder.finish(streams)
+    return results, seconds + time.perf_counter() - start
 
 
 if __name__ == "__main__":

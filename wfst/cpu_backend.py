@@ -22,11 +22,12 @@ from . import contexts
 from .batch import BatchPlan, Outcome
 from .inputs import host_array, nonfinite_rows
 from .memory import available_host_bytes
-from .results import TracedPath, emitting_reads
+from .results import PathPart, TracedPath, emitting_reads, path_part
 
 _LM_MEMO_SLOTS = 1 << 21  # 32 MiB; on BPE 2^20 was 10% slower, 2^22 5% faster
 _PHRASE_MEMO_SLOTS = 1 << 15  # phrases alone: a small automaton
 _PHRASE_LM_MEMO_SLOTS = 1 << 18  # phrases with rescoring
+_COMMIT_AT = 8192  # backpointers at which a stream first tries to commit its path (then at each doubling)
 
 
 class CpuBackend:
@@ -46,7 +47,7 @@ class CpuBackend:
         self.num_words = int(graph.olabel.max(initial=0)) + 1  # every output label indexes a cost vector
         self._word_arcs = None
         self._lm_memos = queue.SimpleQueue()  # see _memo
-        self._workspaces = queue.SimpleQueue()  # cpu.Workspace, one per utterance searched at a time
+        self._workspaces = {}  # capacity -> queue of cpu.Workspace, one per utterance searched at a time
         self._counts = np.zeros(C.STEP_COUNTERS, np.int64)  # the memos' counters, summed over searches
         self._counts_lock = threading.Lock()
         self._memo_bytes = 0  # of the largest memo in use
@@ -151,16 +152,15 @@ class CpuBackend:
         """A search workspace of `capacity` token slots, reused from utterance to utterance."""
         from wfst.kernels import cpu
 
+        pool = self._workspaces.setdefault(capacity, queue.SimpleQueue())  # streams may differ in capacity
         try:
-            ws = self._workspaces.get_nowait()
+            ws = pool.get_nowait()
         except queue.Empty:
-            ws = None
-        if ws is None or ws.tl.state.shape[0] != capacity:
             ws = cpu.new_workspace(capacity)
         try:
             yield ws
         finally:
-            self._workspaces.put(ws)
+            pool.put(ws)
 
     @contextlib.contextmanager
     def _memo(self, context):
@@ -185,3 +185,251 @@ class CpuBackend:
             yield memo
         finally:
             self._lm_memos.put(memo)
+
+    # ------------------------------------------------------------------ streams
+
+    def open_stream(self, boosts, rescorer, settings, capacity: int) -> CpuStream:
+        """A stream's search state: its start token and the start's epsilon closure.
+        boosts: the stream's BoostTables (one row)."""
+        from wfst.kernels import cpu
+
+        context = None
+        phrases = boosts.phrases[0]
+        if rescorer is not None or phrases.num_states > 1:
+            context = contexts.context(rescorer, [phrases], boosts.max_reward)
+        word_costs = boosts.word_costs(0, self.num_words) if boosts.boosted(0) else None
+        own_memo = None
+        if context is not None and phrases.num_states > 1:  # phrase steps are this stream's own
+            own_memo = cpu.new_memo(_PHRASE_LM_MEMO_SLOTS if rescorer is not None else _PHRASE_MEMO_SLOTS)
+        state = CpuStream(context, own_memo, word_costs, settings, capacity, self.graph.tokens.num_columns)
+        while True:
+            with self._stream_memo(state) as memo, self._workspace(state.capacity) as ws:
+                ws = ws._replace(tl=state.tl)
+                n, overflow = cpu.begin(self.layout, word_costs, context, memo, ws)
+                if not overflow:
+                    cpu.release(ws, n)
+                    state.n = n
+                    return state
+            state.grow(None)
+
+    def advance(self, states: list, chunks: list) -> None:
+        """Decode each stream's chunk (NumPy (T, V) float32) on the thread pool."""
+        def one(i):
+            self._advance_one(states[i], chunks[i])
+
+        order = [i for i in range(len(states)) if len(chunks[i])]
+        threads = min(self.num_threads, max(len(order), 1))
+        if threads == 1:
+            for i in order:
+                one(i)
+        else:
+            with ThreadPoolExecutor(threads) as pool:
+                list(pool.map(one, order))
+
+    def _advance_one(self, state: CpuStream, chunk: np.ndarray) -> None:
+        from wfst.kernels import cpu
+
+        state.append(chunk)
+        T, t = len(chunk), 0
+        resume, resume_beam = False, np.float32(0.0)
+        while True:
+            with self._stream_memo(state) as memo, self._workspace(state.capacity) as ws:
+                if resume:
+                    ws = state.resumed(ws)
+                ws = ws._replace(tl=state.tl)
+                status, done, n, ns, beam, prev, arc, stored, fallbacks = cpu.frames(
+                    self.layout, state.word_costs, state.context, memo, chunk[t:], T - t, state.settings, ws,
+                    state.n, state.ns, resume, resume_beam, state.trace, state.frames - state.base, state.stored)
+                state.trace = state.trace._replace(prev=prev, arc=arc)
+                state.n, state.ns, state.stored = n, ns, stored
+                state.frames += done
+                state.fallbacks += fallbacks
+                if status == C.OK:
+                    cpu.release(ws, n)
+                    break
+                # a frame overflowed: go on from its survivors in a workspace twice as large
+                state.grow(ws)
+                ws.ht.key[:] = C.EMPTY_KEY
+                ws.sg.key[:] = C.EMPTY_KEY
+                t += done
+                resume, resume_beam = True, beam
+        state.commit(self.graph)
+
+    def stream_partial(self, state: CpuStream):
+        """(PathPart of the best path so far, how many of its words are stable)."""
+        from wfst.kernels import cpu
+
+        tr = state.trace
+        arcs, gids = cpu.partial_path(state.tl, state.n, self.layout.final, state.context, tr.prev, tr.arc,
+                                      state.stored)
+        meet = cpu.common_ancestor(state.tl, state.n, tr.prev, state.stored)
+        part = state.part(self.graph, arcs, gids)
+        olab = self.graph.olabel[np.asarray(arcs, np.int64)]
+        stable = len(state.prefix.word_ids)
+        if meet >= 0 and len(arcs):
+            where = np.flatnonzero(gids == meet)
+            if where.size:
+                stable += int(np.count_nonzero(olab[:where[0] + 1]))
+        return state.prefix + part, stable
+
+    def stream_ending(self, state: CpuStream) -> tuple[int, float]:
+        """What the endpoint rules read: (blank frames at the end of the best path, the
+        final relative cost)."""
+        from wfst.kernels import cpu
+
+        tr = state.trace
+        blank = self.graph.tokens.blank_ilabel
+        count, voiced = cpu.trailing_blanks(state.tl, state.n, self.layout.final, state.context, tr.prev, tr.arc,
+                                            state.stored, self.graph.ilabel, -1 if blank is None else blank)
+        if not voiced:  # the blanks ran back to the commit point: the prefix's speech decides
+            count = state.frames - 1 - state.prefix.last_voiced
+        relative = float(cpu.final_relative_cost(state.tl, state.n, self.layout.final, state.context))
+        return count, relative
+
+    def finish_stream(self, state: CpuStream):
+        """The stream's last step: (status, TracedPath of the rest of the path, the
+        committed PathPart before it)."""
+        from wfst.kernels import cpu
+
+        state.reserve(0)
+        with self._workspace(state.capacity) as ws:
+            ws = ws._replace(tl=state.tl)
+            status, arcs, gids, reached_final = cpu.finish(self.layout, state.context, ws, state.n, state.trace,
+                                                           state.frames - state.base, state.stored)
+        if status != C.OK:
+            return status, None, state.prefix
+        steps = state.steps_of(gids, finished=True)
+        frames, columns = emitting_reads(self.graph, arcs, steps)
+        logp = state.logp[frames - state.base, columns]
+        survivors = state.survivors + int(state.trace.survivors[:state.frames - state.base].sum())
+        return status, TracedPath(arcs, steps, logp, bool(reached_final), survivors, state.fallbacks), state.prefix
+
+    @contextlib.contextmanager
+    def _stream_memo(self, state: CpuStream):
+        """The stream's memo (its own with phrases, else one of the pool), its counters
+        added to the backend's."""
+        with contextlib.nullcontext(state.memo) if state.memo is not None else self._memo(state.context) as memo:
+            if memo is None:
+                yield None
+                return
+            before = memo.counts.copy()
+            yield memo
+            with self._counts_lock:
+                self._counts += memo.counts - before
+                self._memo_bytes = max(self._memo_bytes, memo.table.nbytes)
+
+
+class CpuStream:
+    """One stream's CPU search state between calls: the tokens of its last frame (its own
+    token list; the rest of a workspace is shared), its backpointers from `base` on (the
+    steps before were committed into `prefix`), and the log_probs of frames base.. that a
+    path after the commit point may still read."""
+
+    def __init__(self, context, memo, word_costs, settings, capacity: int, num_columns: int):
+        from wfst.kernels import cpu
+
+        self.context, self.memo, self.word_costs, self.settings = context, memo, word_costs, settings
+        self.capacity = capacity
+        self.tl = cpu.new_workspace(capacity).tl
+        self.n = self.ns = 0
+        self.trace = cpu.new_trace(64, capacity)
+        self.stored = 0
+        self.frames = 0  # frames decoded
+        self.base = 0  # trace.steps[k] is step base + k; logp[r] is frame base + r
+        self.logp = np.empty((0, num_columns), np.float32)
+        self.prefix = PathPart()
+        self.fallbacks = 0
+        self.survivors = 0  # of the released frames
+        self._next_commit = _COMMIT_AT  # backpointers at which to try to commit
+
+    def reserve(self, frames: int) -> None:
+        """Room in trace.steps and trace.survivors for `frames` more frames and the last step."""
+        need = self.frames - self.base + frames + 2
+        if need > min(len(self.trace.steps), len(self.trace.survivors)):
+            size = max(need, 2 * len(self.trace.steps))
+            steps, survivors = np.zeros(size, np.int64), np.zeros(size, np.int32)
+            steps[:len(self.trace.steps)] = self.trace.steps
+            survivors[:len(self.trace.survivors)] = self.trace.survivors
+            self.trace = self.trace._replace(steps=steps, survivors=survivors)
+
+    def append(self, chunk: np.ndarray) -> None:
+        self.reserve(len(chunk))
+        kept = self.frames - self.base
+        if kept + len(chunk) > len(self.logp) or len(self.logp) == 0:
+            grown = np.empty((max(kept + len(chunk), 2 * len(self.logp)), self.logp.shape[1]), np.float32)
+            grown[:kept] = self.logp[:kept]
+            self.logp = grown
+        self.logp[kept:kept + len(chunk)] = chunk
+
+    def grow(self, ws) -> None:
+        """Twice the token capacity; ws: the workspace whose frame overflowed (its survivors
+        carry over), None before the first frame."""
+        from wfst.kernels import cpu
+
+        self.capacity *= 2
+        self.tl = cpu.new_workspace(self.capacity).tl
+        self._survivors = None if ws is None else tuple(a[:self.ns].copy() for a in ws.sv[:4])
+
+    def resumed(self, ws):
+        """ws (of the new capacity) with the overflowed frame's survivors copied in."""
+        for mine, theirs in zip(ws.sv[:4], self._survivors):
+            mine[:self.ns] = theirs
+        self._survivors = None
+        return ws
+
+    def steps_of(self, gids, finished: bool = False) -> np.ndarray:
+        """The step each backpointer was stored at (finished: after the last step)."""
+        k = self.frames - self.base + (2 if finished else 0)
+        return (self.base + np.searchsorted(self.trace.steps[:k], gids, side="right") - 1).astype(np.int32)
+
+    def part(self, graph, arcs, gids) -> PathPart:
+        """The PathPart of path arcs after the commit point (gids -1: stored at no step yet,
+        the current one)."""
+        steps = np.where(gids >= 0, self.steps_of(gids), self.frames).astype(np.int32)
+        frames, columns = emitting_reads(graph, arcs, steps)
+        return path_part(graph, arcs, steps, self.logp[frames - self.base, columns])
+
+    def commit(self, graph) -> None:
+        """Commit the path up to where the paths of all tokens meet, when that releases at
+        least half of the backpointers: its words go to `prefix`, and the backpointers and
+        frames before it are dropped.  Tried each time the backpointers doubled, so that
+        its cost stays a constant share of the search's."""
+        from wfst.kernels import cpu
+
+        if self.stored < self._next_commit:  # tried again once the backpointers doubled
+            return
+        self._next_commit = 2 * self.stored
+        tr = self.trace
+        meet = cpu.common_ancestor(self.tl, self.n, tr.prev, self.stored)
+        if meet <= 0:
+            return
+        k = int(self.steps_of(np.array([meet]))[0]) - self.base  # the meeting point's step
+        cut = int(tr.steps[k])
+        if cut < self.stored // 2:
+            return
+        length = int(cpu.trace_length(tr.prev, np.int32(meet), self.stored))
+        arcs = np.empty(length - 1, np.int32)
+        gids = np.empty(length - 1, np.int32)
+        cpu.trace_path(tr.prev, tr.arc, np.int32(meet), length, arcs, gids)
+        self.prefix = self.prefix + self.part(graph, arcs, gids)
+        # backpointers from the meeting point's step on; the meeting point is the new start
+        live = self.stored - cut
+        prev = tr.prev[cut:self.stored] - cut
+        prev[prev < 0] = C.NO_TOKEN
+        prev[meet - cut] = C.NO_TOKEN
+        tr.prev[:live] = prev
+        tr.arc[:live] = tr.arc[cut:self.stored]
+        left = self.frames - self.base - k + 2
+        self.survivors += int(tr.survivors[:k].sum())
+        tr.steps[:left] = tr.steps[k:k + left] - cut
+        tr.steps[0] = 0
+        tr.survivors[:left] = tr.survivors[k:k + left]
+        kept = self.frames - self.base
+        self.logp[:kept - k] = self.logp[k:kept]
+        self.stored = live
+        self._next_commit = max(2 * live, _COMMIT_AT)
+        self.base += k
+        # the frame's tokens point at backpointers too
+        stored_prev = self.tl.prev[:self.n]
+        stored_prev[stored_prev >= 0] -= cut
+

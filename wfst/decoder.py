@@ -33,6 +33,7 @@ from .errors import DecodeInputError, DecoderMemoryError, MissingFileError, Opti
 from .graph import Graph, load_graph
 from .inputs import check_batch, check_finite
 from .results import EMPTY_RESULT, DecodeResult, DecodeStats, path_result
+from .stream import EndpointConfig, Partial, Stream
 
 
 class Decoder:
@@ -110,6 +111,108 @@ class Decoder:
                                      regrowths, sum(p.fallbacks for p in paths.values()), boosts.unknown, lm,
                                      self._backend.device_seconds - device_before)
             return results
+
+    # ------------------------------------------------------------------ streams
+
+    def stream(self, boost=None, *, endpoint: EndpointConfig | None = None) -> Stream:
+        """A new live stream (see wfst.stream): its search state lives on this decoder's
+        device until finish().  boost: word or phrase -> reward for this stream, as in
+        decode(); endpoint: the endpoint rules (default: Kaldi's)."""
+        from .boost import boost_tables
+
+        if self.device != "cpu":
+            raise OptionError(f"streams run on device='cpu' only so far; this Decoder is on {self.device!r}")
+        if endpoint is not None and not isinstance(endpoint, EndpointConfig):
+            raise OptionError(f"endpoint must be a wfst.EndpointConfig or None; got {type(endpoint).__name__}")
+        boosts = boost_tables(None if boost is None else [boost], 1, self.graph.words, self.config.beam)
+        with self._lock:
+            state = self._backend.open_stream(boosts, self.rescorer, self._settings, self._capacity.tokens)
+            self._grow_to(state.capacity)
+        return Stream(self, state, boosts.maps[0], boosts.phrases[0], endpoint or EndpointConfig())
+
+    def advance(self, streams, chunks) -> None:
+        """Decode the next chunk of each stream in one batched step: chunks[i] is a (T_i, V)
+        float32 array of log-posteriors (NumPy, torch or CuPy; T_i may be 0).  Streams not
+        given keep their state untouched.  Every input is checked before any stream moves."""
+        streams, chunks = self._check_streams(streams, "advance"), list(chunks)
+        if len(chunks) != len(streams):
+            raise DecodeInputError(f"advance() got {len(streams)} streams but {len(chunks)} chunks")
+        V = self.graph.tokens.num_columns
+        arrays = []
+        for i, chunk in enumerate(chunks):
+            x = self._backend.to_batch(chunk)
+            if x.ndim != 2 or x.shape[1] != V:
+                raise DecodeInputError(f"stream {i}: a chunk must have shape (T, V={V}) (V: the graph's tokens, "
+                                       f"blank included); got shape {tuple(x.shape)}")
+            if x.dtype != np.float32:
+                raise DecodeInputError(f"stream {i}: a chunk must be float32 log-posteriors; got {x.dtype}")
+            bad = np.flatnonzero(np.isnan(x).any(axis=1) | np.isposinf(x).any(axis=1))
+            if bad.size:
+                raise DecodeInputError(f"stream {i}: chunk frame {int(bad[0])} has NaN or +inf")
+            arrays.append(x)
+        with self._lock:
+            start = time.perf_counter()
+            lm_before = self._backend.counters()
+            survivors_before = [s._state.survivors + int(s._state.trace.survivors[:s.frames - s._state.base].sum())
+                                for s in streams]
+            self._backend.advance([s._state for s in streams], arrays)
+            for s in streams:
+                self._grow_to(s._state.capacity)
+                trailing, relative = self._backend.stream_ending(s._state)
+                s.endpoint_rule = s.endpoint_config.fired(trailing, relative, s.frames)
+                s.endpoint = s.endpoint_rule is not None
+            frames = sum(len(x) for x in arrays)
+            survivors = sum(s._state.survivors + int(s._state.trace.survivors[:s.frames - s._state.base].sum())
+                            for s in streams) - sum(survivors_before)
+            self.stats = DecodeStats(len(streams), frames, time.perf_counter() - start,
+                                     survivors / frames if frames else 0.0,
+                                     lm=self._backend.lm_report(lm_before, frames, self.rescorer))
+
+    def finish(self, streams) -> list[DecodeResult]:
+        """The streams' results, exactly as decode() gives them for the whole of each stream's
+        frames; the streams take no more chunks."""
+        streams = self._check_streams(streams, "finish")
+        results = []
+        with self._lock:
+            for s in streams:
+                status, path, prefix = self._backend.finish_stream(s._state)
+                if status == C.EPS_CYCLE:
+                    raise WfstError("a stream's path loops: the graph has a zero-cost epsilon cycle")
+                results.append(path_result(self.graph, self.config, path, s.frames, s._boost_map, s._phrases,
+                                           self.rescorer, prefix) if s.frames else EMPTY_RESULT)
+                s.finished = True
+                s._state = _FinishedState(s.frames)
+        return results
+
+    def _partial(self, s: Stream) -> Partial:
+        with self._lock:
+            part, stable = self._backend.stream_partial(s._state)
+        words = tuple(self.graph.words[w] if self.graph.words is not None else str(w) for w in part.word_ids)
+        return Partial(words, part.word_ids, part.word_frames, stable, s.frames)
+
+    def _check_streams(self, streams, call: str) -> list[Stream]:
+        streams = list(streams)
+        seen = set()
+        for i, s in enumerate(streams):
+            if not isinstance(s, Stream):
+                raise DecodeInputError(f"{call}(): item {i} is a {type(s).__name__}, not a Stream from "
+                                       f"Decoder.stream()")
+            if s._decoder is not self:
+                raise DecodeInputError(f"{call}(): stream {i} belongs to another Decoder")
+            if s.finished:
+                raise DecodeInputError(f"{call}(): stream {i} was finished; open a new one with Decoder.stream()")
+            if id(s) in seen:
+                raise DecodeInputError(f"{call}(): stream {i} is given twice")
+            seen.add(id(s))
+        return streams
+
+    def _grow_to(self, tokens: int) -> None:
+        """New streams and batches start with the capacity a stream had to grow to."""
+        c = self.config
+        if tokens > self._capacity.tokens:
+            bp = C.backpointers_per_frame(tokens, c.max_active, c.min_active)
+            self._capacity = dataclasses.replace(self._capacity, tokens=tokens,
+                                                 backpointers=max(self._capacity.backpointers, bp))
 
     # ------------------------------------------------------------------ a batch
 
@@ -203,3 +306,9 @@ def _rescorer(graph: Graph, rescore_lm, graph_lm):
         graph_lm = path
     return Rescorer(open_lm(rescore_lm), open_lm(graph_lm), graph.words)
 
+
+class _FinishedState:
+    """What a finished stream keeps: its length."""
+
+    def __init__(self, frames: int):
+        self.frames = frames

@@ -70,31 +70,67 @@ def emitting_reads(graph, arcs, steps) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(steps, np.int64)[emitting] - 1, column_of_ilabel(ilab[emitting].astype(np.int64))
 
 
-def path_result(graph, config, path: TracedPath, num_frames: int, boost: dict, phrases, rescorer) -> DecodeResult:
-    """Words, frames and cost parts (in float64) of a traced-back path.
+@dataclasses.dataclass
+class PathPart:
+    """What a stretch of a path adds to its result, in float64: a stream's path is its
+    committed prefix (whose backpointers and frames were released) and the rest."""
+
+    logp: float = 0.0  # sum of log_probs read by its emitting arcs
+    blanks: int = 0  # its emitting arcs that read blank
+    weights: float = 0.0  # its arc weights
+    word_ids: tuple = ()
+    word_frames: tuple = ()
+    last_voiced: int = -1  # the last frame a non-blank emitting arc read (-1: none)
+    last_frame: int = -1  # the last frame an emitting arc read
+    end_state: int = -1  # the graph state its last arc leads to (-1: no arcs)
+
+    def __add__(self, later: PathPart) -> PathPart:
+        return PathPart(self.logp + later.logp, self.blanks + later.blanks, self.weights + later.weights,
+                        self.word_ids + later.word_ids, self.word_frames + later.word_frames,
+                        max(self.last_voiced, later.last_voiced), max(self.last_frame, later.last_frame),
+                        later.end_state if later.end_state >= 0 else self.end_state)
+
+
+def path_part(graph, arcs, steps, logp) -> PathPart:
+    """The PathPart of path arcs (graph arc ids), the steps their tokens were stored at and
+    the log_probs their emitting arcs read (emitting_reads)."""
+    arcs = np.asarray(arcs, np.int64)
+    steps = np.asarray(steps, np.int64)
+    ilab = graph.ilabel[arcs]
+    blank = graph.tokens.blank_ilabel
+    emitting = ilab != 0
+    is_blank = (ilab == blank) if blank is not None else np.zeros(len(arcs), bool)
+    voiced = emitting & ~is_blank
+    olab = graph.olabel[arcs]
+    has_word = olab != 0
+    frames = np.maximum(steps - 1, 0)
+    return PathPart(float(np.asarray(logp, np.float32).astype(np.float64).sum()), int(np.sum(is_blank)),
+                    float(graph.weight[arcs].astype(np.float64).sum()), tuple(int(w) for w in olab[has_word]),
+                    tuple(int(f) for f in frames[has_word]), int(steps[voiced][-1] - 1) if voiced.any() else -1,
+                    int(steps[emitting][-1] - 1) if emitting.any() else -1,
+                    int(graph.nextstate[arcs[-1]]) if len(arcs) else -1)
+
+
+def path_result(graph, config, path: TracedPath, num_frames: int, boost: dict, phrases, rescorer,
+                prefix: PathPart | None = None) -> DecodeResult:
+    """Words, frames and cost parts (in float64) of a traced-back path (after `prefix`, a
+    stream's committed part, if any).
 
     boost: the utterance's word id -> cost map; phrases: its phrase automaton; rescorer:
     the on-the-fly rescoring LMs or None."""
-    arcs = np.asarray(path.arcs, np.int64)
-    ilab = graph.ilabel[arcs]
-    blank = graph.tokens.blank_ilabel
-    acoustic = -config.acoustic_scale * np.asarray(path.logp, np.float32).astype(np.float64)
-    acoustic_cost = float(acoustic.sum())
-    if blank is not None:
-        acoustic_cost += config.blank_penalty * int(np.sum(ilab == blank))
-    graph_cost = float(graph.weight[arcs].astype(np.float64).sum())
+    part = path_part(graph, path.arcs, path.steps, path.logp)
+    if prefix is not None:
+        part = prefix + part
+    acoustic_cost = -config.acoustic_scale * part.logp + config.blank_penalty * part.blanks
+    graph_cost = part.weights
     if path.reached_final:
-        last = graph.nextstate[arcs[-1]] if len(arcs) else graph.start
-        graph_cost += float(graph.final[last])
-    olab = graph.olabel[arcs]
-    has_word = olab != 0
-    frames = np.maximum(np.asarray(path.steps, np.int64) - 1, 0)
-    word_ids = tuple(int(w) for w in olab[has_word])
+        graph_cost += float(graph.final[part.end_state if part.end_state >= 0 else graph.start])
+    word_ids = part.word_ids
     words = tuple(graph.words[w] if graph.words is not None else str(w) for w in word_ids)
     boost_cost = float(sum(np.float32(boost.get(w, 0.0)) for w in word_ids)) if boost else 0.0
     if phrases.num_states > 1:
         boost_cost += phrases.path_cost(word_ids, path.reached_final)
     rescore_cost = rescorer.path_cost(word_ids, path.reached_final) if rescorer is not None else 0.0
-    return DecodeResult(words, word_ids, tuple(int(f) for f in frames[has_word]),
+    return DecodeResult(words, word_ids, part.word_frames,
                         acoustic_cost + graph_cost + boost_cost + rescore_cost, acoustic_cost, graph_cost,
                         bool(path.reached_final), num_frames, boost_cost, rescore_cost)

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""make bench-stream: many live streams decoded chunk by chunk, against offline decoding.
+
+For each number of concurrent streams N and chunk length, U = max(N, 64) utterances are
+decoded in rounds of N streams: each round opens N streams, advances all of them by one
+chunk per Decoder.advance() call until their audio ends, and finishes them.  The same U
+utterances are also decoded offline (Decoder.decode, batches of N) on the same threads.
+Reported: aggregate RTFx of each, the streams' share of the offline throughput, and the
+latency of one advance() call (all N streams, one chunk each): p50 / p95 / p99.  Results
+of the streams are checked against the offline ones (the same words on every utterance).
+
+Emissions are SYNTHETIC (wfst.synthetic) of the demo's held-out sentences, several seeds
+where more utterances are needed: the demo's character graph on the demo profile and its
+BPE graph on the noisy profile (the harder setup).  40 ms a frame.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from demo_data import PROFILES, emission_options, sentences
+from tqdm import tqdm
+from wfst_bench.machine import machine
+
+import wfst
+from wfst import synthetic
+from wfst.scoring import FRAME_SECONDS, rtfx
+
+SETUPS = [("char_compact", "demo"), ("bpe_compact", "noisy")]
+
+
+def stream_rounds(dec, x, lengths, n: int, step: int):
+    """Decode all utterances as rounds of n concurrent streams; (results, seconds in
+    advance/finish, latency of each advance call)."""
+    results, seconds, latencies = [], 0.0, []
+    for lo in range(0, len(lengths), n):
+        hi = min(lo + n, len(lengths))
+        streams = [dec.stream() for _ in range(lo, hi)]
+        for pos in range(0, int(lengths[lo:hi].max()), step):
+            live = [i for i in range(lo, hi) if lengths[i] > pos]
+            chunks = [x[i, pos:min(pos + step, int(lengths[i]))] for i in live]
+            start = time.perf_counter()
+            dec.advance([streams[i - lo] for i in live], chunks)
+            took = time.perf_counter() - start
+            latencies.append(took)
+            seconds += took
+        start = time.perf_counter()
+        results += dec.finish(streams)
+        seconds += time.perf_counter() - start
+    return results, seconds, latencies
+
+
+def offline(dec, x, lengths, n: int):
+    results, seconds = [], 0.0
+    for lo in range(0, len(lengths), n):
+        start = time.perf_counter()
+        results += dec.decode(x[lo:lo + n], lengths[lo:lo + n])
+        seconds += time.perf_counter() - start
+    return results, seconds
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--graphs", default="build/demo", help="where make demo put the graphs")
+    ap.add_argument("--streams", default="1,16,128,512", help="numbers of concurrent streams")
+    ap.add_argument("--chunk-ms", default="160,320,1000", help="chunk lengths")
+    ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    args = ap.parse_args()
+    counts = [int(v) for v in args.streams.split(",")]
+    chunks_ms = [float(v) for v in args.chunk_ms.split(",")]
+    texts = sentences("test")
+    m = machine()
+    print(f"Streams on SYNTHETIC emissions of the demo's held-out sentences; CPU backend, "
+          f"{args.threads or 'all'} threads; {m['cpu']}\n")
+    rows = []
+    for name, profile in SETUPS:
+        token_set = name.split("_")[0]
+        g = wfst.load_graph(Path(args.graphs) / name)
+        need = max(max(counts), 64)
+        seeds = -(-need // len(texts))
+        x_all, lengths_all = synthetic.from_texts_seeds(texts, g.tokens, seeds, **emission_options(token_set),
+                                                        **PROFILES[profile])
+        dec = wfst.Decoder(g, beam=16.0, max_active=7000, num_threads=args.threads)
+        dec.decode(x_all[:2], lengths_all[:2])  # compile
+        stream_rounds(dec, x_all[:2], lengths_all[:2], 2, 8)
+        for n in tqdm(counts, desc=f"{name} ({profile})", unit="N", file=sys.stderr):
+            U = max(n, 64)
+            x, lengths = x_all[:U], lengths_all[:U]
+            audio = int(lengths.sum())
+            want, off_seconds = offline(dec, x, lengths, n)
+            for chunk_ms in chunks_ms:
+                step = max(1, round(chunk_ms / 1000 / FRAME_SECONDS))
+                got, seconds, lat = stream_rounds(dec, x, lengths, n, step)
+                same = sum(a.words == b.words for a, b in zip(got, want))
+                p50, p95, p99 = (1000 * float(np.percentile(lat, q)) for q in (50, 95, 99))
+                rows.append(dict(graph=name, emissions=profile, streams=n, chunk_ms=chunk_ms, utterances=U,
+                                 frames=audio, stream_seconds=seconds, offline_seconds=off_seconds,
+                                 stream_rtfx=rtfx(audio, seconds), offline_rtfx=rtfx(audio, off_seconds),
+                                 share=off_seconds / seconds, p50_ms=p50, p95_ms=p95, p99_ms=p99,
+                                 same_words=same))
+    print("| graph | emissions | streams | chunk | RTFx streams | RTFx offline | streams / offline | "
+          "advance() p50 / p95 / p99 ms | same words |")
+    print("|---|---|---:|---:|---:|---:|---:|---|---:|")
+    for r in rows:
+        print(f"| {r['graph']} | {r['emissions']} | {r['streams']} | {r['chunk_ms']:g} ms | {r['stream_rtfx']:,.0f} | "
+              f"{r['offline_rtfx']:,.0f} | {100 * r['share']:.0f}% | {r['p50_ms']:.1f} / {r['p95_ms']:.1f} / "
+              f"{r['p99_ms']:.1f} | {r['same_words']}/{r['utterances']} |")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(dict(machine=m, rows=rows), indent=1))
+    bad = [r for r in rows if r["same_words"] != r["utterances"]]
+    if bad:
+        print(f"\n{len(bad)} rows where streams and offline decoding disagree", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

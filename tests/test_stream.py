@@ -1,0 +1,220 @@
+"""Streams: chunk-by-chunk decoding equals decoding the whole utterance; partial results,
+endpointing, bounded state and bad input."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from decoding import demo_emissions
+from wfst.graphs import compile_graph
+
+import wfst
+from wfst import synthetic
+from wfst.decoder import DecodeInputError, Decoder
+from wfst.errors import OptionError
+from wfst.lm import truncate_arpa
+from wfst.stream import KALDI_RULES, EndpointConfig, EndpointRule
+
+
+def stream_all(dec, x, lengths, seed, boost=None, check_partials=None):
+    """Decode every utterance as a stream: random chunk sizes (0 frames upward), streams
+    advanced in random subsets so that they join and leave between calls."""
+    rng = np.random.default_rng(seed)
+    boosts = boost if isinstance(boost, list) else [boost] * len(lengths)
+    streams = [dec.stream(boost=b) for b in boosts]
+    pos = [0] * len(lengths)
+    while any(p < n for p, n in zip(pos, lengths)):
+        pick = [i for i in range(len(lengths)) if pos[i] < lengths[i] and rng.random() < 0.6]
+        chunks = []
+        for i in pick:
+            k = int(rng.choice([0, 1, 2, 5, 17, 40]))
+            chunks.append(x[i, pos[i]:min(pos[i] + k, int(lengths[i]))])
+            pos[i] = min(pos[i] + k, int(lengths[i]))
+        rng.shuffle(order := np.arange(len(pick)))
+        dec.advance([streams[pick[j]] for j in order], [chunks[j] for j in order])
+        if check_partials is not None:
+            for i in pick:
+                check_partials(i, streams[i].partial())
+    return dec.finish(streams)
+
+
+def same_results(got, want):
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert (a.words, a.word_frames, a.reached_final, a.num_frames) == (b.words, b.word_frames, b.reached_final,
+                                                                          b.num_frames)
+        assert a.cost == pytest.approx(b.cost, abs=1e-5)
+        assert a.acoustic_cost == pytest.approx(b.acoustic_cost, abs=1e-5)
+        assert (a.boost_cost, a.rescore_cost) == pytest.approx((b.boost_cost, b.rescore_cost), abs=1e-5)
+
+
+@pytest.mark.parametrize("name", ["char_compact", "bpe_compact"])
+def test_streams_equal_offline_decoding_for_any_chunking(demo, demo_graphs, name):
+    path, kw = demo_graphs[name]
+    g = wfst.load_graph(path)
+    texts, x, lengths = demo_emissions(demo, g, kw, count=8, seed=4)
+    dec = Decoder(g, beam=12.0, max_active=600, num_threads=2)
+    want = dec.decode(x, lengths)
+    finals = {}
+
+    def check(i, partial):  # stable words never change: they are a prefix of every later partial
+        prefix = partial.word_ids[:partial.stable]
+        assert finals.get(i, ())[:len(prefix)] == prefix[:len(finals.get(i, ()))]
+        finals[i] = prefix
+
+    got = stream_all(dec, x, lengths, seed=1, check_partials=check)
+    same_results(got, want)
+    for i, prefix in finals.items():
+        assert got[i].word_ids[:len(prefix)] == prefix
+
+
+def test_streams_with_boosts_phrases_fltop_and_rescoring(demo, tmp_path):
+    """Per-stream word boosts and phrases, FLToP and on-the-fly rescoring: as offline."""
+    small = truncate_arpa(demo / "lm.arpa", tmp_path / "lm2.arpa", 2)
+    r = compile_graph(tmp_path / "g", tokens=demo / "chars_tokens.txt", word_boundary="|", lm=small,
+                      topology="compact")
+    g = wfst.load_graph(r.directory)
+    texts = [t for t in (demo / "test.txt").read_text().splitlines() if t.strip()][:6]
+    x, lengths = synthetic.from_texts(texts, g.tokens, word_boundary="|", seed=2, confusion=0.15, noise=1.5)
+    words = texts[0].split()
+    boosts = [{words[0]: 2.0}, None, {" ".join(words[:2]): 3.0, words[-1]: 1.0}, None, {words[1]: 1.5}, None]
+    dec = Decoder(g, beam=10.0, max_active=400, token_top_n=12, num_threads=2, rescore_lm=demo / "lm.arpa")
+    want = dec.decode(x, lengths, boost=boosts)
+    same_results(stream_all(dec, x, lengths, seed=3, boost=boosts), want)
+
+
+def test_a_stream_that_overflows_grows_and_stays_exact(demo, demo_graphs):
+    path, kw = demo_graphs["bpe_compact"]
+    g = wfst.load_graph(path)
+    _, x, lengths = demo_emissions(demo, g, kw, count=3, seed=6)
+    dec = Decoder(g, beam=14.0, max_active=2000, token_capacity=16, num_threads=1)
+    streams = [dec.stream() for _ in lengths]
+    assert streams[0]._state.capacity >= 16
+    want = Decoder(g, beam=14.0, max_active=2000, num_threads=1).decode(x, lengths)
+    same_results(stream_all(dec, x, lengths, seed=5), want)
+    assert dec._capacity.tokens > 16  # new streams start as large as a stream had to grow
+
+
+def test_a_long_stream_keeps_bounded_state(demo, demo_graphs):
+    """Forty sentences as one stream of about 12,000 frames: the committed prefix releases
+    backpointers and frames, and the result is still the offline one."""
+    path, kw = demo_graphs["char_compact"]
+    g = wfst.load_graph(path)
+    texts = [t for t in (demo / "test.txt").read_text().splitlines() if t.strip()][:40]
+    x, lengths = synthetic.from_texts([" ".join(texts)], g.tokens, word_boundary="|", seed=1)
+    dec = Decoder(g, beam=12.0, max_active=500, num_threads=1)
+    want = dec.decode(x, lengths)
+    s = dec.stream()
+    T, most_stored, most_rows = int(lengths[0]), 0, 0
+    for t in range(0, T, 16):
+        dec.advance([s], [x[0, t:t + 16]])
+        most_stored = max(most_stored, s._state.stored)
+        most_rows = max(most_rows, len(s._state.logp))
+    assert T > 10_000 and s._state.base > T - 1000
+    assert most_rows < 1000 and most_stored < 20 * dec.stats.tokens_per_frame * 100
+    assert s.partial().stable > 0.9 * len(s.partial().words)
+    same_results(dec.finish([s]), want)
+
+
+def test_empty_and_zero_frame_chunks(demo, demo_graphs):
+    path, kw = demo_graphs["char_compact"]
+    g = wfst.load_graph(path)
+    _, x, lengths = demo_emissions(demo, g, kw, count=1)
+    dec = Decoder(g, beam=10.0, max_active=300, num_threads=1)
+    idle, s = dec.stream(), dec.stream()
+    dec.advance([idle, s], [x[0, :0], x[0, :0]])
+    assert idle.frames == 0 and idle.partial().words == () and idle.partial().stable == 0
+    dec.advance([s], [x[0, :int(lengths[0])]])
+    empty, result = dec.finish([idle, s])
+    assert empty == dec.decode(x[:, :0], np.zeros(1, np.int64))[0]
+    assert result == dec.decode(x, lengths)[0]
+
+
+def test_bad_stream_input_is_refused_before_any_stream_moves(demo, demo_graphs):
+    path, kw = demo_graphs["char_compact"]
+    g = wfst.load_graph(path)
+    _, x, lengths = demo_emissions(demo, g, kw, count=1)
+    dec, other = Decoder(g, num_threads=1), Decoder(g, num_threads=1)
+    s, t = dec.stream(), dec.stream()
+    good = x[0, :10]
+    bad = good.copy()
+    bad[3, 2] = np.nan
+    cases = [([s, t], [good], "2 streams but 1 chunks"),
+             ([s, t], [good, good[:, :-1]], "stream 1: a chunk must have shape"),
+             ([s, t], [good, good.astype(np.float64)], "stream 1: a chunk must be float32"),
+             ([s, t], [good, bad], "stream 1: chunk frame 3 has NaN"),
+             ([s, other.stream()], [good, good], "stream 1 belongs to another Decoder"),
+             ([s, s], [good, good], "stream 1 is given twice"),
+             ([s, "s"], [good, good], "item 1 is a str")]
+    for streams, chunks, message in cases:
+        with pytest.raises(DecodeInputError, match=message):
+            dec.advance(streams, chunks)
+        assert s.frames == 0
+    dec.finish([t])
+    with pytest.raises(DecodeInputError, match="stream 0 was finished"):
+        dec.advance([t], [good])
+    with pytest.raises(DecodeInputError, match="stream 0 was finished"):
+        dec.finish([t])
+    with pytest.raises(OptionError, match="finished"):
+        t.partial()
+    with pytest.raises(OptionError, match="EndpointConfig"):
+        dec.stream(endpoint={"rules": ()})
+    with pytest.raises(OptionError, match="frame_seconds"):
+        EndpointConfig(frame_seconds=0)
+    with pytest.raises(OptionError, match="min_trailing_silence"):
+        EndpointRule(True, -1.0)
+
+
+# ---------------------------------------------------------------------- endpointing
+
+@pytest.mark.parametrize("silence, cost, length, rule", [
+    (5.0, math.inf, 5.0, 0),  # 5 s of silence, nothing decoded: rule 1 (and only it)
+    (4.9, math.inf, 4.9, None),
+    (0.5, 1.9, 3.0, 1),  # speech, then 0.5 s of silence with a good final cost
+    (0.5, 2.1, 3.0, None),
+    (1.0, 7.9, 3.0, 2),  # a worse final cost needs 1 s
+    (1.0, 8.1, 3.0, None),
+    (2.0, math.inf, 3.0, 3),  # 2 s after speech in any case
+    (1.9, math.inf, 3.0, None),
+    (0.0, math.inf, 20.0, 4),  # a 20 s utterance
+    (0.0, math.inf, 19.9, None),
+])
+def test_kaldi_endpoint_rules(silence, cost, length, rule):
+    frame = 0.01
+    config = EndpointConfig(frame_seconds=frame)
+    assert config.fired(round(silence / frame), cost, round(length / frame)) == rule
+    assert len(KALDI_RULES) == 5
+
+
+def test_endpoints_fire_on_a_stream(demo, demo_graphs):
+    """Speech then blank frames: an endpoint fires once the trailing silence is long enough
+    (not before the speech ends); an all-blank stream fires only at 5 s."""
+    path, kw = demo_graphs["char_compact"]
+    g = wfst.load_graph(path)
+    _, x, lengths = demo_emissions(demo, g, kw, count=1)
+    speech = x[0, :int(lengths[0])]
+    blank = np.full((200, x.shape[2]), -30.0, np.float32)
+    blank[:, g.tokens.blank] = 0.0
+    dec = Decoder(g, beam=12.0, max_active=500, num_threads=1)
+    s = dec.stream(endpoint=EndpointConfig(frame_seconds=0.04))
+    dec.advance([s], [speech[:-5]])
+    assert not s.endpoint
+    dec.advance([s], [speech[-5:]])
+    fired_at = rule = None
+    for t in range(0, 200, 5):
+        dec.advance([s], [blank[t:t + 5]])
+        if s.endpoint and fired_at is None:
+            fired_at, rule = t + 5, s.endpoint_rule
+    assert 10 <= fired_at <= 55 and rule in (1, 2, 3)  # 0.5-2 s after the speech, by the final cost
+    quiet = dec.stream()
+    for t in range(0, 200, 5):
+        dec.advance([quiet], [blank[t:t + 5]])
+        assert quiet.endpoint == (t + 5 >= 125), t  # 5 s at 40 ms a frame
+    assert quiet.endpoint_rule == 0
+
+
+def test_streams_need_the_cpu(demo, demo_graphs):
+    path, _ = demo_graphs["char_compact"]
+    with pytest.raises(OptionError, match="device='cpu' only"):
+        Decoder(path, device="cuda").stream()

@@ -1,0 +1,133 @@
+"""Streams: live audio decoded chunk by chunk, many streams advanced in one call.
+
+    dec = wfst.Decoder(g, beam=16.0, max_active=7000)
+    s = dec.stream(boost={"alice": 2.0})
+    dec.advance([s, t], [chunk_s, chunk_t])    # each (T_i, V) float32 log-probs; T_i may be 0
+    s.partial().words, s.partial().stable      # best words so far; how many can no longer change
+    if s.endpoint: ...                         # an endpoint rule fired (Kaldi's rules)
+    result = dec.finish([s])[0]                # the DecodeResult an offline decode gives
+
+A stream keeps its search state between calls: the tokens of its last frame and the
+backpointers since the paths of all its tokens last met.  Words before that meeting point
+are committed (they are the same on every path that can still win) and their backpointers
+and frames are released, so a stream's memory stays bounded by how far back its live paths
+disagree, not by its length.
+
+Endpointing follows Kaldi's OnlineEndpointConfig: silence is the blank frames at the end of
+the best path, the relative cost is the best cost with final costs minus the best without.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from .errors import OptionError
+from .scoring import FRAME_SECONDS
+
+
+@dataclasses.dataclass(frozen=True)
+class EndpointRule:
+    """One of Kaldi's endpoint rules: it fires when the trailing silence (seconds of blank at
+    the end of the best path) is at least min_trailing_silence, the final relative cost is at
+    most max_relative_cost and the stream is at least min_utterance_length seconds long; with
+    must_contain_nonsilence, only once the best path has a non-blank frame."""
+
+    must_contain_nonsilence: bool
+    min_trailing_silence: float
+    max_relative_cost: float = math.inf
+    min_utterance_length: float = 0.0
+
+    def __post_init__(self):
+        for name in ("min_trailing_silence", "min_utterance_length"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise OptionError(f"EndpointRule.{name}={v!r}: must be a finite number of seconds >= 0")
+        v = self.max_relative_cost
+        if not (isinstance(v, (int, float)) and not math.isnan(v)):
+            raise OptionError(f"EndpointRule.max_relative_cost={v!r}: must be a number (inf: any cost)")
+
+    def fires(self, trailing_silence: float, relative_cost: float, length: float) -> bool:
+        """Kaldi's RuleActivated, all in seconds except the cost."""
+        contains_nonsilence = length > trailing_silence
+        return ((contains_nonsilence or not self.must_contain_nonsilence)
+                and trailing_silence >= self.min_trailing_silence
+                and relative_cost <= self.max_relative_cost
+                and length >= self.min_utterance_length)
+
+
+KALDI_RULES = (
+    EndpointRule(False, 5.0),  # 5 s of silence, even with nothing decoded
+    EndpointRule(True, 0.5, 2.0),  # 0.5 s after a final state with a good relative cost
+    EndpointRule(True, 1.0, 8.0),  # 1 s after one with a worse cost
+    EndpointRule(True, 2.0),  # 2 s of silence after speech in any case
+    EndpointRule(False, 0.0, math.inf, 20.0),  # an utterance of 20 s
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class EndpointConfig:
+    """Endpoint rules (any one firing is an endpoint) and the audio per frame."""
+
+    rules: tuple = KALDI_RULES
+    frame_seconds: float = FRAME_SECONDS
+
+    def __post_init__(self):
+        if not all(isinstance(r, EndpointRule) for r in self.rules):
+            raise OptionError("EndpointConfig.rules: must be EndpointRule objects")
+        if not (isinstance(self.frame_seconds, (int, float)) and math.isfinite(self.frame_seconds)
+                and self.frame_seconds > 0):
+            raise OptionError(f"EndpointConfig.frame_seconds={self.frame_seconds!r}: must be a number > 0")
+
+    def fired(self, trailing_frames: int, relative_cost: float, frames: int) -> int | None:
+        """The first rule that fires (its index), or None."""
+        for i, rule in enumerate(self.rules):
+            if rule.fires(trailing_frames * self.frame_seconds, relative_cost, frames * self.frame_seconds):
+                return i
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Partial:
+    """The best path of a stream so far (final costs left out).  The first `stable` words
+    lie on the paths of every surviving token: they are a prefix of the final words."""
+
+    words: tuple[str, ...]
+    word_ids: tuple[int, ...]
+    word_frames: tuple[int, ...]
+    stable: int
+    frames: int  # frames decoded so far
+
+    @property
+    def text(self) -> str:
+        return " ".join(self.words)
+
+
+class Stream:
+    """A live stream of one Decoder (Decoder.stream()): its search state between calls.
+
+    frames: frames decoded so far; endpoint: whether an endpoint rule fired at the last
+    advance (endpoint_rule: which one, an index into the EndpointConfig's rules);
+    finished: Decoder.finish() took its result, and it takes no more chunks."""
+
+    def __init__(self, decoder, state, boost_map, phrases, endpoint: EndpointConfig):
+        self._decoder = decoder
+        self._state = state  # the backend's search state
+        self._boost_map, self._phrases = boost_map, phrases
+        self.endpoint_config = endpoint
+        self.endpoint = False
+        self.endpoint_rule: int | None = None
+        self.finished = False
+
+    @property
+    def frames(self) -> int:
+        return self._state.frames
+
+    def partial(self) -> Partial:
+        """The best words so far, their frames and how many of them are stable."""
+        if self.finished:
+            raise OptionError("this stream was finished: its result came from Decoder.finish()")
+        return self._decoder._partial(self)
+
+    def __repr__(self) -> str:
+        status = "finished" if self.finished else f"{self.frames} frames"
+        return f"<Stream {status}{', endpoint' if self.endpoint else ''}>"

@@ -853,3 +853,24 @@ def trailing_blanks(tl, n, final, context, prev, arc, stored, ilabel, blank):
             count += 1
         g = prev[g]
     return count, False
+
+
+@njit(nogil=True, cache=True)
+def advance_stream(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n, ns, resume, resume_beam,
+                   trace, first, stored, ilabel, blank):
+    """A stream's chunk in one call: frames(), then (when they all went through) the hash
+    table emptied for the next stream and what the endpoint rules read.  Returns frames()'s
+    tuple + (survivors of the frames done, trailing blanks, whether a non-blank came
+    before them, the final relative cost)."""
+    status, done, n, ns, beam, prev, arc, stored, fallbacks = frames(
+        graph, boosts, context, memo, log_probs, num_frames, settings, ws, n, ns, resume, resume_beam, trace, first,
+        stored)
+    survivors = 0
+    for t in range(first, first + done):  # an overflowed frame counts when redone
+        survivors += trace.survivors[t]
+    trailing, voiced, relative = 0, False, INF
+    if status == OK:
+        release(ws, n)
+        trailing, voiced = trailing_blanks(ws.tl, n, graph.final, context, prev, arc, stored, ilabel, blank)
+        relative = final_relative_cost(ws.tl, n, graph.final, context)
+    return status, done, n, ns, beam, prev, arc, stored, fallbacks, survivors, trailing, voiced, relative

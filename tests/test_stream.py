@@ -11,6 +11,7 @@ from wfst.graphs import compile_graph
 
 import wfst
 from wfst import synthetic
+from wfst.cpu_backend import _COMMIT_AT
 from wfst.decoder import DecodeInputError, Decoder
 from wfst.errors import OptionError
 from wfst.lm import truncate_arpa
@@ -98,7 +99,8 @@ def test_a_stream_that_overflows_grows_and_stays_exact(demo, demo_graphs):
 
 def test_a_long_stream_keeps_bounded_state(demo, demo_graphs):
     """Forty sentences as one stream of about 12,000 frames: the committed prefix releases
-    backpointers and frames, and the result is still the offline one."""
+    backpointers and frames (so the state stays bounded), and the result is still the
+    offline one."""
     path, kw = demo_graphs["char_compact"]
     g = wfst.load_graph(path)
     texts = [t for t in (demo / "test.txt").read_text().splitlines() if t.strip()][:40]
@@ -111,8 +113,9 @@ def test_a_long_stream_keeps_bounded_state(demo, demo_graphs):
         dec.advance([s], [x[0, t:t + 16]])
         most_stored = max(most_stored, s._state.stored)
         most_rows = max(most_rows, len(s._state.logp))
-    assert T > 10_000 and s._state.base > T - 1000
-    assert most_rows < 1000 and most_stored < 20 * dec.stats.tokens_per_frame * 100
+    # what a stream holds does not grow with its length: a few commit windows at most
+    assert T > 10_000 and s._state.base > T - 3000
+    assert most_rows < T / 4 and most_stored < 4 * _COMMIT_AT
     assert s.partial().stable > 0.9 * len(s.partial().words)
     same_results(dec.finish([s]), want)
 

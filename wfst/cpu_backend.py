@@ -27,7 +27,7 @@ from .results import PathPart, TracedPath, emitting_reads, path_part
 _LM_MEMO_SLOTS = 1 << 21  # 32 MiB; on BPE 2^20 was 10% slower, 2^22 5% faster
 _PHRASE_MEMO_SLOTS = 1 << 15  # phrases alone: a small automaton
 _PHRASE_LM_MEMO_SLOTS = 1 << 18  # phrases with rescoring
-_COMMIT_AT = 8192  # backpointers at which a stream first tries to commit its path (then at each doubling)
+_COMMIT_AT = 1 << 16  # backpointers at which a stream first tries to commit its path (then at each doubling)
 
 
 class CpuBackend:
@@ -51,6 +51,10 @@ class CpuBackend:
         self._counts = np.zeros(C.STEP_COUNTERS, np.int64)  # the memos' counters, summed over searches
         self._counts_lock = threading.Lock()
         self._memo_bytes = 0  # of the largest memo in use
+        self._pool = None  # the streams' thread pool, made on first use
+        self._cpu = cpu  # the kernels module (imported here: importing wfst compiles nothing)
+        blank = graph.tokens.blank_ilabel
+        self._blank = -1 if blank is None else blank
 
     # ------------------------------------------------------------------ the Backend interface
 
@@ -213,47 +217,76 @@ class CpuBackend:
             state.grow(None)
 
     def advance(self, states: list, chunks: list) -> None:
-        """Decode each stream's chunk (NumPy (T, V) float32) on the thread pool."""
-        def one(i):
-            self._advance_one(states[i], chunks[i])
+        """Decode each stream's chunk (NumPy (T, V) float32) on the thread pool: one task per
+        thread, each a share of the streams (balanced by frames) with one workspace and memo
+        for all of them, so that a call costs one hand-off per thread, not per stream."""
+        order = sorted((i for i in range(len(states)) if len(chunks[i])), key=lambda i: -len(chunks[i]))
+        threads = min(self.num_threads, len(order))
+        shares = [order[k::threads] for k in range(threads)]
 
-        order = [i for i in range(len(states)) if len(chunks[i])]
-        threads = min(self.num_threads, max(len(order), 1))
-        if threads == 1:
-            for i in order:
-                one(i)
-        else:
-            with ThreadPoolExecutor(threads) as pool:
-                list(pool.map(one, order))
+        def run(share):
+            with contextlib.ExitStack() as held:
+                spaces, memos = {}, {}
 
-    def _advance_one(self, state: CpuStream, chunk: np.ndarray) -> None:
-        from wfst.kernels import cpu
+                def space(capacity):
+                    if capacity not in spaces:
+                        spaces[capacity] = held.enter_context(self._workspace(capacity))
+                    return spaces[capacity]
 
+                for i in share:
+                    state = states[i]
+                    memo = state.memo
+                    if memo is None and state.context is not None:  # the LM's steps: a memo of the pool
+                        if "lm" not in memos:
+                            memos["lm"] = held.enter_context(self._stream_memo(state))
+                        memo = memos["lm"]
+                    elif memo is not None:
+                        memo = held.enter_context(self._stream_memo(state))
+                    self._advance_one(state, chunks[i], space, memo)
+
+        if threads <= 1:
+            for share in shares:
+                run(share)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.num_threads)
+        for future in [self._pool.submit(run, share) for share in shares]:
+            future.result()
+
+    def _advance_one(self, state: CpuStream, chunk: np.ndarray, space, memo) -> None:
+        """space(capacity): a workspace of that capacity; memo: the stream's memo."""
+        cpu = self._cpu
         state.append(chunk)
         T, t = len(chunk), 0
         resume, resume_beam = False, np.float32(0.0)
         while True:
-            with self._stream_memo(state) as memo, self._workspace(state.capacity) as ws:
-                if resume:
-                    ws = state.resumed(ws)
-                ws = ws._replace(tl=state.tl)
-                status, done, n, ns, beam, prev, arc, stored, fallbacks = cpu.frames(
-                    self.layout, state.word_costs, state.context, memo, chunk[t:], T - t, state.settings, ws,
-                    state.n, state.ns, resume, resume_beam, state.trace, state.frames - state.base, state.stored)
-                state.trace = state.trace._replace(prev=prev, arc=arc)
-                state.n, state.ns, state.stored = n, ns, stored
-                state.frames += done
-                state.fallbacks += fallbacks
-                if status == C.OK:
-                    cpu.release(ws, n)
-                    break
-                # a frame overflowed: go on from its survivors in a workspace twice as large
-                state.grow(ws)
-                ws.ht.key[:] = C.EMPTY_KEY
-                ws.sg.key[:] = C.EMPTY_KEY
-                t += done
-                resume, resume_beam = True, beam
-        state.commit(self.graph)
+            ws = space(state.capacity)
+            if resume:
+                ws = state.resumed(ws)
+            ws = ws._replace(tl=state.tl)
+            (status, done, n, ns, beam, prev, arc, stored, fallbacks, survivors, trailing, voiced,
+             relative) = cpu.advance_stream(
+                self.layout, state.word_costs, state.context, memo, chunk[t:], T - t, state.settings, ws,
+                state.n, state.ns, resume, resume_beam, state.trace, state.frames - state.base, state.stored,
+                self.graph.ilabel, self._blank)
+            state.trace = state.trace._replace(prev=prev, arc=arc)
+            state.n, state.ns, state.stored = n, ns, stored
+            state.frames += done
+            state.fallbacks += fallbacks
+            state.survivors += survivors
+            if status == C.OK:
+                break
+            # a frame overflowed: go on from its survivors in a workspace twice as large
+            state.grow(ws)
+            ws.ht.key[:] = C.EMPTY_KEY
+            ws.sg.key[:] = C.EMPTY_KEY
+            t += done
+            resume, resume_beam = True, beam
+        # blanks that ran back to the commit point: the prefix's last speech decides
+        state.trailing = int(trailing) if voiced else state.frames - 1 - state.prefix.last_voiced
+        state.relative_cost = float(relative)
+        if state.stored >= state.next_commit:
+            state.commit(self.graph)
 
     def stream_partial(self, state: CpuStream):
         """(PathPart of the best path so far, how many of its words are stable)."""
@@ -272,20 +305,6 @@ class CpuBackend:
                 stable += int(np.count_nonzero(olab[:where[0] + 1]))
         return state.prefix + part, stable
 
-    def stream_ending(self, state: CpuStream) -> tuple[int, float]:
-        """What the endpoint rules read: (blank frames at the end of the best path, the
-        final relative cost)."""
-        from wfst.kernels import cpu
-
-        tr = state.trace
-        blank = self.graph.tokens.blank_ilabel
-        count, voiced = cpu.trailing_blanks(state.tl, state.n, self.layout.final, state.context, tr.prev, tr.arc,
-                                            state.stored, self.graph.ilabel, -1 if blank is None else blank)
-        if not voiced:  # the blanks ran back to the commit point: the prefix's speech decides
-            count = state.frames - 1 - state.prefix.last_voiced
-        relative = float(cpu.final_relative_cost(state.tl, state.n, self.layout.final, state.context))
-        return count, relative
-
     def finish_stream(self, state: CpuStream):
         """The stream's last step: (status, TracedPath of the rest of the path, the
         committed PathPart before it)."""
@@ -301,8 +320,8 @@ class CpuBackend:
         steps = state.steps_of(gids, finished=True)
         frames, columns = emitting_reads(self.graph, arcs, steps)
         logp = state.logp[frames - state.base, columns]
-        survivors = state.survivors + int(state.trace.survivors[:state.frames - state.base].sum())
-        return status, TracedPath(arcs, steps, logp, bool(reached_final), survivors, state.fallbacks), state.prefix
+        path = TracedPath(arcs, steps, logp, bool(reached_final), state.survivors, state.fallbacks)
+        return status, path, state.prefix
 
     @contextlib.contextmanager
     def _stream_memo(self, state: CpuStream):
@@ -339,8 +358,9 @@ class CpuStream:
         self.logp = np.empty((0, num_columns), np.float32)
         self.prefix = PathPart()
         self.fallbacks = 0
-        self.survivors = 0  # of the released frames
-        self._next_commit = _COMMIT_AT  # backpointers at which to try to commit
+        self.survivors = 0  # tokens that survived pruning, summed over frames
+        self.trailing, self.relative_cost = 0, float("inf")  # what the endpoint rules read (see advance)
+        self.next_commit = _COMMIT_AT  # backpointers at which to try to commit (see commit)
 
     def reserve(self, frames: int) -> None:
         """Room in trace.steps and trace.survivors for `frames` more frames and the last step."""
@@ -396,9 +416,7 @@ class CpuStream:
         its cost stays a constant share of the search's."""
         from wfst.kernels import cpu
 
-        if self.stored < self._next_commit:  # tried again once the backpointers doubled
-            return
-        self._next_commit = 2 * self.stored
+        self.next_commit = 2 * self.stored  # tried again once the backpointers doubled
         tr = self.trace
         meet = cpu.common_ancestor(self.tl, self.n, tr.prev, self.stored)
         if meet <= 0:
@@ -420,14 +438,13 @@ class CpuStream:
         tr.prev[:live] = prev
         tr.arc[:live] = tr.arc[cut:self.stored]
         left = self.frames - self.base - k + 2
-        self.survivors += int(tr.survivors[:k].sum())
         tr.steps[:left] = tr.steps[k:k + left] - cut
         tr.steps[0] = 0
         tr.survivors[:left] = tr.survivors[k:k + left]
         kept = self.frames - self.base
         self.logp[:kept - k] = self.logp[k:kept]
         self.stored = live
-        self._next_commit = max(2 * live, _COMMIT_AT)
+        self.next_commit = max(2 * live, _COMMIT_AT)
         self.base += k
         # the frame's tokens point at backpointers too
         stored_prev = self.tl.prev[:self.n]

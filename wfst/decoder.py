@@ -146,24 +146,21 @@ class Decoder:
                                        f"blank included); got shape {tuple(x.shape)}")
             if x.dtype != np.float32:
                 raise DecodeInputError(f"stream {i}: a chunk must be float32 log-posteriors; got {x.dtype}")
-            bad = np.flatnonzero(np.isnan(x).any(axis=1) | np.isposinf(x).any(axis=1))
-            if bad.size:
+            if len(x) and not x.max() < np.inf:  # one pass; NaN and +inf both fail it
+                bad = np.flatnonzero(np.isnan(x).any(axis=1) | np.isposinf(x).any(axis=1))
                 raise DecodeInputError(f"stream {i}: chunk frame {int(bad[0])} has NaN or +inf")
             arrays.append(x)
         with self._lock:
             start = time.perf_counter()
             lm_before = self._backend.counters()
-            survivors_before = [s._state.survivors + int(s._state.trace.survivors[:s.frames - s._state.base].sum())
-                                for s in streams]
+            survivors_before = sum(s._state.survivors for s in streams)
             self._backend.advance([s._state for s in streams], arrays)
             for s in streams:
                 self._grow_to(s._state.capacity)
-                trailing, relative = self._backend.stream_ending(s._state)
-                s.endpoint_rule = s.endpoint_config.fired(trailing, relative, s.frames)
+                s.endpoint_rule = s.endpoint_config.fired(s._state.trailing, s._state.relative_cost, s.frames)
                 s.endpoint = s.endpoint_rule is not None
             frames = sum(len(x) for x in arrays)
-            survivors = sum(s._state.survivors + int(s._state.trace.survivors[:s.frames - s._state.base].sum())
-                            for s in streams) - sum(survivors_before)
+            survivors = sum(s._state.survivors for s in streams) - survivors_before
             self.stats = DecodeStats(len(streams), frames, time.perf_counter() - start,
                                      survivors / frames if frames else 0.0,
                                      lm=self._backend.lm_report(lm_before, frames, self.rescorer))

@@ -71,12 +71,33 @@ def main() -> int:
               f"{rtfx(s.frames, s.seconds):>9.0f}{s.frames / s.seconds:>10.0f}{s.tokens_per_frame:>14.0f}")
         if (name, topo) == ("char", "compact"):
             examples = [(t, g, h.text) for t, g, h in zip(texts, greedy, results_) if t != g][:3]
+            streamed = stream_one(decoder, x[0, :int(lengths[0])], results_[0])
     print("\nchar_compact, e.g.")
     for ref, greedy, hyp in examples:
         print(f"  ref:    {ref}\n  greedy: {greedy}\n  wfst:   {hyp}\n")
+    print("The first sentence as a live stream (Decoder.stream/advance/finish, 320 ms chunks): "
+          "stable words | the rest")
+    for line in streamed:
+        print(f"  {line}")
+    print()
     print("WER and RTFx above are on synthetic emissions: they show the decoder at work, not a "
           "recogniser's accuracy.")
     return 0
+
+
+def stream_one(decoder, x, offline) -> list[str]:
+    """Decode one utterance as a stream of 320 ms chunks: its partial results as they
+    change, then the final one (which must be the offline result)."""
+    s, lines = decoder.stream(), []
+    for t in range(0, len(x), 8):
+        decoder.advance([s], [x[t:t + 8]])
+        p = s.partial()
+        line = f"{s.frames * 0.04:5.2f} s  {' '.join(p.words[:p.stable])} | {' '.join(p.words[p.stable:])}"
+        if not lines or lines[-1].split("  ", 1)[1] != line.split("  ", 1)[1]:
+            lines.append(line)
+    final = decoder.finish([s])[0]
+    assert final.words == offline.words, "a stream must end where the offline decode does"
+    return lines[:5] + ["..."] + lines[-1:] + [f"final: {final.text}"]
 
 
 if __name__ == "__main__":

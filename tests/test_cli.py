@@ -43,6 +43,21 @@ def test_decode_cli_refs_file_and_errors(tiny_setup, tmp_path, capsys):
     assert "cannot read graph" in capsys.readouterr().err
 
 
+def test_decode_cli_streams_print_partials_then_the_offline_finals(tiny_setup, tmp_path, capsys):
+    graph, em, texts = tiny_setup
+    base = ["--graph", str(graph), "--emissions", str(em), "--batch-size", "2"]
+    assert decode_main(base + ["--output", str(tmp_path / "offline.txt")]) == 0
+    capsys.readouterr()
+    assert decode_main(base + ["--stream", "--chunk-ms", "80", "--output", str(tmp_path / "streams.txt")]) == 0
+    out = capsys.readouterr().out
+    partials, finals = out.split("\nfinal:\n")
+    assert " | " in partials and "0.08 s" in partials  # stable words | the rest, as the audio comes
+    assert "0\tab ba" in finals and "streams of 80 ms chunks, 2 at a time" in finals
+    assert (tmp_path / "streams.txt").read_text() == (tmp_path / "offline.txt").read_text()
+    assert decode_main(base + ["--stream", "--device", "cuda"]) == 2
+    assert "device='cpu' only" in capsys.readouterr().err
+
+
 def test_detokenize_inverts_tokenize(demo):
     tokens = wfst.TokenTable.read(demo / "bpe_tokens.txt")
     text = "it is a truth universally acknowledged"
@@ -60,6 +75,7 @@ def test_detokenize_inverts_tokenize(demo):
     (["--batch-size", "0"], "--batch-size: must be >= 1"),
     (["--beam", "wide"], "argument --beam: invalid float value: 'wide'"),
     (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
+    (["--stream", "--chunk-ms", "10"], "--chunk-ms: must be at least one frame (40 ms)"),
 ])
 def test_decode_cli_bad_options_are_one_line(tiny_setup, capsys, options, message):
     graph, em, _ = tiny_setup

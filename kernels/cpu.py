@@ -826,10 +826,11 @@ def final_relative_cost(tl, n, final, context):
 
 
 @njit(nogil=True, cache=True)
-def trailing_blanks(tl, n, final, context, prev, arc, stored, ilabel, blank):
+def trailing_blanks(tl, n, graph, context, prev, arc, stored, blank):
     """Emitting arcs that read blank at the end of the best token's path (final costs left
     out), and whether a non-blank one came before them (else the count ran to the start)."""
-    keep = _best_token(tl, n, final, context, False)
+    keep = _best_token(tl, n, graph.final, context, False)
+    ilabel = graph.ilabel
     count = 0
     if keep < 0:
         return 0, False
@@ -857,7 +858,7 @@ def trailing_blanks(tl, n, final, context, prev, arc, stored, ilabel, blank):
 
 @njit(nogil=True, cache=True)
 def advance_stream(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n, ns, resume, resume_beam,
-                   trace, first, stored, ilabel, blank):
+                   trace, first, stored):
     """A stream's chunk in one call: frames(), then (when they all went through) the hash
     table emptied for the next stream and what the endpoint rules read.  Returns frames()'s
     tuple + (survivors of the frames done, trailing blanks, whether a non-blank came
@@ -871,6 +872,6 @@ def advance_stream(graph, boosts, context, memo, log_probs, num_frames, settings
     trailing, voiced, relative = 0, False, INF
     if status == OK:
         release(ws, n)
-        trailing, voiced = trailing_blanks(ws.tl, n, graph.final, context, prev, arc, stored, ilabel, blank)
+        trailing, voiced = trailing_blanks(ws.tl, n, graph, context, prev, arc, stored, settings.blank_ilabel)
         relative = final_relative_cost(ws.tl, n, graph.final, context)
     return status, done, n, ns, beam, prev, arc, stored, fallbacks, survivors, trailing, voiced, relative

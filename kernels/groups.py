@@ -54,6 +54,7 @@ class InterleavedGraph(NamedTuple):
     arcs: np.ndarray  # (E, 5): ilabel, nextstate, weight bits, graph arc id, olabel
     final: np.ndarray
     start: np.int64
+    ilabel: np.ndarray  # input label by graph arc id (what the arc ids on a traced path read)
 
 
 class Tokens(NamedTuple):

@@ -97,6 +97,26 @@ def test_a_stream_that_overflows_grows_and_stays_exact(demo, demo_graphs):
     assert dec._capacity.tokens > 16  # new streams start as large as a stream had to grow
 
 
+def test_streams_after_an_offline_overflow_in_the_same_decoder(demo, demo_graphs):
+    """An offline search that overflows leaves keys in its workspace's hash table; streams
+    of that capacity take workspaces from the same pool and must find them empty."""
+    path, kw = demo_graphs["bpe_compact"]
+    g = wfst.load_graph(path)
+    _, x, lengths = demo_emissions(demo, g, kw, count=3, seed=7)
+    want = Decoder(g, beam=12.0, max_active=1000, num_threads=1).decode(x, lengths)
+    dec = Decoder(g, beam=12.0, max_active=1000, token_capacity=32, num_threads=1)
+    streams = [dec.stream() for _ in lengths]  # at capacity 32, opened before the overflow
+    assert dec.decode(x, lengths) == want and dec.stats.regrowths > 0
+    same_results(_advance_all(dec, streams, x, lengths), want)
+
+
+def _advance_all(dec, streams, x, lengths, step=9):
+    for t in range(0, int(lengths.max()), step):
+        live = [i for i in range(len(streams)) if lengths[i] > t]
+        dec.advance([streams[i] for i in live], [x[i, t:min(t + step, int(lengths[i]))] for i in live])
+    return dec.finish(streams)
+
+
 def test_a_long_stream_keeps_bounded_state(demo, demo_graphs):
     """Forty sentences as one stream of about 12,000 frames: the committed prefix releases
     backpointers and frames (so the state stays bounded), and the result is still the

@@ -43,7 +43,7 @@ class CpuBackend:
         self.num_threads = num_threads or os.cpu_count() or 1
         states, arcs = cpu.interleave_graph(graph.e_indptr, graph.ne_indptr, graph.ilabel, graph.olabel,
                                             graph.weight, graph.nextstate)
-        self.layout = InterleavedGraph(states, arcs, graph.final, np.int64(graph.start))
+        self.layout = InterleavedGraph(states, arcs, graph.final, np.int64(graph.start), graph.ilabel)
         self.num_words = int(graph.olabel.max(initial=0)) + 1  # every output label indexes a cost vector
         self._word_arcs = None
         self._lm_memos = queue.SimpleQueue()  # see _memo
@@ -53,8 +53,6 @@ class CpuBackend:
         self._memo_bytes = 0  # of the largest memo in use
         self._pool = None  # the streams' thread pool, made on first use
         self._cpu = cpu  # the kernels module (imported here: importing wfst compiles nothing)
-        blank = graph.tokens.blank_ilabel
-        self._blank = -1 if blank is None else blank
 
     # ------------------------------------------------------------------ the Backend interface
 
@@ -94,6 +92,8 @@ class CpuBackend:
                 before = None if memo is None else memo.counts.copy()
                 status, arcs, steps, reached_final, per_frame, fallbacks = cpu.search(
                     self.layout, word_costs, context, memo, plan.log_probs[b], T, plan.settings, ws)
+                if status != C.OK:
+                    _clean(ws)
                 if memo is not None:
                     with self._counts_lock:
                         self._counts += memo.counts - before
@@ -214,6 +214,7 @@ class CpuBackend:
                     cpu.release(ws, n)
                     state.n = n
                     return state
+                _clean(ws)
             state.grow(None)
 
     def advance(self, states: list, chunks: list) -> None:
@@ -267,8 +268,7 @@ class CpuBackend:
             (status, done, n, ns, beam, prev, arc, stored, fallbacks, survivors, trailing, voiced,
              relative) = cpu.advance_stream(
                 self.layout, state.word_costs, state.context, memo, chunk[t:], T - t, state.settings, ws,
-                state.n, state.ns, resume, resume_beam, state.trace, state.frames - state.base, state.stored,
-                self.graph.ilabel, self._blank)
+                state.n, state.ns, resume, resume_beam, state.trace, state.frames - state.base, state.stored)
             state.trace = state.trace._replace(prev=prev, arc=arc)
             state.n, state.ns, state.stored = n, ns, stored
             state.frames += done
@@ -278,8 +278,7 @@ class CpuBackend:
                 break
             # a frame overflowed: go on from its survivors in a workspace twice as large
             state.grow(ws)
-            ws.ht.key[:] = C.EMPTY_KEY
-            ws.sg.key[:] = C.EMPTY_KEY
+            _clean(ws)
             t += done
             resume, resume_beam = True, beam
         # blanks that ran back to the commit point: the prefix's last speech decides
@@ -336,6 +335,13 @@ class CpuBackend:
             with self._counts_lock:
                 self._counts += memo.counts - before
                 self._memo_bytes = max(self._memo_bytes, memo.table.nbytes)
+
+
+def _clean(ws) -> None:
+    """Empty the hash tables of a workspace whose search stopped early (an overflow leaves
+    keys behind): a stream takes workspaces from the pool as they are."""
+    ws.ht.key[:] = C.EMPTY_KEY
+    ws.sg.key[:] = C.EMPTY_KEY
 
 
 class CpuStream:

@@ -48,6 +48,9 @@ class Decoder:
     arcs; graph_lm: the LM the graph was built with (default: the ARPA file graph.json
     names, if it is still there and unchanged).
 
+    stream(), advance() and finish() decode live streams chunk by chunk (wfst.stream),
+    exactly as decode() would decode each stream's whole audio.
+
     A Decoder decodes one batch at a time: calls from several threads wait their turn.
     """
 

@@ -413,6 +413,10 @@ def automaton_costs(a, row, label, out):
 
 # ---------------------------------------------------------------------- contexts
 
+EXCEPTED = 8  # words per big-LM state that keep its full gain bound (lm_gain_bounds)
+TOP_EXCEPTED = 2  # of them, the state's own largest gains (the rest come from its backoff chain)
+
+
 @njit(cache=True)
 def lm_gain_bounds(big, small, small_of, big_depth, small_depth, big_to_small, small_to_big):
     """For each big-LM state b, an upper bound on what rescoring can give back at one word
@@ -424,32 +428,97 @@ def lm_gain_bounds(big, small, small_of, big_depth, small_depth, big_to_small, s
     At the root the bound is exact over all words.  A search may skip the LM lookups of a
     word arc whose cost before them, minus this bound, is already out of the beam.
 
+    The bound is set by a few words (the 4-grams the big LM favours most): a second bound
+    holds for every word but the `excepted` ones, the state's TOP_EXCEPTED largest gains
+    and its backoff state's excepted words (its own gains may reach b by backoff).  On a
+    12.6k-word 4-gram the median bound falls from 6.0 to 2.2 nats.
+
     big_to_small: big word id -> the small LM's id for it; small_to_big: (offsets, ids), the
-    big words each small word stands for (several for a small <unk>)."""
+    big words each small word stands for (several for a small <unk>).  Returns (bound,
+    bound of the other words, excepted big word ids (states, EXCEPTED), -1 padded)."""
     inv_offsets, inv_ids = small_to_big
     n = big_depth.shape[0]
     out = np.empty(n, np.float32)
+    rest = np.empty(n, np.float32)
+    excepted = np.full((n, EXCEPTED), -1, np.int32)
     for b in range(n):
         s = small_of[b]
         bb = big.backoff[0, b]
         same = small_depth[s] == big_depth[b]
         if bb < 0:
             g = -np.inf
-        elif same:
-            g = out[bb] + small.bo_weight[0, s] - big.bo_weight[0, b]
+            r = -np.inf
         else:
-            g = out[bb] - big.bo_weight[0, b]
+            d = (small.bo_weight[0, s] if same else np.float32(0.0)) - big.bo_weight[0, b]
+            g = out[bb] + d
+            r = rest[bb] + d
+        # the words explicit here and their exact gains
+        k = big.offsets[0, b + 1] - big.offsets[0, b]
+        if same:
+            for a in range(small.offsets[0, s], small.offsets[0, s + 1]):
+                w = small.labels[0, a]
+                k += inv_offsets[w + 1] - inv_offsets[w]
+        words = np.empty(k, np.int32)
+        gains = np.empty(k, np.float32)
+        k = 0
         for a in range(big.offsets[0, b], big.offsets[0, b + 1]):
             w = big.labels[0, a]
-            g = max(g, automaton_step(small, 0, s, big_to_small[w])[0] - payload_weight(big.payload[0, a]))
+            words[k] = w
+            gains[k] = automaton_step(small, 0, s, big_to_small[w])[0] - payload_weight(big.payload[0, a])
+            k += 1
         if same:
             for a in range(small.offsets[0, s], small.offsets[0, s + 1]):
                 w = small.labels[0, a]
                 for i in range(inv_offsets[w], inv_offsets[w + 1]):
-                    g = max(g, payload_weight(small.payload[0, a]) - automaton_step(big, 0, b, inv_ids[i])[0])
+                    words[k] = inv_ids[i]
+                    gains[k] = payload_weight(small.payload[0, a]) - automaton_step(big, 0, b, inv_ids[i])[0]
+                    k += 1
+        for i in range(k):
+            g = max(g, gains[i])
         out[b] = g
-    return out
+        # excepted: the backoff state's, then this state's largest gains
+        m = 0
+        if bb >= 0:
+            for j in range(EXCEPTED):
+                if excepted[bb, j] >= 0:
+                    excepted[b, m] = excepted[bb, j]
+                    m += 1
+        order = np.argsort(-gains)
+        taken = 0
+        for t in range(k):
+            if taken == TOP_EXCEPTED or m == EXCEPTED:
+                break
+            w = words[order[t]]
+            if not _listed(excepted[b], m, w):
+                excepted[b, m] = w
+                m += 1
+                taken += 1
+        for i in range(k):
+            if not _listed(excepted[b], m, words[i]):
+                r = max(r, gains[i])
+        rest[b] = r
+    return out, rest, excepted
 
+
+@njit(inline="always", cache=True)
+def _listed(row, m, w):
+    for j in range(m):
+        if row[j] == w:
+            return True
+    return False
+
+
+@njit(inline="always", cache=True)
+def lm_rest_reach(context, row, ctx, word):
+    """What the context step of word arc `word` can give back at most: the big-LM state's
+    bound for the words it excepts (lm_gain_bounds), the lower bound of the rest for others.
+    Only the CPU reads it (after lm_reach's bound has let the arc through)."""
+    if not context.rescoring or context.phrase_states[row] > 1:
+        return np.float32(np.inf)
+    bw = context.lm_map[word]
+    if _listed(context.excepted[ctx], context.excepted.shape[1], bw):
+        return context.gain[ctx]
+    return context.rest[ctx]
 
 
 @njit(inline="always", cache=True)

@@ -47,6 +47,7 @@ from .common import (
     in_frame,
     in_frame_prev,
     lm_reach,
+    lm_rest_reach,
     mark_ancestors,
     order_statistics_needed,
     out_of_reach,
@@ -312,11 +313,12 @@ def _word_arc(c, w, nc, floor, reach, limit, ctx, word, context, memo):
     the context step, floor the cheapest acoustic cost it could add (0 in the closure).
     Returns (_CUT: this and every later word arc of the state, in order of weight, stays
     above `limit` whatever their steps give back, as their cost is at least
-    c + (w - reward) + floor; _SKIP: this arc does; _LOOKED: its step was looked up),
-    and the cost and context after the step."""
+    c + (w - reward) + floor; _SKIP: this arc does, by the state's bound or by the lower
+    bound of the words it does not except (common.lm_rest_reach); _LOOKED: its step was
+    looked up), and the cost and context after the step."""
     if out_of_reach(expanded_cost(c, np.float32(w - context.reward), floor), reach, limit):
         return _CUT, nc, ctx
-    if nc == INF or out_of_reach(nc, reach, limit):
+    if nc == INF or out_of_reach(nc, reach, limit) or out_of_reach(nc, lm_rest_reach(context, 0, ctx, word), limit):
         return _SKIP, nc, ctx
     nc, nctx = _word_step(nc, ctx, word, context, memo)
     return _LOOKED, nc, nctx

@@ -201,17 +201,24 @@ def test_demo_rescoring_finds_the_big_lm_graphs_words(demo, tmp_path_factory):
 
 def _check_gain_bounds(dec, states):
     """Every word step of these big-LM states gives back at most the state's gain bound,
-    and the root's bound is attained (it is exact there)."""
+    and the root's bound is attained (it is exact there); every word the state does not
+    except gives back at most its lower bound of the rest, which is attained too at the root."""
     r = dec.rescorer
     c = contexts.context(r, [NO_PHRASES])
     words = [w for w in range(1, len(dec.graph.words))
              if not dec.graph.words[w].startswith("#") and dec.graph.words[w] not in ("<s>", "</s>", "<eps>")]
+    tighter = 0
     for s in states:
-        gains = [-float(context_step(c, 0, np.int32(s), w)[0]) for w in words]
-        assert max(gains) <= float(r.gain[s]) + 1e-5, s
+        gains = np.array([-float(context_step(c, 0, np.int32(s), w)[0]) for w in words])
+        others = ~np.isin(r.lm_map[words], r.excepted[s])
+        assert gains.max() <= float(r.gain[s]) + 1e-5, s
+        assert gains[others].max() <= float(r.rest[s]) + 1e-5 and r.rest[s] <= r.gain[s], s
         if s == 0:
-            assert max(gains) == pytest.approx(float(r.gain[s]), abs=1e-5)
-    assert np.isfinite(r.gain).all()
+            assert gains.max() == pytest.approx(float(r.gain[s]), abs=1e-5)
+            assert gains[others].max() == pytest.approx(float(r.rest[s]), abs=1e-5)
+        tighter += r.rest[s] < r.gain[s] - 0.5
+    assert np.isfinite(r.gain).all() and np.isfinite(r.rest).all()
+    return tighter
 
 
 def test_gain_bounds_bound_every_word_step(small_graph):
@@ -226,13 +233,14 @@ def test_gain_bounds_on_the_demo_lms(demo, tmp_path):
                       topology="compact")
     dec = Decoder(wfst.load_graph(r.directory), rescore_lm=demo / "lm.arpa")
     states = np.random.default_rng(0).choice(dec.rescorer.big.num_states, 12, replace=False)
-    _check_gain_bounds(dec, [0, *states.tolist()])
+    assert _check_gain_bounds(dec, [0, *states.tolist()]) >= 7  # the rest's bound is tighter on most states
 
 
 def test_skipped_lookups_and_shared_arcs_change_nothing(demo, tmp_path):
-    """At a beam narrow enough to prune, the search that skips out-of-reach LM lookups and
-    lets survivors of one state share the arcs of the cheapest finds exactly what a search
-    with no gain bound finds (every lookup made), with word boosts in the weights too."""
+    """At a beam narrow enough to prune, the search that skips out-of-reach LM lookups (by
+    the state's gain bound and by the bound of the words it does not except) and lets
+    survivors of one state share the arcs of the cheapest finds exactly what a search with
+    no gain bound finds (every lookup made), with word boosts in the weights too."""
     from wfst import synthetic
 
     small = truncate_arpa(demo / "lm.arpa", tmp_path / "lm2.arpa", 2)
@@ -244,6 +252,7 @@ def test_skipped_lookups_and_shared_arcs_change_nothing(demo, tmp_path):
     config = dict(beam=9.0, max_active=400, num_threads=1, rescore_lm=demo / "lm.arpa")
     dec, unbounded = Decoder(g, **config), Decoder(g, **config)
     unbounded.rescorer.gain = np.full_like(unbounded.rescorer.gain, np.inf)
+    unbounded.rescorer.rest = np.full_like(unbounded.rescorer.rest, np.inf)
     boost = {texts[0].split()[0]: 3.0, texts[1].split()[-1]: 1.5}
     for kw in [{}, dict(boost=boost)]:
         got, want = dec.decode(x, lengths, **kw), unbounded.decode(x, lengths, **kw)

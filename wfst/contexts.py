@@ -66,7 +66,15 @@ def context(rescorer, phrase_automata, reward: float = 0.0) -> Context:
         lm = no_lm()
         zero = np.zeros(1, np.int32)
         return Context(False, sizes, lm, lm, zero, zero, zero, phrases, np.zeros(len(sizes), np.int32),
-                       np.zeros(1, np.float32), np.float32(reward))
+                       np.zeros(1, np.float32), np.float32(reward), *no_rest())
     big, small = rescorer.automata()
     return Context(True, sizes, big, small, rescorer.small_of, rescorer.lm_map, rescorer.lm0_map, phrases,
-                   (sizes * rescorer.big.start).astype(np.int32), rescorer.gain, np.float32(reward))
+                   (sizes * rescorer.big.start).astype(np.int32), rescorer.gain, np.float32(reward), rescorer.rest,
+                   rescorer.excepted)
+
+
+def no_rest():
+    """Context.rest and .excepted where they are not read (no rescoring; the GPU)."""
+    from wfst.kernels.common import EXCEPTED
+
+    return np.full(1, np.inf, np.float32), np.full((1, EXCEPTED), -1, np.int32)

@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic
 
-from .constants import EMPTY_KEY, MAX_PACKED
+from .constants import EMPTY_KEY, MAX_PACKED, NO_ARC
 
 _SIGN = np.uint32(0x80000000)
 _LOW32 = np.uint64(0xFFFFFFFF)
@@ -274,6 +274,69 @@ def end_key(cost, state, ctx, final, context, row, with_final):
     if c < INF:
         return pack(c, state)
     return MAX_PACKED
+
+
+@njit(inline="always", cache=True)
+def best_token(cost, state, ctx, n, final, context, row, with_final):
+    """Index of the token (of n, row `row`'s context) with the smallest (cost [+ final costs],
+    state, ctx), or -1 if none is finite."""
+    keep = -1
+    best = MAX_PACKED
+    best_ctx = 0
+    for j in range(n):
+        key = end_key(cost[j], state[j], ctx[j], final, context, row, with_final)
+        if key != MAX_PACKED and (keep < 0 or key < best or (key == best and ctx[j] < best_ctx)):
+            best = key
+            best_ctx = ctx[j]
+            keep = j
+    return keep
+
+
+@njit(inline="always", cache=True)
+def final_relative_cost(cost, state, ctx, n, final, context, row):
+    """Kaldi's FinalRelativeCost of a frame's n tokens: the best cost with final costs minus
+    the best without (+inf when no token is in a final state)."""
+    best = INF
+    best_final = INF
+    for j in range(n):
+        best = min(best, cost[j])
+        c = np.float32(cost[j] + final[state[j]])
+        if context is not None and c < INF:
+            c = np.float32(c + context_final(context, row, ctx[j]))
+        best_final = min(best_final, c)
+    if best_final == INF:
+        return INF
+    return np.float32(best_final - best)
+
+
+@njit(inline="always", cache=True)
+def trailing_blanks(keep, tok_prev, tok_arc, bp_prev, bp_arc, ilabel, blank):
+    """Emitting arcs that read blank at the end of token keep's path (its in-frame epsilon
+    chain through tok_prev / tok_arc, then the backpointers), and whether a non-blank one
+    came before them (else the count ran to the start)."""
+    count = 0
+    if keep < 0:
+        return 0, False
+    k = keep
+    while True:
+        a = tok_arc[k]
+        if a != NO_ARC and ilabel[a] != 0:
+            if ilabel[a] != blank:
+                return count, True
+            count += 1
+        p = tok_prev[k]
+        if p > -2:
+            break
+        k = in_frame(p)
+    g = tok_prev[k]
+    while g >= 0:
+        a = bp_arc[g]
+        if a != NO_ARC and ilabel[a] != 0:
+            if ilabel[a] != blank:
+                return count, True
+            count += 1
+        g = bp_prev[g]
+    return count, False
 
 
 # ---------------------------------------------------------------------- backpointers

@@ -32,15 +32,15 @@ from numba import njit
 
 from .common import (
     INF,
+    best_token,
     bits_f32,
     boosted_weight,
     context_arrive,
-    context_final,
     context_locate,
     cutoff_and_adaptive_beam,
-    end_key,
     expanded_cost,
     f32_bits,
+    final_relative_cost,
     fltop_active,
     frame_acoustic_costs,
     hash_slot,
@@ -55,11 +55,11 @@ from .common import (
     token_key,
     trace_length,
     trace_path,
+    trailing_blanks,
 )
 from .constants import (
     EMPTY_KEY,
     EPS_CYCLE,
-    MAX_PACKED,
     NO_ARC,
     NO_TOKEN,
     OK,
@@ -489,16 +489,7 @@ def _closure(cutoff, n, graph, boosts, context, memo, ht, tl, stack):
 @njit(nogil=True, cache=True, _nrt=False)
 def _best_token(tl, n, final, context, with_final):
     """Index of the token with the smallest (cost [+ final costs], state, ctx), or -1 if none is finite."""
-    keep = -1
-    best = MAX_PACKED
-    best_ctx = 0
-    for j in range(n):
-        key = end_key(tl.cost[j], tl.state[j], tl.ctx[j], final, context, 0, with_final)
-        if key != MAX_PACKED and (keep < 0 or key < best or (key == best and tl.ctx[j] < best_ctx)):
-            best = key
-            best_ctx = tl.ctx[j]
-            keep = j
-    return keep
+    return best_token(tl.cost, tl.state, tl.ctx, n, final, context, 0, with_final)
 
 
 @njit(nogil=True, cache=True, _nrt=False)
@@ -810,54 +801,6 @@ def common_ancestor(tl, n, prev, stored):
     return h
 
 
-@njit(nogil=True, cache=True, _nrt=False)
-def final_relative_cost(tl, n, final, context):
-    """Kaldi's FinalRelativeCost: the best cost with final costs minus the best without
-    (+inf when no token is in a final state)."""
-    best = INF
-    best_final = INF
-    for j in range(n):
-        best = min(best, tl.cost[j])
-        c = np.float32(tl.cost[j] + final[tl.state[j]])
-        if context is not None and c < INF:
-            c = np.float32(c + context_final(context, 0, tl.ctx[j]))
-        best_final = min(best_final, c)
-    if best_final == INF:
-        return INF
-    return np.float32(best_final - best)
-
-
-@njit(nogil=True, cache=True)
-def trailing_blanks(tl, n, graph, context, prev, arc, stored, blank):
-    """Emitting arcs that read blank at the end of the best token's path (final costs left
-    out), and whether a non-blank one came before them (else the count ran to the start)."""
-    keep = _best_token(tl, n, graph.final, context, False)
-    ilabel = graph.ilabel
-    count = 0
-    if keep < 0:
-        return 0, False
-    k = keep
-    while True:
-        a = tl.arc[k]
-        if a != NO_ARC and ilabel[a] != 0:
-            if ilabel[a] != blank:
-                return count, True
-            count += 1
-        p = tl.prev[k]
-        if p > -2:
-            break
-        k = in_frame(p)
-    g = tl.prev[k]
-    while g >= 0:
-        a = arc[g]
-        if a != NO_ARC and ilabel[a] != 0:
-            if ilabel[a] != blank:
-                return count, True
-            count += 1
-        g = prev[g]
-    return count, False
-
-
 @njit(nogil=True, cache=True)
 def advance_stream(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n, ns, resume, resume_beam,
                    trace, first, stored):
@@ -874,6 +817,8 @@ def advance_stream(graph, boosts, context, memo, log_probs, num_frames, settings
     trailing, voiced, relative = 0, False, INF
     if status == OK:
         release(ws, n)
-        trailing, voiced = trailing_blanks(ws.tl, n, graph, context, prev, arc, stored, settings.blank_ilabel)
-        relative = final_relative_cost(ws.tl, n, graph.final, context)
+        tl = ws.tl
+        keep = _best_token(tl, n, graph.final, context, False)
+        trailing, voiced = trailing_blanks(keep, tl.prev, tl.arc, prev, arc, graph.ilabel, settings.blank_ilabel)
+        relative = final_relative_cost(tl.cost, tl.state, tl.ctx, n, graph.final, context, 0)
     return status, done, n, ns, beam, prev, arc, stored, fallbacks, survivors, trailing, voiced, relative

@@ -69,6 +69,7 @@ from numba import cuda, float32, float64, int32, int64, uint32, uint64
 
 from .common import (
     arc_source,
+    best_token,
     boost_cost,
     boosted_weight,
     column_cost,
@@ -79,6 +80,7 @@ from .common import (
     cutoff_and_adaptive_beam,
     end_key,
     expanded_cost,
+    final_relative_cost,
     find_segment,
     fltop_active,
     fltop_bounds,
@@ -97,6 +99,7 @@ from .common import (
     token_key,
     trace_length,
     trace_path,
+    trailing_blanks,
 )
 from .constants import (
     BP_OVERFLOW,
@@ -246,8 +249,9 @@ def _block_exclusive_scan(counts, nthreads, sh_i64, slot):
 
 @cuda.jit(device=True)
 def _active(t, u, b):
-    """Whether utterance b still searches frame t."""
-    return t < u.lengths[b] and u.status[b] == OK
+    """Whether utterance b searches frame step t: its steps are first .. lengths - 1 (a
+    stream's lane takes part in its launch's steps from the token buffer it stands in)."""
+    return u.first[b] <= t and t < u.lengths[b] and u.status[b] == OK
 
 
 @cuda.jit(device=True)
@@ -375,10 +379,10 @@ def lm_cache_clear_kernel(cache):
 
 
 @cuda.jit
-def init_kernel(graph, context, ht, tl):
-    """The start token of every utterance, before the initial closure."""
+def init_kernel(u, graph, context, ht, tl):
+    """The start token of every opening utterance, before the initial closure."""
     b = cuda.grid(1)
-    if b < tl.n.shape[0]:
+    if b < tl.n.shape[0] and u.opening[b]:
         H, mask = _table(ht)
         start_ctx = context.start[b]
         key = token_key(graph.start, start_ctx)
@@ -407,9 +411,9 @@ def prune_store_kernel(clock, u, settings, graph, context, cur, nxt, nxt_ht, sv,
     b = cuda.blockIdx.x
     tid = cuda.threadIdx.x
     nthreads = cuda.blockDim.x
-    if t > u.lengths[b] or u.status[b] != OK:
+    last = t == u.lengths[b] and u.closing[b]
+    if (t >= u.lengths[b] and not last) or t < u.first[b] or u.status[b] != OK:
         return
-    last = t == u.lengths[b]
     n = cur.n[b]
     hist = cuda.shared.array(RADIX_BINS, int32)
     counts = cuda.shared.array(MAX_BLOCK, int64)
@@ -536,14 +540,16 @@ def prune_store_kernel(clock, u, settings, graph, context, cur, nxt, nxt_ht, sv,
                 s += 1
     ns = sh_i64[1]
     if tid == 0:
-        bp.step_start[b, t] = start
+        step = u.steps[b]
+        bp.step_start[b, step] = start
+        u.steps[b] = step + 1
         bp.n[b] = start + sh_i64[0]
         sv.n[b] = ns
         u.min_key[b] = INF_KEY
         if not last:
             u.survivors[b] += ns
         if last:
-            bp.step_start[b, t + 1] = start + sh_i64[0]
+            bp.step_start[b, step + 1] = start + sh_i64[0]
             u.keep[b] = bp.gid[b, keep_j] if keep_j >= 0 else -1
     if last:
         return
@@ -752,7 +758,7 @@ def closure_kernel(clock, u, graph, boosts, context, cache, ht, tl, work, initia
     b = cuda.blockIdx.x
     tid = cuda.threadIdx.x
     nthreads = cuda.blockDim.x
-    if (not initial and t >= u.lengths[b]) or u.status[b] != OK:
+    if (initial and not u.opening[b]) or (not initial and not _active(t, u, b)) or u.status[b] != OK:
         return
     if initial:
         cutoff = float32(np.finfo(np.float32).max)
@@ -877,6 +883,54 @@ def traceback_kernel(u, bp, paths):
     paths.length[b] = max(length - 1, 0)
 
 
+# ---------------------------------------------------------------------- stream lanes
+
+@cuda.jit
+def readings_kernel(graph, settings, context, tokens0, tokens1, bp, buffer, trailing, voiced, relative):
+    """One thread per lane whose tokens are in token buffer buffer[b] (-1: skip it): what the
+    endpoint rules read (the best token's trailing blanks, whether speech came before them,
+    Kaldi's final relative cost)."""
+    b = cuda.grid(1)
+    if b >= buffer.shape[0] or buffer[b] < 0:
+        return
+    tl = tokens1 if buffer[b] else tokens0
+    n = tl.n[b]
+    keep = best_token(tl.cost[b], tl.state[b], tl.ctx[b], n, graph.final, context, b, False)
+    count, speech = trailing_blanks(keep, tl.prev[b], tl.arc[b], bp.prev[b], bp.arc[b], graph.ilabel,
+                                    settings.blank_ilabel)
+    trailing[b] = count
+    voiced[b] = speech
+    relative[b] = final_relative_cost(tl.cost[b], tl.state[b], tl.ctx[b], n, graph.final, context, b)
+
+
+@cuda.jit
+def adopt_kernel(buffer, old0, old1, tokens0, tokens1, tables0, tables1, capacity):
+    """One block per lane: the tokens of lane b's buffer buffer[b] (-1: none) copied from a
+    smaller workspace (`old0`, `old1`) into this one's and entered in that buffer's empty
+    hash table, as a frame step leaves them."""
+    b = cuda.blockIdx.x
+    if b >= buffer.shape[0] or buffer[b] < 0:
+        return
+    src = old1 if buffer[b] else old0
+    tl = tokens1 if buffer[b] else tokens0
+    ht = tables1 if buffer[b] else tables0
+    H, mask = _table(ht)
+    n = src.n[b]
+    for j in range(cuda.threadIdx.x, n, cuda.blockDim.x):
+        state, ctx = src.state[b, j], src.ctx[b, j]
+        slot = _insert(ht, b, b * H, mask, capacity, token_key(state, ctx), tl, False)
+        ht.tok[b * H + slot] = j
+        ht.val[b * H + slot] = pack(src.cost[b, j], src.arc[b, j])
+        tl.state[b, j] = state
+        tl.ctx[b, j] = ctx
+        tl.cost[b, j] = src.cost[b, j]
+        tl.prev[b, j] = src.prev[b, j]
+        tl.arc[b, j] = src.arc[b, j]
+        tl.slot[b, j] = slot
+    if cuda.threadIdx.x == 0:
+        tl.n[b] = n
+
+
 # ---------------------------------------------------------------------- the launcher
 
 class Paths(NamedTuple):
@@ -919,11 +973,74 @@ def tick_kernel(clock):
         clock[0] += 1
 
 
+class Steps:
+    """The launches of a search on one workspace, on `stream`: begin (start tokens and their
+    closure), one frame step, the last step and the traceback.  `with_contexts`: some
+    utterance's tokens carry a context (expand_ties runs)."""
+
+    def __init__(self, launch, ws, settings, graph, acoustics, boosts, context, cache, capacity, with_contexts,
+                 stream=0):
+        self.launch, self.ws, self.settings, self.graph = launch, ws, settings, graph
+        self.acoustics, self.boosts, self.context, self.cache = acoustics, boosts, context, cache
+        self.capacity, self.with_contexts, self.stream = capacity, with_contexts, stream
+        B = launch.batch
+        self.per_utt = (B, launch.block, stream)
+        self.flat = (launch.flat_blocks, launch.flat_block, stream)
+        self.scan = (1, launch.scan_block, stream)
+        self.per_thread = ((B + 31) // 32, 32, stream)
+        self.cache_grid = (launch.cache_blocks, launch.block, stream)
+        self.rescoring = bool(context.rescoring)
+        self.fltop = settings.top_n < acoustics.log_probs.shape[2] or settings.log_rel > -np.inf
+
+    def begin(self):
+        """The start token of each opening utterance (u.opening) and its epsilon closure, in
+        token buffer 0."""
+        ws = self.ws
+        init_kernel[self.per_thread](ws.u, self.graph, self.context, ws.tables[0], ws.tokens[0])
+        if self.rescoring:
+            lm_cache_clear_kernel[self.cache_grid](self.cache)
+        closure_kernel[self.per_utt](ws.clock, ws.u, self.graph, self.boosts, self.context, self.cache,
+                                     ws.tables[0], ws.tokens[0], ws.work, True, self.capacity)
+
+    def prune_store(self, cur):
+        ws = self.ws
+        prune_store_kernel[self.per_utt](ws.clock, ws.u, self.settings, self.graph, self.context, ws.tokens[cur],
+                                         ws.tokens[1 - cur], ws.tables[1 - cur], ws.sv, ws.bp)
+
+    def step(self, cur):
+        """The kernels of frame step ws.clock for the utterances whose tokens are in buffer `cur`."""
+        ws, u, clock, sv, graph, settings = self.ws, self.ws.u, self.ws.clock, self.ws.sv, self.graph, self.settings
+        acoustics, boosts, context, cache, capacity = self.acoustics, self.boosts, self.context, self.cache, \
+            self.capacity
+        flat = self.flat
+        nxt = 1 - cur
+        self.prune_store(cur)
+        batch_scan_kernel[self.scan](clock, u, u.arcs, u.arc_start)
+        frame_costs_kernel[self.per_utt](clock, u, settings, acoustics, self.fltop)
+        if self.rescoring:
+            lm_cache_clear_kernel[self.cache_grid](cache)
+        expand_min_kernel[flat](clock, u, graph, sv, acoustics, boosts, context, cache, False)
+        if self.fltop:
+            fltop_redo_kernel[self.per_thread](clock, u, settings, sv, acoustics)
+            expand_min_kernel[flat](clock, u, graph, sv, acoustics, boosts, context, cache, True)
+        expand_kernel[flat](clock, u, graph, sv, acoustics, boosts, context, cache, ws.tables[nxt], ws.tokens[nxt],
+                            capacity)
+        if self.with_contexts:
+            expand_ties_kernel[flat](clock, u, graph, sv, acoustics, boosts, context, cache, ws.tables[nxt])
+        batch_scan_kernel[self.scan](clock, u, ws.tokens[nxt].n, u.token_start)
+        resolve_kernel[flat](clock, u, graph, context, ws.tables[cur], ws.bp, ws.tables[nxt], ws.tokens[nxt])
+        closure_kernel[self.per_utt](clock, u, graph, boosts, context, cache, ws.tables[nxt], ws.tokens[nxt],
+                                     ws.work, False, capacity)
+        tick_kernel[1, 1, self.stream](clock)
+
+    def traceback(self):
+        traceback_kernel[self.per_thread](self.ws.u, self.ws.bp, self.ws.paths)
+
+
 def search(launch, ws, settings, graph, acoustics, boosts, context, cache, capacity, num_frames, with_contexts,
            stream=0, capture=None, graphs=None):
     """Launch the whole search of a batch, frame after frame, on `stream` (asynchronously:
-    the caller reads ws.u.status and ws.paths back when it needs them).  `with_contexts`:
-    some utterance's tokens carry a context (expand_ties runs).
+    the caller reads ws.u.status and ws.paths back when it needs them).
 
     Every kernel of a frame step reads the frame from ws.clock, which the step's last
     kernel advances, so a step is the same launches every frame.  `capture`, where given,
@@ -933,56 +1050,17 @@ def search(launch, ws, settings, graph, acoustics, boosts, context, cache, capac
     launched every frame (the simulator's path).  `graphs`: the two steps captured by an
     earlier search on the very same arrays and arguments, replayed as they are.  Returns
     the captured steps (None without `capture`)."""
-    B = launch.batch
-    per_utt = (B, launch.block, stream)
-    flat = (launch.flat_blocks, launch.flat_block, stream)
-    scan = (1, launch.scan_block, stream)
-    per_thread = ((B + 31) // 32, 32, stream)
-    cache_grid = (launch.cache_blocks, launch.block, stream)
-    rescoring = bool(context.rescoring)
-    fltop = settings.top_n < acoustics.log_probs.shape[2] or settings.log_rel > -np.inf
-    u, clock, sv = ws.u, ws.clock, ws.sv
-
-    def prune_store(cur):
-        prune_store_kernel[per_utt](clock, u, settings, graph, context, ws.tokens[cur], ws.tokens[1 - cur],
-                                    ws.tables[1 - cur], sv, ws.bp)
-
-    def step(cur):
-        """The kernels of one frame whose tokens are in buffer `cur`."""
-        nxt = 1 - cur
-        prune_store(cur)
-        batch_scan_kernel[scan](clock, u, u.arcs, u.arc_start)
-        frame_costs_kernel[per_utt](clock, u, settings, acoustics, fltop)
-        if rescoring:
-            lm_cache_clear_kernel[cache_grid](cache)
-        expand_min_kernel[flat](clock, u, graph, sv, acoustics, boosts, context, cache, False)
-        if fltop:
-            fltop_redo_kernel[per_thread](clock, u, settings, sv, acoustics)
-            expand_min_kernel[flat](clock, u, graph, sv, acoustics, boosts, context, cache, True)
-        expand_kernel[flat](clock, u, graph, sv, acoustics, boosts, context, cache, ws.tables[nxt], ws.tokens[nxt],
-                            capacity)
-        if with_contexts:
-            expand_ties_kernel[flat](clock, u, graph, sv, acoustics, boosts, context, cache, ws.tables[nxt])
-        batch_scan_kernel[scan](clock, u, ws.tokens[nxt].n, u.token_start)
-        resolve_kernel[flat](clock, u, graph, context, ws.tables[cur], ws.bp, ws.tables[nxt], ws.tokens[nxt])
-        closure_kernel[per_utt](clock, u, graph, boosts, context, cache, ws.tables[nxt], ws.tokens[nxt], ws.work,
-                                False, capacity)
-        tick_kernel[1, 1, stream](clock)
-
+    steps = Steps(launch, ws, settings, graph, acoustics, boosts, context, cache, capacity, with_contexts, stream)
     if capture is None:
         graphs = None
     elif graphs is None:  # captured before anything runs: the GPU waits for no capture
-        graphs = [capture(lambda: step(0)), capture(lambda: step(1))]
-    init_kernel[per_thread](graph, context, ws.tables[0], ws.tokens[0])
-    if rescoring:
-        lm_cache_clear_kernel[cache_grid](cache)
-    closure_kernel[per_utt](clock, u, graph, boosts, context, cache, ws.tables[0], ws.tokens[0], ws.work, True,
-                            capacity)
+        graphs = [capture(lambda: steps.step(0)), capture(lambda: steps.step(1))]
+    steps.begin()
     for t in range(num_frames):
         if graphs:
             graphs[t % 2]()
         else:
-            step(t % 2)
-    prune_store(num_frames % 2)  # the last step keeps the best token
-    traceback_kernel[per_thread](u, ws.bp, ws.paths)
+            steps.step(t % 2)
+    steps.prune_store(num_frames % 2)  # the last step keeps the best token
+    steps.traceback()
     return graphs

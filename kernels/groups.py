@@ -182,6 +182,10 @@ class Utterances(NamedTuple):
     arcs: np.ndarray  # int32 emitting arcs of this frame's survivors
     arc_start: np.ndarray  # int64 (B + 1,) the batch's prefix sums of arcs (utterances still searching)
     token_start: np.ndarray  # int64 (B + 1,) and of the new frame's listed tokens
+    first: np.ndarray  # int64 the first frame step of this launch the utterance takes part in (0 but for streams)
+    steps: np.ndarray  # int64 steps stored in the backpointers so far (bp.step_start's next row)
+    opening: np.ndarray  # uint8 init and the initial closure start this utterance's search
+    closing: np.ndarray  # uint8 step `lengths` is the search's last (keep the best token); a stream's lanes: 0
 
 
 class Acoustics(NamedTuple):

@@ -21,11 +21,12 @@ from numba import cuda, typeof  # noqa: E402
 from wfst.kernels import cuda as K  # noqa: E402
 
 import wfst  # noqa: E402
+import wfst.cuda_arrays as arrays  # noqa: E402
 import wfst.cuda_backend as backend  # noqa: E402
 
 KERNELS = ["init_kernel", "prune_store_kernel", "batch_scan_kernel", "frame_costs_kernel", "lm_cache_clear_kernel",
            "expand_min_kernel", "fltop_redo_kernel", "expand_kernel", "expand_ties_kernel", "resolve_kernel",
-           "closure_kernel", "traceback_kernel", "tick_kernel"]
+           "closure_kernel", "traceback_kernel", "tick_kernel", "readings_kernel", "adopt_kernel"]
 compiled: dict[str, set] = {}
 problems: list[str] = []
 
@@ -63,8 +64,9 @@ def main(graph_dir: str) -> int:
     for name in KERNELS:
         setattr(K, name, CompileOnLaunch(name))
     # host arrays stand in for device arrays and pinned memory: only their types matter
-    backend.on_device = lambda a: a
-    backend.array_module = lambda: np
+    for module in (arrays, backend):  # cuda_backend holds its own names of the two
+        module.on_device = lambda a: a
+        module.array_module = lambda: np
     backend._pinned = np.array
     cuda.is_available = lambda: True
     backend._sm_count = lambda: 132  # an H100's
@@ -80,6 +82,12 @@ def main(graph_dir: str) -> int:
     everything = wfst.Decoder(g, device="cuda", beam=10.0, max_active=50, rescore_lm=lm, graph_lm=lm,
                               token_top_n=2, token_rel_threshold=0.01)
     everything.decode(x, np.array([4, 3]), boost={words[0]: 1.0, f"{words[0]} {words[1]}": 1.0})
+    # streams: five open the lanes' workspace grows (its lanes move in: adopt_kernel)
+    for dec in (plain, everything):
+        streams = [dec.stream(boost={f"{words[0]} {words[1]}": 1.0}) for _ in range(5)]
+        dec.advance(streams, [x[0]] * 5)
+        streams[0].partial()
+        dec.finish(streams)
     for name in KERNELS:
         print(f"{name}: {len(compiled.get(name, ()))} signature(s) compiled to PTX for sm_90")
     for p in dict.fromkeys(problems):

@@ -209,6 +209,84 @@ def test_rescoring_with_a_tiny_lm_cache_cuda_equals_cpu(small_graph):
     assert gpu.stats.lm["clears"] > 0
 
 
+# ---------------------------------------------------------------------- streams
+
+def assert_streams_same(graph, x, lengths, boost=None, seed=0, **config):
+    """Every utterance as a stream on both backends, chunked alike at random (0-3 frames,
+    random subsets per call): after each call the same partial results and endpoint
+    readings, and at the end the offline CPU decode's results."""
+    cpu, gpu = Decoder(graph, device="cpu", **config), Decoder(graph, device="cuda", **config)
+    want = cpu.decode(x, lengths, boost=boost)
+    boosts = boost if isinstance(boost, list) else [boost] * len(lengths)
+    pairs = [(cpu.stream(boost=b), gpu.stream(boost=b)) for b in boosts]
+    rng = np.random.default_rng(seed)
+    pos = [0] * len(lengths)
+    while any(p < n for p, n in zip(pos, lengths)):
+        pick = [i for i in range(len(lengths)) if pos[i] < lengths[i] and rng.random() < 0.7]
+        chunks = []
+        for i in pick:
+            k = int(rng.integers(0, 4))
+            chunks.append(x[i, pos[i]:min(pos[i] + k, int(lengths[i]))])
+            pos[i] = min(pos[i] + k, int(lengths[i]))
+        for d in (0, 1):
+            (cpu, gpu)[d].advance([pairs[i][d] for i in pick], chunks)
+        for i in pick:
+            c, g = (s._state for s in pairs[i])
+            assert pairs[i][1].partial() == pairs[i][0].partial()
+            assert (g.frames, g.trailing, g.survivors) == (c.frames, c.trailing, c.survivors)
+            assert g.relative_cost == pytest.approx(c.relative_cost, abs=1e-5)
+    got = gpu.finish([p[1] for p in pairs])
+    assert cpu.finish([p[0] for p in pairs]) == want
+    for a, b in zip(got, want):
+        assert (a.words, a.word_frames, a.reached_final, a.num_frames) == (b.words, b.word_frames, b.reached_final,
+                                                                          b.num_frames)
+        assert (a.cost, a.acoustic_cost, a.boost_cost, a.rescore_cost) == pytest.approx(
+            (b.cost, b.acoustic_cost, b.boost_cost, b.rescore_cost), abs=1e-5)
+    return gpu
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=list(CONFIGS))
+def test_streams_cuda_equal_cpu_and_offline(config):
+    _, g = random_tlg(3, num_states=10)
+    x = random_log_probs(3, batch=3, frames=9, columns=4)
+    gpu = assert_streams_same(g, x, np.array([9, 6, 0]), seed=1, **CONFIGS[config])
+    if config == "overflow regrows":
+        assert gpu._backend._lanes.capacity > 3  # a frame overflowed: the lanes grew mid-stream
+
+
+def test_streams_cuda_with_boosts_phrases_and_rescoring(small_graph):
+    g, lms = small_graph
+    x = random_log_probs(5, batch=3, frames=8, columns=5, sharpness=1.5)
+    boost = [{"ab": 2.0}, None, {"ab ba": 2.0, "ba": 0.5}]
+    assert_streams_same(g, x, np.array([8, 7, 8]), boost=boost, seed=2, beam=20.0, max_active=40, min_active=1,
+                        token_capacity=128, **lms)
+
+
+def test_streams_cuda_lanes_commit_grow_and_are_reused(tiny, monkeypatch):
+    """More streams than lanes (the workspace grows), commits of the stable prefix written
+    back to the lanes (the first commit after 16 backpointers), and a finished stream's lane
+    taken by a new one: all exact."""
+    from wfst import ledger
+
+    monkeypatch.setattr(ledger, "COMMIT_AT", 16)
+    r = compile_graph(tiny / "g", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=tiny / "lexicon.txt",
+                      word_boundary="|", topology="compact")
+    g = wfst.load_graph(r.directory)
+    x = random_log_probs(9, batch=6, frames=14, columns=5, sharpness=3.0)
+    lengths = np.array([14, 12, 14, 9, 13, 14])
+    config = dict(beam=12.0, max_active=20, min_active=1)
+    gpu = assert_streams_same(g, x, lengths, seed=4, **config)
+    lanes = gpu._backend._lanes
+    assert lanes.L >= 6 and all(ref is None for ref in lanes.lanes)
+    s = gpu.stream()
+    assert s._state.lane == 0
+    y = random_log_probs(9, batch=6, frames=40, columns=5, sharpness=6.0)[:1]
+    for t in range(0, 40, 4):
+        gpu.advance([s], [y[0, t:t + 4]])
+    assert s._state.base > 0  # committed
+    assert gpu.finish([s])[0] == Decoder(g, **config).decode(y, np.array([40]))[0]
+
+
 def test_demo_graph_cuda_equals_cpu(demo, tmp_path):
     r = compile_graph(tmp_path / "bpe", tokens=demo / "bpe_tokens.txt", spm=demo / "bpe.model",
                       lm=demo / "lm.arpa", topology="compact", cache_dir=tmp_path / "cache")
@@ -227,7 +305,7 @@ def test_kernels_compile_for_sm90(tiny):
     out = subprocess.run([sys.executable, str(Path(__file__).with_name("ptx_check.py")), str(r.directory)],
                          env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.count("signature(s) compiled to PTX for sm_90") == 13, out.stdout
+    assert out.stdout.count("signature(s) compiled to PTX for sm_90") == 15, out.stdout
     assert "refuses" not in out.stdout, out.stdout
 
 

@@ -11,9 +11,9 @@ from wfst.graphs import compile_graph
 
 import wfst
 from wfst import synthetic
-from wfst.cpu_backend import _COMMIT_AT
 from wfst.decoder import DecodeInputError, Decoder
 from wfst.errors import OptionError
+from wfst.ledger import COMMIT_AT as _COMMIT_AT
 from wfst.lm import truncate_arpa
 from wfst.stream import KALDI_RULES, EndpointConfig, EndpointRule
 
@@ -235,9 +235,3 @@ def test_endpoints_fire_on_a_stream(demo, demo_graphs):
         dec.advance([quiet], [blank[t:t + 5]])
         assert quiet.endpoint == (t + 5 >= 125), t  # 5 s at 40 ms a frame
     assert quiet.endpoint_rule == 0
-
-
-def test_streams_need_the_cpu(demo, demo_graphs):
-    path, _ = demo_graphs["char_compact"]
-    with pytest.raises(OptionError, match="device='cpu' only"):
-        Decoder(path, device="cuda").stream()

@@ -21,13 +21,13 @@ from wfst.kernels.groups import InterleavedGraph
 from . import contexts
 from .batch import BatchPlan, Outcome
 from .inputs import host_array, nonfinite_rows
+from .ledger import Ledger
 from .memory import available_host_bytes
-from .results import PathPart, TracedPath, emitting_reads, path_part
+from .results import TracedPath, emitting_reads
 
 _LM_MEMO_SLOTS = 1 << 21  # 32 MiB; on BPE 2^20 was 10% slower, 2^22 5% faster
 _PHRASE_MEMO_SLOTS = 1 << 15  # phrases alone: a small automaton
 _PHRASE_LM_MEMO_SLOTS = 1 << 18  # phrases with rescoring
-_COMMIT_AT = 1 << 16  # backpointers at which a stream first tries to commit its path (then at each doubling)
 
 
 class CpuBackend:
@@ -192,9 +192,9 @@ class CpuBackend:
 
     # ------------------------------------------------------------------ streams
 
-    def open_stream(self, boosts, rescorer, settings, capacity: int) -> CpuStream:
+    def open_stream(self, boosts, rescorer, settings, capacity) -> CpuStream:
         """A stream's search state: its start token and the start's epsilon closure.
-        boosts: the stream's BoostTables (one row)."""
+        boosts: the stream's BoostTables (one row); capacity: the decoder's batch.Capacity."""
         from wfst.kernels import cpu
 
         context = None
@@ -205,7 +205,7 @@ class CpuBackend:
         own_memo = None
         if context is not None and phrases.num_states > 1:  # phrase steps are this stream's own
             own_memo = cpu.new_memo(_PHRASE_LM_MEMO_SLOTS if rescorer is not None else _PHRASE_MEMO_SLOTS)
-        state = CpuStream(context, own_memo, word_costs, settings, capacity, self.graph.tokens.num_columns)
+        state = CpuStream(context, own_memo, word_costs, settings, capacity.tokens, self.graph.tokens.num_columns)
         while True:
             with self._stream_memo(state) as memo, self._workspace(state.capacity) as ws:
                 ws = ws._replace(tl=state.tl)
@@ -281,28 +281,13 @@ class CpuBackend:
             _clean(ws)
             t += done
             resume, resume_beam = True, beam
-        # blanks that ran back to the commit point: the prefix's last speech decides
-        state.trailing = int(trailing) if voiced else state.frames - 1 - state.prefix.last_voiced
-        state.relative_cost = float(relative)
+        state.set_endpoint_readings(trailing, voiced, relative)
         if state.stored >= state.next_commit:
             state.commit(self.graph)
 
     def stream_partial(self, state: CpuStream):
         """(PathPart of the best path so far, how many of its words are stable)."""
-        from wfst.kernels import cpu
-
-        tr = state.trace
-        arcs, gids = cpu.partial_path(state.tl, state.n, self.layout.final, state.context, tr.prev, tr.arc,
-                                      state.stored)
-        meet = cpu.common_ancestor(state.tl, state.n, tr.prev, state.stored)
-        part = state.part(self.graph, arcs, gids)
-        olab = self.graph.olabel[np.asarray(arcs, np.int64)]
-        stable = len(state.prefix.word_ids)
-        if meet >= 0 and len(arcs):
-            where = np.flatnonzero(gids == meet)
-            if where.size:
-                stable += int(np.count_nonzero(olab[:where[0] + 1]))
-        return state.prefix + part, stable
+        return state.partial(self.graph, state.tl, state.n, state.trace, state.stored)
 
     def finish_stream(self, state: CpuStream):
         """The stream's last step: (status, TracedPath of the rest of the path, the
@@ -316,7 +301,7 @@ class CpuBackend:
                                                            state.frames - state.base, state.stored)
         if status != C.OK:
             return status, None, state.prefix
-        steps = state.steps_of(gids, finished=True)
+        steps = state.steps_of(state.trace.steps, gids, finished=True)
         frames, columns = emitting_reads(self.graph, arcs, steps)
         logp = state.logp[frames - state.base, columns]
         path = TracedPath(arcs, steps, logp, bool(reached_final), state.survivors, state.fallbacks)
@@ -344,7 +329,7 @@ def _clean(ws) -> None:
     ws.sg.key[:] = C.EMPTY_KEY
 
 
-class CpuStream:
+class CpuStream(Ledger):
     """One stream's CPU search state between calls: the tokens of its last frame (its own
     token list; the rest of a workspace is shared), its backpointers from `base` on (the
     steps before were committed into `prefix`), and the log_probs of frames base.. that a
@@ -353,20 +338,16 @@ class CpuStream:
     def __init__(self, context, memo, word_costs, settings, capacity: int, num_columns: int):
         from wfst.kernels import cpu
 
+        super().__init__(capacity)
         self.context, self.memo, self.word_costs, self.settings = context, memo, word_costs, settings
-        self.capacity = capacity
         self.tl = cpu.new_workspace(capacity).tl
         self.n = self.ns = 0
         self.trace = cpu.new_trace(64, capacity)
         self.stored = 0
-        self.frames = 0  # frames decoded
-        self.base = 0  # trace.steps[k] is step base + k; logp[r] is frame base + r
-        self.logp = np.empty((0, num_columns), np.float32)
-        self.prefix = PathPart()
-        self.fallbacks = 0
-        self.survivors = 0  # tokens that survived pruning, summed over frames
-        self.trailing, self.relative_cost = 0, float("inf")  # what the endpoint rules read (see advance)
-        self.next_commit = _COMMIT_AT  # backpointers at which to try to commit (see commit)
+        self.logp = np.empty((0, num_columns), np.float32)  # logp[r] is frame base + r
+
+    def logp_at(self, frames, columns):
+        return self.logp[frames - self.base, columns]
 
     def reserve(self, frames: int) -> None:
         """Room in trace.steps and trace.survivors for `frames` more frames and the last step."""
@@ -403,56 +384,11 @@ class CpuStream:
         self._survivors = None
         return ws
 
-    def steps_of(self, gids, finished: bool = False) -> np.ndarray:
-        """The step each backpointer was stored at (finished: after the last step)."""
-        k = self.frames - self.base + (2 if finished else 0)
-        return (self.base + np.searchsorted(self.trace.steps[:k], gids, side="right") - 1).astype(np.int32)
-
-    def part(self, graph, arcs, gids) -> PathPart:
-        """The PathPart of path arcs after the commit point (gids -1: stored at no step yet,
-        the current one)."""
-        steps = np.where(gids >= 0, self.steps_of(gids), self.frames).astype(np.int32)
-        frames, columns = emitting_reads(graph, arcs, steps)
-        return path_part(graph, arcs, steps, self.logp[frames - self.base, columns])
-
     def commit(self, graph) -> None:
-        """Commit the path up to where the paths of all tokens meet, when that releases at
-        least half of the backpointers: its words go to `prefix`, and the backpointers and
-        frames before it are dropped.  Tried each time the backpointers doubled, so that
-        its cost stays a constant share of the search's."""
-        from wfst.kernels import cpu
-
-        self.next_commit = 2 * self.stored  # tried again once the backpointers doubled
-        tr = self.trace
-        meet = cpu.common_ancestor(self.tl, self.n, tr.prev, self.stored)
-        if meet <= 0:
-            return
-        k = int(self.steps_of(np.array([meet]))[0]) - self.base  # the meeting point's step
-        cut = int(tr.steps[k])
-        if cut < self.stored // 2:
-            return
-        length = int(cpu.trace_length(tr.prev, np.int32(meet), self.stored))
-        arcs = np.empty(length - 1, np.int32)
-        gids = np.empty(length - 1, np.int32)
-        cpu.trace_path(tr.prev, tr.arc, np.int32(meet), length, arcs, gids)
-        self.prefix = self.prefix + self.part(graph, arcs, gids)
-        # backpointers from the meeting point's step on; the meeting point is the new start
-        live = self.stored - cut
-        prev = tr.prev[cut:self.stored] - cut
-        prev[prev < 0] = C.NO_TOKEN
-        prev[meet - cut] = C.NO_TOKEN
-        tr.prev[:live] = prev
-        tr.arc[:live] = tr.arc[cut:self.stored]
-        left = self.frames - self.base - k + 2
-        tr.steps[:left] = tr.steps[k:k + left] - cut
-        tr.steps[0] = 0
-        tr.survivors[:left] = tr.survivors[k:k + left]
+        """Ledger.commit on this stream's own arrays, and its log-probs before the meeting
+        point dropped."""
         kept = self.frames - self.base
-        self.logp[:kept - k] = self.logp[k:kept]
-        self.stored = live
-        self.next_commit = max(2 * live, _COMMIT_AT)
-        self.base += k
-        # the frame's tokens point at backpointers too
-        stored_prev = self.tl.prev[:self.n]
-        stored_prev[stored_prev >= 0] -= cut
-
+        done = super().commit(graph, self.tl, self.n, self.trace, self.stored)
+        if done is not None:
+            k, self.stored = done
+            self.logp[:kept - k] = self.logp[k:kept]

@@ -32,27 +32,14 @@ from wfst.kernels.groups import (
 
 from . import contexts
 from .batch import BatchPlan, Outcome
+from .cuda_arrays import SIMULATOR, array_module, device_views, on_device
+from .cuda_arrays import to_host as _to_host
 from .errors import OptionError
 from .inputs import host_array, nonfinite_rows
 from .results import TracedPath, emitting_reads
 
-SIMULATOR = bool(numba_config.ENABLE_CUDASIM)
 numba_config.CUDA_LOW_OCCUPANCY_WARNINGS = False  # a batch of one is one block per kernel: expected, not news
 GPU_LM_FIELDS = ("offsets", "labels", "backoff", "bo_weight")  # what of a big LM the GPU holds
-
-
-def array_module():
-    if SIMULATOR:
-        return np
-    import cupy
-
-    return cupy
-
-
-def on_device(a):
-    """A Numba device-array view of a CuPy array (no copy): kernels take these, with far less
-    per-launch work than objects exporting __cuda_array_interface__."""
-    return a if SIMULATOR else cuda.as_cuda_array(a)
 
 
 def device_input(x):
@@ -106,6 +93,7 @@ class CudaBackend:
         self._no_lm = None
         self._cache = None  # the big LM's arc cache (ArcCache), kept from call to call
         self._bound = None  # the last search's arrays and CUDA graphs, reused by a search like it (_bind)
+        self._lanes = None  # the streams' workspace (wfst.cuda_streams), made on the first stream
         # the search's stream, and whether frame steps are replayed as CUDA graphs (never in the simulator)
         self._stream = None
         self.device_seconds = 0.0  # summed over searches: first kernel to last (CUDA events)
@@ -179,6 +167,25 @@ class CudaBackend:
             at += k
         return outcomes
 
+    # ------------------------------------------------------------------ streams (wfst.cuda_streams)
+
+    def open_stream(self, boosts, rescorer, settings, capacity):
+        """A stream's lane, its start token and the start's epsilon closure."""
+        from .cuda_streams import StreamLanes
+
+        if self._lanes is None:
+            self._lanes = StreamLanes(self, settings, rescorer, capacity)
+        return self._lanes.open(boosts)
+
+    def advance(self, states: list, chunks: list) -> None:
+        self._lanes.advance(states, chunks)
+
+    def stream_partial(self, state):
+        return self._lanes.partial(state)
+
+    def finish_stream(self, state):
+        return self._lanes.finish(state)
+
     def _run(self, search):
         """search(stream, capture) on the search's own stream, after the work queued on the
         default stream (the workspace's set-up), and wait for it; what it returns (the
@@ -224,7 +231,7 @@ class CudaBackend:
         start = (sizes * (rescorer.big.start if rescorer is not None else 0)).astype(np.int32)
         uploads = (lengths, keys, costs, bits, sizes, start, *host.phrases)
         lm = self._lm_parts(rescorer)
-        cache = self._arc_cache(plan)
+        cache = self._arc_cache(plan.capacity.lm_cache if plan.rescorer is not None else 1)
         B = len(utterances)
         with_contexts = rescorer is not None or bool((sizes > 1).any())
         boosting = bool((keys >= 0).any())
@@ -269,17 +276,23 @@ class CudaBackend:
         return on_device(self.xp.full(shape, value, dtype))
 
     def _workspace(self, B: int, T: int, capacity: int, bp_per_frame: int, fills: list):
-        """A search's workspace for B utterances of up to T frames; `fills` gets each array with
-        the value that resets it."""
+        """A search's workspace for B utterances of up to T frames, as device views;
+        `fills` gets each array with the value that resets it."""
+        return device_views(self.workspace_arrays(B, T + 2, (T + 1) * bp_per_frame, capacity, fills))
+
+    def workspace_arrays(self, B: int, step_rows: int, backpointers: int, capacity: int, fills: list | None = None):
+        """The arrays (of self.xp) of a workspace for B utterances: `step_rows` rows of
+        bp.step_start, `backpointers` backpointer slots and `capacity` token slots each."""
         from wfst.kernels import cuda as K
 
         H = C.hash_slots(capacity)
         i32, i64 = np.int32, np.int64
+        fills = [] if fills is None else fills
 
         def full(shape, value, dtype):
             a = self.xp.full(shape, value, dtype)
             fills.append((a, value))
-            return on_device(a)
+            return a
 
         def zeros(shape, dtype):
             return full(shape, 0, dtype)
@@ -291,14 +304,15 @@ class CudaBackend:
             return HashTable(full(B * H, C.EMPTY_KEY, i64), full(B * H, C.MAX_PACKED, np.uint64),
                              full(B * H, -1, i32), full(B * H, C.NO_CTX, i32), zeros(B * H, i32), zeros(B, i32))
 
-        P = (T + 1) * bp_per_frame
-        L = 2 * (T + 1) + 64
+        P = backpointers
+        L = 2 * step_rows + 64
         u = Utterances(None, zeros(B, i32), zeros(B, np.float32), full(B, C.INF_KEY, np.uint32), full(B, -1, i64),
                        zeros(B, np.uint8), zeros(B, i64), zeros(B, i32), zeros(B, np.uint8), zeros(B, i32),
-                       zeros(B + 1, i64), zeros(B + 1, i64))
+                       zeros(B + 1, i64), zeros(B + 1, i64), zeros(B, i64), zeros(B, i64), full(B, 1, np.uint8),
+                       full(B, 1, np.uint8))
         sv = Survivors(zeros((B, capacity), i32), zeros((B, capacity), i32), zeros((B, capacity), np.float32),
                        zeros((B, capacity), i32), zeros((B, capacity + 1), i64), zeros(B, i32))
-        bp = Backpointers(zeros((B, P), i32), zeros((B, P), i32), zeros(B, i64), zeros((B, T + 2), i64),
+        bp = Backpointers(zeros((B, P), i32), zeros((B, P), i32), zeros(B, i64), zeros((B, step_rows), i64),
                           zeros((B, capacity), i32), zeros((B, capacity), np.uint8))
         return K.Workspace(u, (tokens(), tokens()), (table(), table()), sv, bp,
                            (zeros((B, capacity), i32), zeros((B, capacity), i32)),
@@ -334,10 +348,9 @@ class CudaBackend:
             self._cache = None
         return self._lm[1]
 
-    def _arc_cache(self, plan: BatchPlan) -> ArcCache:
-        """The big LM's arc cache at plan.capacity.lm_cache slots (a stand-in without
-        rescoring); a grown capacity gets a new, empty cache and the counters carry on."""
-        slots = plan.capacity.lm_cache if plan.rescorer is not None else 1
+    def _arc_cache(self, slots: int) -> ArcCache:
+        """The big LM's arc cache at `slots` slots (1: a stand-in without rescoring); a grown
+        capacity gets a new, empty cache and the counters carry on."""
         if self._cache is None or self._cache.keys.shape[0] != slots:
             counts = np.zeros(C.LM_COUNTERS, np.int64) if self._cache is None else _to_host(self._cache.counts).copy()
             counts[C.LM_FILL] = counts[C.LM_ARRIVED] = 0
@@ -402,9 +415,3 @@ def _pinned(a: np.ndarray):
     out = np.empty(a.shape, a.dtype) if SIMULATOR else cuda.mapped_array(a.shape, a.dtype)
     out[...] = a
     return out
-
-
-def _to_host(a) -> np.ndarray:
-    if hasattr(a, "copy_to_host"):  # a Numba device array
-        return a.copy_to_host()
-    return a.get() if hasattr(a, "get") else np.asarray(a)

@@ -123,13 +123,11 @@ class Decoder:
         decode(); endpoint: the endpoint rules (default: Kaldi's)."""
         from .boost import boost_tables
 
-        if self.device != "cpu":
-            raise OptionError(f"streams run on device='cpu' only so far; this Decoder is on {self.device!r}")
         if endpoint is not None and not isinstance(endpoint, EndpointConfig):
             raise OptionError(f"endpoint must be a wfst.EndpointConfig or None; got {type(endpoint).__name__}")
         boosts = boost_tables(None if boost is None else [boost], 1, self.graph.words, self.config.beam)
         with self._lock:
-            state = self._backend.open_stream(boosts, self.rescorer, self._settings, self._capacity.tokens)
+            state = self._backend.open_stream(boosts, self.rescorer, self._settings, self._capacity)
             self._grow_to(state.capacity)
         return Stream(self, state, boosts.maps[0], boosts.phrases[0], endpoint or EndpointConfig())
 

@@ -1,0 +1,385 @@
+"""device="cuda" streams: lanes of one workspace whose search state lives from call to call.
+
+Each open stream owns a lane: a row of every workspace array (token buffers, hash tables,
+backpointers) and of the word-boost and phrase tables.  advance() copies each stream's
+chunk into a launch buffer and runs frame steps (kernels.cuda.Steps) over the workspace.
+A lane's tokens stand in token buffer frames % 2, so it takes part in the launch's steps
+first = that buffer .. first + its chunk's frames - 1 (u.first, u.lengths): every lane
+alternates buffers as an offline search does, at most one step late.  Lanes not advanced
+sit the launch out (first 1, lengths -1); the kernels return at once for them.
+
+What is rare or once per stream runs on the host on copies of a lane, with the CPU
+backend's code (wfst.ledger): partial results, commits of the stable prefix (which
+release backpointers and frames, so a lane's state stays bounded) and the last step.  A
+lane whose frame overflows its token capacity, backpointers or the big LM's arc cache is
+rolled back to that frame's tokens, the workspace grows (its lanes' tokens re-entered
+into larger tables: kernels.cuda.adopt_kernel) and the frame goes on from there.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import NamedTuple
+
+import numpy as np
+
+from wfst.kernels import constants as C
+from wfst.kernels.groups import Acoustics, Automata, Context, Tokens, WordBoosts
+
+from . import contexts
+from .boost import BoostTables
+from .cuda_arrays import SIMULATOR, device_views, on_device, to_host
+from .ledger import Ledger
+from .results import TracedPath, emitting_reads
+
+_FIRST_LANES = 4
+_FIRST_STEP_ROWS = 130  # bp.step_start rows per lane: frames since the commit point + 2
+
+
+def _read(a) -> np.ndarray:
+    """A host copy of a device array (in the simulator, of the array itself)."""
+    return np.array(to_host(a))
+
+
+class _Finals(NamedTuple):
+    """What kernels.cpu.finish reads of a graph."""
+
+    final: np.ndarray
+
+
+class CudaStream(Ledger):
+    """One stream on the GPU: its lane, and the log-probs of frames base.. on the device."""
+
+    def __init__(self, lanes: StreamLanes, lane: int, capacity: int, boost_map: dict, phrases):
+        super().__init__(capacity)
+        self.lane, self.boost_map, self.phrases = lane, boost_map, phrases
+        self._lanes = lanes
+        self.hist = lanes.xp.empty((0, lanes.V), np.float32)
+
+    @property
+    def buffer(self) -> int:
+        """The token buffer the lane's tokens stand in."""
+        return self.frames % 2
+
+    def logp_at(self, frames, columns):
+        if len(frames) == 0:
+            return np.zeros(0, np.float32)
+        xp = self._lanes.xp
+        return _read(self.hist[xp.asarray(frames - self.base), xp.asarray(columns)])
+
+    def append(self, chunk) -> None:
+        """Keep the chunk's log-probs (frames from self.frames on)."""
+        xp, kept = self._lanes.xp, self.frames - self.base
+        if kept + len(chunk) > len(self.hist):
+            grown = xp.empty((max(kept + len(chunk), 2 * len(self.hist)), self.hist.shape[1]), np.float32)
+            grown[:kept] = self.hist[:kept]
+            self.hist = grown
+        self.hist[kept:kept + len(chunk)] = chunk
+
+
+class StreamLanes:
+    """The streams of one CudaBackend: a workspace of lanes, grown as streams come."""
+
+    def __init__(self, backend, settings, rescorer, capacity):
+        self.backend, self.settings, self.rescorer = backend, settings, rescorer
+        self.xp = backend.xp
+        self.V = backend.graph.tokens.num_columns
+        self.capacity = capacity.tokens
+        self.bp_per_frame = capacity.backpointers
+        self.lm_slots = capacity.lm_cache if rescorer is not None else 1
+        self.rows = _FIRST_STEP_ROWS
+        self.lanes: list = []  # per lane: a weak reference to its CudaStream, or None (free)
+        self.ws_x = self.ws = None
+        self._x = None  # the launch buffer (lanes, steps, V)
+        self._build(_FIRST_LANES, self.capacity, self.rows)
+
+    # ------------------------------------------------------------------ lanes
+
+    @property
+    def L(self) -> int:
+        return len(self.lanes)
+
+    def _stream(self, lane: int):
+        ref = self.lanes[lane]
+        return ref() if ref is not None else None
+
+    def _build(self, L: int, capacity: int, rows: int) -> None:
+        """A workspace of L lanes at this capacity and step rows; the lanes in use move in."""
+        from wfst.kernels import cuda as K
+
+        xp, old, old_L = self.xp, self.ws_x, self.L
+        P = rows * self.bp_per_frame
+        ws = self.backend.workspace_arrays(L, rows, P, capacity)
+        ws = ws._replace(u=ws.u._replace(lengths=xp.zeros(L, np.int64)))
+        ws.u.opening[...] = 0
+        ws.u.closing[...] = 0  # the last step runs on the host (finish)
+        if old is not None:
+            o_rows, o_P = old.bp.step_start.shape[1], old.bp.prev.shape[1]
+            for mine, theirs in ((ws.u.steps, old.u.steps), (ws.u.survivors, old.u.survivors),
+                                 (ws.u.fallbacks, old.u.fallbacks), (ws.bp.n, old.bp.n)):
+                mine[:old_L] = theirs
+            ws.bp.prev[:old_L, :o_P] = old.bp.prev
+            ws.bp.arc[:old_L, :o_P] = old.bp.arc
+            ws.bp.step_start[:old_L, :o_rows] = old.bp.step_start
+            buffer = np.full(L, -1, np.int8)
+            for lane in range(old_L):
+                s = self._stream(lane)
+                if s is not None:
+                    buffer[lane] = s.buffer
+            views = device_views(old)
+            new = device_views(ws)
+            K.adopt_kernel[old_L, self.backend.block](on_device(xp.asarray(buffer)), views.tokens[0], views.tokens[1],
+                                                    new.tokens[0], new.tokens[1], new.tables[0], new.tables[1],
+                                                    capacity)
+        self.lanes += [None] * (L - old_L)
+        self.ws_x, self.ws = ws, device_views(ws)
+        self.capacity, self.rows = capacity, rows
+        for s in filter(None, map(self._stream, range(L))):
+            s.capacity = capacity
+        self._readings = tuple(xp.zeros(L, d) for d in (np.int32, np.uint8, np.float32))
+        self._costs = xp.zeros((L, self.V + 1), np.float32)
+        self._tables()
+
+    def _tables(self) -> None:
+        """The lanes' word boosts and context (phrase automata, the LMs) on the device."""
+        from .boost import NO_PHRASES
+
+        streams = [self._stream(lane) for lane in range(self.L)]
+        maps = tuple(s.boost_map if s is not None else {} for s in streams)
+        phrases = tuple(s.phrases if s is not None else NO_PHRASES for s in streams)
+        dev = self.backend.to_device
+        keys, costs, bits = BoostTables((), maps, phrases, len(self.backend.graph.words or ())).hash_maps(
+            range(self.L))
+        self.boosts = WordBoosts(dev(keys), dev(costs), dev(bits), bool((keys >= 0).any()))
+        host = contexts.context(None, phrases)
+        sizes = host.phrase_states
+        start = (sizes * (self.rescorer.big.start if self.rescorer is not None else 0)).astype(np.int32)
+        lm = self.backend._lm_parts(self.rescorer)
+        self.context = Context(self.rescorer is not None, dev(sizes), *lm[:2], *lm[2:5],
+                               Automata(*(dev(a) for a in host.phrases)), dev(start), lm[5], np.float32(0.0),
+                               *(dev(a) for a in contexts.no_rest()))
+        self.with_contexts = self.rescorer is not None or bool((sizes > 1).any())
+
+    def _reset(self, lane: int) -> None:
+        """An empty lane: no tokens, hash tables, backpointers or counts."""
+        ws, H = self.ws_x, C.hash_slots(self.capacity)
+        for ht in ws.tables:
+            for a, value in zip(ht[:5], (C.EMPTY_KEY, C.MAX_PACKED, -1, C.NO_CTX, 0)):
+                a[lane * H:(lane + 1) * H] = value
+            ht.count[lane] = 0
+        for tl in ws.tokens:
+            tl.n[lane] = 0
+        for a, value in ((ws.bp.n, 0), (ws.u.steps, 0), (ws.u.status, C.OK), (ws.u.survivors, 0),
+                         (ws.u.fallbacks, 0), (ws.u.keep, -1), (ws.u.reached_final, 0)):
+            a[lane] = value
+
+    def _steps(self, x):
+        from wfst.kernels import cuda as K
+
+        b = self.backend
+        launch = K.Launch(self.L, b.block, b.flat_blocks, b.block if SIMULATOR else 256,
+                          b.block if SIMULATOR else K.SCAN_BLOCK, 1 if SIMULATOR else 64)
+        return K.Steps(launch, self.ws, self.settings, b.csr, Acoustics(on_device(x), on_device(self._costs)),
+                       self.boosts, self.context, b._arc_cache(self.lm_slots), self.capacity, self.with_contexts)
+
+    def _launch_buffer(self, steps: int):
+        if self._x is None or self._x.shape[0] != self.L or self._x.shape[1] < steps:
+            self._x = self.xp.zeros((self.L, max(steps, 8), self.V), np.float32)
+        return self._x
+
+    def release(self, lane: int) -> None:
+        self.lanes[lane] = None
+
+    # ------------------------------------------------------------------ open, advance
+
+    def open(self, boosts) -> CudaStream:
+        """A new stream (boosts: its BoostTables, one row): a free lane with its start token
+        and the start's epsilon closure."""
+        lane = next((i for i, ref in enumerate(self.lanes) if ref is None), None)
+        if lane is None:
+            lane = self.L
+            self._build(2 * self.L, self.capacity, self.rows)
+        s = CudaStream(self, lane, self.capacity, boosts.maps[0], boosts.phrases[0])
+        self.lanes[lane] = weakref.ref(s)
+        weakref.finalize(s, self.release, lane)
+        self._tables()
+        u = self.ws_x.u
+        while True:
+            self._reset(lane)
+            u.opening[lane] = 1
+            self._steps(self._launch_buffer(1)).begin()
+            u.opening[lane] = 0
+            status = int(_read(u.status[lane:lane + 1])[0])
+            if status == C.OK:
+                return s
+            self._grow({status})
+
+    def advance(self, states: list, chunks: list) -> None:
+        work = [(s, x) for s, x in zip(states, chunks) if len(x)]
+        for s, x in work:
+            s.append(x)
+        self._make_room(work)
+        while work:
+            work = self._round(work)
+        advanced = [s for s, x in zip(states, chunks) if len(x)]
+        if not advanced:
+            return
+        ws = self.ws
+        buffer = np.full(self.L, -1, np.int8)
+        for s in advanced:
+            buffer[s.lane] = s.buffer
+        from wfst.kernels import cuda as K
+
+        out = self._readings
+        K.readings_kernel[(self.L + 31) // 32, 32](self.backend.csr, self.settings, self.context, ws.tokens[0],
+                                                   ws.tokens[1], ws.bp, on_device(self.xp.asarray(buffer)),
+                                                   *(on_device(a) for a in out))
+        trailing, voiced, relative = (_read(a) for a in out)
+        survivors, fallbacks = _read(self.ws_x.u.survivors), _read(self.ws_x.u.fallbacks)
+        stored = _read(self.ws_x.bp.n)
+        for s in advanced:
+            b = s.lane
+            s.set_endpoint_readings(trailing[b], bool(voiced[b]), relative[b])
+            s.survivors, s.fallbacks = int(survivors[b]), int(fallbacks[b])
+            if stored[b] >= s.next_commit:
+                self._commit(s)
+
+    def _make_room(self, work) -> None:
+        """Step rows and backpointers for each lane's chunk (at bp_per_frame a frame): its
+        stable prefix committed when that is not so, the workspace grown when even that is
+        not enough."""
+        u, bp = self.ws_x.u, self.ws_x.bp
+        steps, stored = _read(u.steps), _read(bp.n)
+        rows = self.rows
+        for s, x in work:
+            b, T = s.lane, len(x)
+            if steps[b] + T + 2 > rows or stored[b] + (T + 1) * self.bp_per_frame > rows * self.bp_per_frame:
+                if self._commit(s):
+                    steps[b], stored[b] = _read(u.steps[b:b + 1])[0], _read(bp.n[b:b + 1])[0]
+            while steps[b] + T + 2 > rows or stored[b] + (T + 1) * self.bp_per_frame > rows * self.bp_per_frame:
+                rows *= 2
+        if rows != self.rows:
+            self._build(self.L, self.capacity, rows)
+
+    def _round(self, work):
+        """One launch of frame steps for these (stream, frames) pairs; returns the pairs
+        left by lanes that overflowed (after growing the workspace)."""
+        xp, u = self.xp, self.ws_x.u
+        S = max(s.buffer + len(x) for s, x in work)
+        x_all = self._launch_buffer(S)
+        first, lengths = np.ones(self.L, np.int64), np.full(self.L, -1, np.int64)
+        for s, x in work:
+            p = s.buffer
+            x_all[s.lane, p:p + len(x)] = x
+            first[s.lane], lengths[s.lane] = p, p + len(x)
+        u.first[...] = xp.asarray(first)
+        u.lengths[...] = xp.asarray(lengths)
+        self.ws_x.clock[...] = 0
+        before = _read(u.steps)
+        steps = self._steps(x_all)
+        for t in range(S):
+            steps.step(t % 2)
+        status, after = _read(u.status), _read(u.steps)
+        again, overflows = [], set()
+        for s, x in work:
+            b = s.lane
+            done = int(after[b] - before[b])
+            if status[b] in (C.TOKEN_OVERFLOW, C.LM_OVERFLOW):
+                # the frame that overflowed was pruned and stored: take that back, and empty
+                # the table its new tokens went to; its tokens are as before the frame
+                done -= 1
+                self._roll_back(b, int(after[b]) - 1, (s.buffer + done + 1) % 2)
+            s.frames += done
+            if status[b] != C.OK:
+                overflows.add(int(status[b]))
+                u.status[b] = C.OK
+                again.append((s, x[done:]))
+        if overflows:
+            self._grow(overflows, [s for s, _ in again])
+        return again
+
+    def _roll_back(self, lane: int, step: int, spoiled: int) -> None:
+        ws, H = self.ws_x, C.hash_slots(self.capacity)
+        ws.u.steps[lane] = step
+        ws.bp.n[lane] = ws.bp.step_start[lane, step]
+        ws.u.survivors[lane] -= ws.sv.n[lane]
+        ht = ws.tables[spoiled]
+        for a, value in zip(ht[:5], (C.EMPTY_KEY, C.MAX_PACKED, -1, C.NO_CTX, 0)):
+            a[lane * H:(lane + 1) * H] = value
+        ht.count[lane] = 0
+        ws.tokens[spoiled].n[lane] = 0
+
+    def _grow(self, overflows: set, streams=()) -> None:
+        """Grow what overflowed: token capacity, the arc cache, backpointers per frame (unless
+        committing the streams' prefixes made room)."""
+        capacity, per_frame = self.capacity, self.bp_per_frame
+        if C.TOKEN_OVERFLOW in overflows:
+            capacity *= 2
+        if C.LM_OVERFLOW in overflows:
+            self.lm_slots *= 2
+        if C.BP_OVERFLOW in overflows and not any([self._commit(s) for s in streams]):
+            self.bp_per_frame *= 2
+        if capacity != self.capacity or per_frame != self.bp_per_frame:
+            self._build(self.L, capacity, self.rows)
+
+    # ------------------------------------------------------------------ host work on a lane
+
+    def _host_state(self, s: CudaStream):
+        """(tokens, n, cpu.Trace, stored) of the stream's lane, copied to the host."""
+        from wfst.kernels import cpu
+
+        ws, b = self.ws_x, s.lane
+        tok = ws.tokens[s.buffer]
+        n = int(_read(tok.n[b:b + 1])[0])
+        tl = Tokens(*(_read(a[b, :n]) for a in tok[:6]), np.array([n], np.int32))
+        stored = int(_read(ws.bp.n[b:b + 1])[0])
+        rows = s.frames - s.base + 2
+        trace = cpu.Trace(_read(ws.bp.prev[b, :stored]), _read(ws.bp.arc[b, :stored]),
+                          _read(ws.bp.step_start[b, :rows]), None)
+        return tl, n, trace, stored
+
+    def _commit(self, s: CudaStream) -> bool:
+        """Ledger.commit on a copy of the lane, written back; whether it committed."""
+        tl, n, trace, stored = self._host_state(s)
+        kept = s.frames - s.base
+        done = Ledger.commit(s, self.backend.graph, tl, n, trace, stored)
+        if done is None:
+            return False
+        k, live = done
+        ws, b, xp = self.ws_x, s.lane, self.xp
+        ws.bp.prev[b, :live] = xp.asarray(trace.prev[:live])
+        ws.bp.arc[b, :live] = xp.asarray(trace.arc[:live])
+        ws.bp.n[b] = live
+        left = kept - k + 2
+        ws.bp.step_start[b, :left] = xp.asarray(trace.steps[:left])
+        ws.u.steps[b] = kept - k
+        ws.tokens[s.buffer].prev[b, :n] = xp.asarray(tl.prev[:n])
+        s.hist[:kept - k] = s.hist[k:kept].copy()
+        return True
+
+    def partial(self, s: CudaStream):
+        tl, n, trace, stored = self._host_state(s)
+        return s.partial(self.backend.graph, tl, n, trace, stored)
+
+    def finish(self, s: CudaStream):
+        """The last step, on the host (kernels.cpu.finish on the lane's copy): (status,
+        TracedPath of the path after the committed prefix, the prefix); the lane is freed."""
+        from wfst.kernels import cpu
+
+        g = self.backend.graph
+        tl, n, trace, stored = self._host_state(s)
+        steps = np.zeros(s.frames - s.base + 2, np.int64)
+        steps[:len(trace.steps)] = trace.steps
+        trace = trace._replace(steps=steps)
+        context = None
+        if self.rescorer is not None or s.phrases.num_states > 1:
+            context = contexts.context(self.rescorer, [s.phrases])
+        ws = cpu.new_workspace(self.capacity)._replace(tl=tl)
+        status, arcs, gids, reached_final = cpu.finish(_Finals(g.final), context, ws, n, trace, s.frames - s.base,
+                                                       stored)
+        self.release(s.lane)
+        if status != C.OK:
+            return status, None, s.prefix
+        at = s.steps_of(trace.steps, gids, finished=True)
+        frames, columns = emitting_reads(g, arcs, at)
+        path = TracedPath(arcs, at, s.logp_at(frames, columns), bool(reached_final), s.survivors, s.fallbacks)
+        return status, path, s.prefix

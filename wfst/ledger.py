@@ -1,0 +1,112 @@
+"""A stream's host-side bookkeeping, the same on both backends.
+
+A stream's search state is the tokens of its last frame and the backpointers stored since
+its committed prefix; the backend keeps those (CPU arrays, or a lane of the GPU's stream
+workspace).  The Ledger keeps the rest: frames decoded, where the kept backpointers and
+log-probs start (`base`), the committed prefix, and what the endpoint rules read.  Partial
+results and commits work on host arrays of the search state (the CPU's own, or a GPU
+lane's copied back): the same code for both.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from wfst.kernels import constants as C
+
+from .results import PathPart, emitting_reads, path_part
+
+COMMIT_AT = 1 << 16  # backpointers at which a stream first tries to commit its path (then at each doubling)
+
+
+class Ledger:
+    """frames: decoded; base: the first frame whose log-probs are kept (trace.steps[k] is
+    step base + k); prefix: the committed path before base."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.frames = 0
+        self.base = 0
+        self.prefix = PathPart()
+        self.survivors = 0  # tokens that survived pruning, summed over frames
+        self.fallbacks = 0
+        self.trailing, self.relative_cost = 0, float("inf")  # what the endpoint rules read
+        self.next_commit = COMMIT_AT  # backpointers at which to try to commit (see commit)
+
+    def logp_at(self, frames: np.ndarray, columns: np.ndarray) -> np.ndarray:
+        """log_probs[frame, column] of kept frames (frames >= base)."""
+        raise NotImplementedError
+
+    def steps_of(self, steps: np.ndarray, gids, finished: bool = False) -> np.ndarray:
+        """The step each backpointer was stored at (finished: after the last step)."""
+        k = self.frames - self.base + (2 if finished else 0)
+        return (self.base + np.searchsorted(steps[:k], gids, side="right") - 1).astype(np.int32)
+
+    def part(self, graph, steps: np.ndarray, arcs, gids) -> PathPart:
+        """The PathPart of path arcs after the commit point (gids -1: stored at no step yet,
+        the current one)."""
+        at = np.where(gids >= 0, self.steps_of(steps, gids), self.frames).astype(np.int32)
+        frames, columns = emitting_reads(graph, arcs, at)
+        return path_part(graph, arcs, at, self.logp_at(frames, columns))
+
+    def set_endpoint_readings(self, trailing: int, voiced: bool, relative: float) -> None:
+        """Blanks that ran back to the commit point: the prefix's last speech decides."""
+        self.trailing = int(trailing) if voiced else self.frames - 1 - self.prefix.last_voiced
+        self.relative_cost = float(relative)
+
+    def partial(self, graph, tl, n: int, trace, stored: int):
+        """(PathPart of the best path so far, how many of its words are stable) from the
+        search state's tokens `tl` (groups.Tokens) and backpointers `trace`."""
+        from wfst.kernels import cpu
+
+        arcs, gids = cpu.partial_path(tl, n, graph.final, None, trace.prev, trace.arc, stored)
+        meet = cpu.common_ancestor(tl, n, trace.prev, stored)
+        part = self.part(graph, trace.steps, arcs, gids)
+        olab = graph.olabel[np.asarray(arcs, np.int64)]
+        stable = len(self.prefix.word_ids)
+        if meet >= 0 and len(arcs):
+            where = np.flatnonzero(gids == meet)
+            if where.size:
+                stable += int(np.count_nonzero(olab[:where[0] + 1]))
+        return self.prefix + part, stable
+
+    def commit(self, graph, tl, n: int, trace, stored: int):
+        """Commit the path up to where the paths of all tokens meet, when that releases at
+        least half of the backpointers: its words go to `prefix`, and the backpointers
+        before it are dropped, in place: trace.prev / arc from 0 hold the `live` ones,
+        trace.steps from 0 the steps from the meeting point's on, tl.prev points into them.
+        Tried each time the backpointers doubled, so that its cost stays a constant share
+        of the search's.  Returns (k, live): the steps dropped (the caller drops as many
+        frames of log-probs and adds k to base) and the backpointers kept; None: nothing
+        committed."""
+        from wfst.kernels import cpu
+
+        self.next_commit = 2 * stored  # tried again once the backpointers doubled
+        meet = cpu.common_ancestor(tl, n, trace.prev, stored)
+        if meet <= 0:
+            return None
+        k = int(self.steps_of(trace.steps, np.array([meet]))[0]) - self.base  # the meeting point's step
+        cut = int(trace.steps[k])
+        if cut < stored // 2:
+            return None
+        length = int(cpu.trace_length(trace.prev, np.int32(meet), stored))
+        arcs = np.empty(length - 1, np.int32)
+        gids = np.empty(length - 1, np.int32)
+        cpu.trace_path(trace.prev, trace.arc, np.int32(meet), length, arcs, gids)
+        self.prefix = self.prefix + self.part(graph, trace.steps, arcs, gids)
+        # backpointers from the meeting point's step on; the meeting point is the new start
+        live = stored - cut
+        prev = trace.prev[cut:stored] - cut
+        prev[prev < 0] = C.NO_TOKEN
+        prev[meet - cut] = C.NO_TOKEN
+        trace.prev[:live] = prev
+        trace.arc[:live] = trace.arc[cut:stored]
+        left = min(self.frames - self.base - k + 2, len(trace.steps) - k)
+        trace.steps[:left] = trace.steps[k:k + left] - cut
+        trace.steps[0] = 0
+        if trace.survivors is not None:
+            trace.survivors[:left] = trace.survivors[k:k + left]
+        stored_prev = tl.prev[:n]  # the frame's tokens point at backpointers too
+        stored_prev[stored_prev >= 0] -= cut
+        self.next_commit = max(2 * live, COMMIT_AT)
+        self.base += k
+        return k, live

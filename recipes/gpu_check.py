@@ -15,7 +15,9 @@
    memory (CuPy's pool), and the ratio to Kaldi's FasterDecoder on one CPU thread of this
    machine (same TLG, beam, max_active, utterances); batch 1 without CUDA graphs; word
    boosting of 1,000 words; on-the-fly rescoring on the GPU against our CPU backend on one
-   thread, with both WERs.
+   thread, with both WERs; 16, 128 and 512 live streams (bpe_compact, 320 ms chunks):
+   their results against the CPU's offline decode, aggregate RTFx and advance() latency
+   (the goal: 512 streams within 40 ms a call).
 5. build/gpu-check/report.md and report.json; the exit status is 1 if any check failed.
 
 Synthetic emissions (wfst.synthetic) of the demo's held-out sentences; 40 ms frames.  A
@@ -68,6 +70,7 @@ class Scale:
     kaldi_utterances: int
     rescore_utterances: int
     no_graph_utterances: int
+    stream_counts: tuple = (16, 128, 512)  # live streams of the streams benchmark
     topologies: tuple = ("normal", "compact", "minimal")  # of the equality check's demo graphs
     options: dict = dataclasses.field(default_factory=dict)  # more Decoder options of the benchmark
     token_sets: tuple = ("char", "bpe")
@@ -76,7 +79,7 @@ class Scale:
 FULL = Scale(None, 5, 256, dict(beam=16.0, max_active=7000), ((16.0, 7000), (12.0, 3000)), (1, 8, 64, 256, 1024),
              128, 64, 4)
 TINY = Scale(1, 1, 1, dict(beam=8.0, max_active=16, min_active=4, token_capacity=64), ((8.0, 16),), (1, 2), 1, 1, 1,
-             ("compact",), dict(token_capacity=64), ("bpe",))
+             (1,), ("compact",), dict(token_capacity=64), ("bpe",))
 
 
 # ---------------------------------------------------------------------- the report
@@ -345,7 +348,40 @@ def benchmark(report: Report, scale: Scale, graphs: dict, dirs: dict, texts: lis
         "seconds with": f"{boosted:.3f}", "overhead": f"{100 * (boosted / plain - 1):+.1f}%"}
     extras["Rescoring"] = rescoring(report, scale, small_graphs["bpe_compact_2gram"], texts, small_lm, beam,
                                     max_active, xp, word_errors)
+    extras["Streams (bpe_compact, 320 ms chunks)"] = streams(report, scale, g, texts, beam, max_active, xp)
     return rows, extras
+
+
+def streams(report, scale, g, texts, beam, max_active, xp) -> dict:
+    """N live streams on the GPU advanced 320 ms at a time (chunks already on the device, as
+    from an acoustic model there): results against the CPU's offline decode, aggregate RTFx
+    and the latency of one advance() call of all live streams."""
+    import wfst
+
+    x, lengths = utterances(g, "bpe", texts, scale.seeds)
+    config = dict(beam=beam, max_active=max_active, min_active=min(20, max_active // 2), **scale.options)
+    gpu, cpu = wfst.Decoder(g, device="cuda", **config), wfst.Decoder(g, device="cpu", **config)
+    step = round(0.32 / FRAME_SECONDS)
+    out = {}
+    for n in (min(2, len(lengths)),) + scale.stream_counts:  # the first: compiles the stream kernels
+        n = min(n, len(lengths))
+        xd, latencies = xp.asarray(x[:n]), []
+        start = time.perf_counter()
+        live_streams = [gpu.stream() for _ in range(n)]
+        for pos in range(0, int(lengths[:n].max()), step):
+            live = [i for i in range(n) if lengths[i] > pos]
+            t = time.perf_counter()
+            gpu.advance([live_streams[i] for i in live], [xd[i, pos:min(pos + step, int(lengths[i]))] for i in live])
+            latencies.append(time.perf_counter() - t)
+        got = gpu.finish(live_streams)
+        wall = time.perf_counter() - start
+        want = cpu.decode(x[:n], lengths[:n])
+        same = sum(not differences(a, b) for a, b in zip(got, want))
+        report.check(f"{n} GPU streams (320 ms chunks) == CPU offline decode", same == n, f"{same}/{n} identical")
+        p50, p95, p99 = (1000 * float(np.percentile(latencies, q)) for q in (50, 95, 99))
+        out[f"{n} streams"] = (f"RTFx {FRAME_SECONDS * int(lengths[:n].sum()) / wall:,.0f}; advance() p50 / p95 / "
+                               f"p99 {p50:.1f} / {p95:.1f} / {p99:.1f} ms")
+    return out
 
 
 def rescoring(report, scale, g, texts, small_lm, beam, max_active, xp, word_errors) -> dict:

@@ -9,6 +9,7 @@ never checks.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
 import subprocess
 import sys
@@ -264,11 +265,13 @@ def test_streams_cuda_with_boosts_phrases_and_rescoring(small_graph):
 
 def test_streams_cuda_lanes_commit_grow_and_are_reused(tiny, monkeypatch):
     """More streams than lanes (the workspace grows), commits of the stable prefix written
-    back to the lanes (the first commit after 16 backpointers), and a finished stream's lane
-    taken by a new one: all exact."""
-    from wfst import ledger
+    back to the lanes (after a call once 16 backpointers are stored; before a call when its
+    chunk would not fit the lane's 12 step rows, which also grow), and a finished stream's
+    lane taken by a new one: all exact."""
+    from wfst import cuda_streams, ledger
 
     monkeypatch.setattr(ledger, "COMMIT_AT", 16)
+    monkeypatch.setattr(cuda_streams, "_FIRST_STEP_ROWS", 12)
     r = compile_graph(tiny / "g", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=tiny / "lexicon.txt",
                       word_boundary="|", topology="compact")
     g = wfst.load_graph(r.directory)
@@ -278,13 +281,23 @@ def test_streams_cuda_lanes_commit_grow_and_are_reused(tiny, monkeypatch):
     gpu = assert_streams_same(g, x, lengths, seed=4, **config)
     lanes = gpu._backend._lanes
     assert lanes.L >= 6 and all(ref is None for ref in lanes.lanes)
-    s = gpu.stream()
-    assert s._state.lane == 0
+    kept = gpu.stream()
+    assert kept._state.lane == 0
+    gc.collect()  # the finished streams' finalizers leave the lane to its new stream
+    assert lanes.lanes[0]() is kept._state
+    dropped = gpu.stream()
+    lane = dropped._state.lane
+    del dropped
+    gc.collect()
+    assert lanes.lanes[lane] is None  # a stream dropped unfinished frees its lane
+    # a stream longer than the first step rows: commits before calls (to fit the chunk) and after
+    dec = Decoder(g, device="cuda", **config)
+    s = dec.stream()
     y = random_log_probs(9, batch=6, frames=40, columns=5, sharpness=6.0)[:1]
     for t in range(0, 40, 4):
-        gpu.advance([s], [y[0, t:t + 4]])
+        dec.advance([s], [y[0, t:t + 4]])
     assert s._state.base > 0  # committed
-    assert gpu.finish([s])[0] == Decoder(g, **config).decode(y, np.array([40]))[0]
+    assert dec.finish([s])[0] == Decoder(g, **config).decode(y, np.array([40]))[0]
 
 
 def test_demo_graph_cuda_equals_cpu(demo, tmp_path):

@@ -54,6 +54,7 @@ class CudaStream(Ledger):
         self.lane, self.boost_map, self.phrases = lane, boost_map, phrases
         self._lanes = lanes
         self.hist = lanes.xp.empty((0, lanes.V), np.float32)
+        self.held = 0  # rows of hist in use: frames base.. up to those of chunks not decoded yet
 
     @property
     def buffer(self) -> int:
@@ -67,13 +68,15 @@ class CudaStream(Ledger):
         return _read(self.hist[xp.asarray(frames - self.base), xp.asarray(columns)])
 
     def append(self, chunk) -> None:
-        """Keep the chunk's log-probs (frames from self.frames on)."""
-        xp, kept = self._lanes.xp, self.frames - self.base
+        """Keep the chunk's log-probs (they follow those of earlier chunks; a call appends
+        before it decodes)."""
+        xp, kept = self._lanes.xp, self.held
         if kept + len(chunk) > len(self.hist):
             grown = xp.empty((max(kept + len(chunk), 2 * len(self.hist)), self.hist.shape[1]), np.float32)
             grown[:kept] = self.hist[:kept]
             self.hist = grown
         self.hist[kept:kept + len(chunk)] = chunk
+        self.held += len(chunk)
 
 
 class StreamLanes:
@@ -186,8 +189,11 @@ class StreamLanes:
             self._x = self.xp.zeros((self.L, max(steps, 8), self.V), np.float32)
         return self._x
 
-    def release(self, lane: int) -> None:
-        self.lanes[lane] = None
+    def release(self, lane: int, ref) -> None:
+        """Free the lane if it is still the stream's (ref: its weak reference): a lane freed
+        by finish() may be another stream's by the time the first is collected."""
+        if self.lanes[lane] is ref:
+            self.lanes[lane] = None
 
     # ------------------------------------------------------------------ open, advance
 
@@ -200,7 +206,7 @@ class StreamLanes:
             self._build(2 * self.L, self.capacity, self.rows)
         s = CudaStream(self, lane, self.capacity, boosts.maps[0], boosts.phrases[0])
         self.lanes[lane] = weakref.ref(s)
-        weakref.finalize(s, self.release, lane)
+        weakref.finalize(s, self.release, lane, self.lanes[lane])  # a stream dropped unfinished
         self._tables()
         u = self.ws_x.u
         while True:
@@ -215,9 +221,9 @@ class StreamLanes:
 
     def advance(self, states: list, chunks: list) -> None:
         work = [(s, x) for s, x in zip(states, chunks) if len(x)]
+        self._make_room(work)
         for s, x in work:
             s.append(x)
-        self._make_room(work)
         while work:
             work = self._round(work)
         advanced = [s for s, x in zip(states, chunks) if len(x)]
@@ -353,7 +359,8 @@ class StreamLanes:
         ws.bp.step_start[b, :left] = xp.asarray(trace.steps[:left])
         ws.u.steps[b] = kept - k
         ws.tokens[s.buffer].prev[b, :n] = xp.asarray(tl.prev[:n])
-        s.hist[:kept - k] = s.hist[k:kept].copy()
+        s.hist[:s.held - k] = s.hist[k:s.held].copy()
+        s.held -= k
         return True
 
     def partial(self, s: CudaStream):
@@ -376,7 +383,7 @@ class StreamLanes:
         ws = cpu.new_workspace(self.capacity)._replace(tl=tl)
         status, arcs, gids, reached_final = cpu.finish(_Finals(g.final), context, ws, n, trace, s.frames - s.base,
                                                        stored)
-        self.release(s.lane)
+        self.release(s.lane, self.lanes[s.lane])
         if status != C.OK:
             return status, None, s.prefix
         at = s.steps_of(trace.steps, gids, finished=True)

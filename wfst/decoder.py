@@ -31,7 +31,7 @@ from .batch import BatchPlan, Capacity
 from .config import DecoderConfig
 from .errors import DecodeInputError, DecoderMemoryError, MissingFileError, OptionError, WfstError
 from .graph import Graph, load_graph
-from .inputs import check_batch, check_finite
+from .inputs import check_batch, check_finite, first_nonfinite_chunk
 from .results import EMPTY_RESULT, DecodeResult, DecodeStats, path_result
 from .stream import EndpointConfig, Partial, Stream
 
@@ -147,10 +147,9 @@ class Decoder:
                                        f"blank included); got shape {tuple(x.shape)}")
             if x.dtype != np.float32:
                 raise DecodeInputError(f"stream {i}: a chunk must be float32 log-posteriors; got {x.dtype}")
-            if len(x) and not x.max() < np.inf:  # one pass; NaN and +inf both fail it
-                bad = np.flatnonzero(np.isnan(x).any(axis=1) | np.isposinf(x).any(axis=1))
-                raise DecodeInputError(f"stream {i}: chunk frame {int(bad[0])} has NaN or +inf")
             arrays.append(x)
+        if (bad := first_nonfinite_chunk(arrays)) is not None:
+            raise DecodeInputError(f"stream {bad[0]}: chunk frame {bad[1]} has NaN or +inf")
         with self._lock:
             start = time.perf_counter()
             lm_before = self._backend.counters()

@@ -52,6 +52,28 @@ def nonfinite_rows(xp, x, lengths: np.ndarray):
     return ((xp.isnan(x) | xp.isposinf(x)).any(axis=2) & valid).any(axis=1)
 
 
+def first_nonfinite_chunk(chunks) -> tuple[int, int] | None:
+    """(chunk, frame) of the first NaN or +inf in a list of (T_i, V) chunks of one array
+    library, or None.  GPU chunks are reduced on the device and read back in one transfer,
+    not one per chunk."""
+    live = [i for i, x in enumerate(chunks) if len(x)]
+    if not live:
+        return None
+    maxima = [chunks[i].max() for i in live]
+    if type(chunks[live[0]]).__module__.split(".")[0] == "cupy":
+        import cupy
+
+        top = cupy.stack(maxima).get()
+    else:
+        top = np.array(maxima)
+    bad = np.flatnonzero(~(top < np.inf))  # NaN and +inf both fail it
+    if not bad.size:
+        return None
+    i = live[int(bad[0])]
+    x = host_array(chunks[i])
+    return i, int(np.flatnonzero(np.isnan(x).any(axis=1) | np.isposinf(x).any(axis=1))[0])
+
+
 def host_array(x) -> np.ndarray:
     """A C-contiguous NumPy view or copy of NumPy / torch / CuPy / DLPack input (GPU data is copied)."""
     if isinstance(x, np.ndarray):

@@ -164,13 +164,9 @@ class StreamLanes:
 
     def _reset(self, lane: int) -> None:
         """An empty lane: no tokens, hash tables, backpointers or counts."""
-        ws, H = self.ws_x, C.hash_slots(self.capacity)
-        for ht in ws.tables:
-            for a, value in zip(ht[:5], (C.EMPTY_KEY, C.MAX_PACKED, -1, C.NO_CTX, 0)):
-                a[lane * H:(lane + 1) * H] = value
-            ht.count[lane] = 0
-        for tl in ws.tokens:
-            tl.n[lane] = 0
+        ws = self.ws_x
+        for buffer in (0, 1):
+            self._empty(lane, buffer)
         for a, value in ((ws.bp.n, 0), (ws.u.steps, 0), (ws.u.status, C.OK), (ws.u.survivors, 0),
                          (ws.u.fallbacks, 0), (ws.u.keep, -1), (ws.u.reached_final, 0)):
             a[lane] = value
@@ -304,15 +300,20 @@ class StreamLanes:
         return again
 
     def _roll_back(self, lane: int, step: int, spoiled: int) -> None:
-        ws, H = self.ws_x, C.hash_slots(self.capacity)
+        ws = self.ws_x
         ws.u.steps[lane] = step
         ws.bp.n[lane] = ws.bp.step_start[lane, step]
         ws.u.survivors[lane] -= ws.sv.n[lane]
-        ht = ws.tables[spoiled]
+        self._empty(lane, spoiled)
+
+    def _empty(self, lane: int, buffer: int) -> None:
+        """The lane's token buffer and hash table `buffer`, empty."""
+        ws, H = self.ws_x, C.hash_slots(self.capacity)
+        ht = ws.tables[buffer]
         for a, value in zip(ht[:5], (C.EMPTY_KEY, C.MAX_PACKED, -1, C.NO_CTX, 0)):
             a[lane * H:(lane + 1) * H] = value
         ht.count[lane] = 0
-        ws.tokens[spoiled].n[lane] = 0
+        ws.tokens[buffer].n[lane] = 0
 
     def _grow(self, overflows: set, streams=()) -> None:
         """Grow what overflowed: token capacity, the arc cache, backpointers per frame (unless

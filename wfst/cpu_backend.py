@@ -301,11 +301,7 @@ class CpuBackend:
                                                            state.frames - state.base, state.stored)
         if status != C.OK:
             return status, None, state.prefix
-        steps = state.steps_of(state.trace.steps, gids, finished=True)
-        frames, columns = emitting_reads(self.graph, arcs, steps)
-        logp = state.logp[frames - state.base, columns]
-        path = TracedPath(arcs, steps, logp, bool(reached_final), state.survivors, state.fallbacks)
-        return status, path, state.prefix
+        return status, state.traced(self.graph, state.trace.steps, arcs, gids, reached_final), state.prefix
 
     @contextlib.contextmanager
     def _stream_memo(self, state: CpuStream):
@@ -385,10 +381,10 @@ class CpuStream(Ledger):
         return ws
 
     def commit(self, graph) -> None:
-        """Ledger.commit on this stream's own arrays, and its log-probs before the meeting
-        point dropped."""
+        """Ledger.commit_arrays on this stream's own arrays, and its log-probs before the
+        meeting point dropped."""
         kept = self.frames - self.base
-        done = super().commit(graph, self.tl, self.n, self.trace, self.stored)
+        done = self.commit_arrays(graph, self.tl, self.n, self.trace, self.stored)
         if done is not None:
             k, self.stored = done
             self.logp[:kept - k] = self.logp[k:kept]

@@ -29,7 +29,6 @@ from . import contexts
 from .boost import BoostTables
 from .cuda_arrays import SIMULATOR, device_views, on_device, to_host
 from .ledger import Ledger
-from .results import TracedPath, emitting_reads
 
 _FIRST_LANES = 4
 _FIRST_STEP_ROWS = 130  # bp.step_start rows per lane: frames since the commit point + 2
@@ -161,6 +160,12 @@ class StreamLanes:
                                Automata(*(dev(a) for a in host.phrases)), dev(start), lm[5], np.float32(0.0),
                                *(dev(a) for a in contexts.no_rest()))
         self.with_contexts = self.rescorer is not None or bool((sizes > 1).any())
+        self._boosted = [s is not None and self._boosting(s) for s in streams]
+
+    @staticmethod
+    def _boosting(s: CudaStream) -> bool:
+        """Whether the stream's row of the boost and phrase tables is not a plain one."""
+        return bool(s.boost_map) or s.phrases.num_states > 1
 
     def _reset(self, lane: int) -> None:
         """An empty lane: no tokens, hash tables, backpointers or counts."""
@@ -203,7 +208,8 @@ class StreamLanes:
         s = CudaStream(self, lane, self.capacity, boosts.maps[0], boosts.phrases[0])
         self.lanes[lane] = weakref.ref(s)
         weakref.finalize(s, self.release, lane, self.lanes[lane])  # a stream dropped unfinished
-        self._tables()
+        if self._boosting(s) or self._boosted[lane]:  # (a plain stream in a plain row: the tables hold)
+            self._tables()
         u = self.ws_x.u
         while True:
             self._reset(lane)
@@ -345,10 +351,10 @@ class StreamLanes:
         return tl, n, trace, stored
 
     def _commit(self, s: CudaStream) -> bool:
-        """Ledger.commit on a copy of the lane, written back; whether it committed."""
+        """Ledger.commit_arrays on a copy of the lane, written back; whether it committed."""
         tl, n, trace, stored = self._host_state(s)
         kept = s.frames - s.base
-        done = Ledger.commit(s, self.backend.graph, tl, n, trace, stored)
+        done = s.commit_arrays(self.backend.graph, tl, n, trace, stored)
         if done is None:
             return False
         k, live = done
@@ -387,7 +393,4 @@ class StreamLanes:
         self.release(s.lane, self.lanes[s.lane])
         if status != C.OK:
             return status, None, s.prefix
-        at = s.steps_of(trace.steps, gids, finished=True)
-        frames, columns = emitting_reads(g, arcs, at)
-        path = TracedPath(arcs, at, s.logp_at(frames, columns), bool(reached_final), s.survivors, s.fallbacks)
-        return status, path, s.prefix
+        return status, s.traced(g, trace.steps, arcs, gids, reached_final), s.prefix

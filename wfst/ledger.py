@@ -13,7 +13,7 @@ import numpy as np
 
 from wfst.kernels import constants as C
 
-from .results import PathPart, emitting_reads, path_part
+from .results import PathPart, TracedPath, emitting_reads, path_part
 
 COMMIT_AT = 1 << 16  # backpointers at which a stream first tries to commit its path (then at each doubling)
 
@@ -48,6 +48,14 @@ class Ledger:
         frames, columns = emitting_reads(graph, arcs, at)
         return path_part(graph, arcs, at, self.logp_at(frames, columns))
 
+    def traced(self, graph, steps: np.ndarray, arcs, gids, reached_final) -> TracedPath:
+        """The TracedPath of the path after the commit point that the last step traced back
+        (gids: its backpointers; steps: the trace's steps, the last step's included)."""
+        at = self.steps_of(steps, gids, finished=True)
+        frames, columns = emitting_reads(graph, arcs, at)
+        return TracedPath(arcs, at, self.logp_at(frames, columns), bool(reached_final), self.survivors,
+                          self.fallbacks)
+
     def set_endpoint_readings(self, trailing: int, voiced: bool, relative: float) -> None:
         """Blanks that ran back to the commit point: the prefix's last speech decides."""
         self.trailing = int(trailing) if voiced else self.frames - 1 - self.prefix.last_voiced
@@ -69,7 +77,7 @@ class Ledger:
                 stable += int(np.count_nonzero(olab[:where[0] + 1]))
         return self.prefix + part, stable
 
-    def commit(self, graph, tl, n: int, trace, stored: int):
+    def commit_arrays(self, graph, tl, n: int, trace, stored: int):
         """Commit the path up to where the paths of all tokens meet, when that releases at
         least half of the backpointers: its words go to `prefix`, and the backpointers
         before it are dropped, in place: trace.prev / arc from 0 hold the `live` ones,

@@ -63,3 +63,70 @@ class KaldiFasterDecoder:
             out.append(KaldiResult(tuple(int(o) for o in olabels if o), float(weight.value1 + weight.value2),
                                    bool(self.decoder.reached_final())))
         return out
+
+
+class KaldiLatticeDecoder:
+    """kaldi_decoder.LatticeSimpleDecoder over a TLG.fst: its raw lattice per utterance, and
+    the N best distinct word sequences of it (OpenFST's determinize and n-shortest paths on
+    the lattice's word acceptor, graph + acoustic cost in full float32 precision, read
+    from the lattice's arcs rather than from Kaldi's 6-digit text format).  It has no
+    max_active: compare at a beam where max_active does not bind."""
+
+    def __init__(self, tlg_path: str | os.PathLike, *, beam: float, lattice_beam: float, prune_interval: int = 25):
+        try:
+            import kaldi_decoder
+            import kaldifst
+        except ImportError as e:
+            raise PeerUnavailable(f"kaldi-decoder is not installed (pip install kaldi-decoder kaldifst): {e}") from None
+        self._kd = kaldi_decoder
+        self.fst = kaldifst.StdVectorFst.read(os.fspath(tlg_path))  # the decoder does not own its graph
+        cfg = kaldi_decoder.LatticeSimpleDecoderConfig()
+        cfg.beam, cfg.lattice_beam, cfg.prune_interval = beam, lattice_beam, prune_interval
+        self.decoder = kaldi_decoder.LatticeSimpleDecoder(self.fst, cfg)
+        self.seconds = 0.0  # decoding and raw-lattice time, summed over calls
+
+    def lattices(self, log_probs: np.ndarray, lengths) -> list:
+        """Each utterance's raw lattice (kaldifst.Lattice), or None where decoding failed."""
+        out = []
+        for b, T in enumerate(lengths):
+            m = np.ascontiguousarray(np.asarray(log_probs[b, : int(T)], np.float32))
+            decodable = self._kd.DecodableCtc(m)  # kept alive while the decoder reads it
+            start = time.perf_counter()
+            self.decoder.decode(decodable)
+            ok, lattice = self.decoder.get_raw_lattice()
+            self.seconds += time.perf_counter() - start
+            out.append(lattice if ok else None)
+        return out
+
+    @staticmethod
+    def nbest(lattice, n: int) -> list[tuple[tuple[int, ...], float]]:
+        """The n best distinct word sequences of a raw lattice with their costs, best first."""
+        import kaldifst.lib._kaldifst as kf
+        import pywrapfst as fst
+
+        f = fst.VectorFst()
+        f.add_states(lattice.num_states)
+        f.set_start(lattice.start)
+        for s in range(lattice.num_states):
+            arcs = kf._ArcIteratorLattice(lattice, s)
+            while not arcs.done:
+                a = arcs.value
+                w = float(np.float64(a.weight.value1) + np.float64(a.weight.value2))
+                f.add_arc(s, fst.Arc(a.olabel, a.olabel, fst.Weight(f.weight_type(), w), a.nextstate))
+                arcs.next()
+            final = lattice.final(s)
+            if np.isfinite(final.value1):
+                f.set_final(s, fst.Weight(f.weight_type(), float(np.float64(final.value1) + final.value2)))
+        f.rmepsilon()
+        best = fst.shortestpath(fst.determinize(f), nshortest=n)
+        paths = []
+
+        def walk(s, words, cost):
+            if float(best.final(s)) != float("inf"):
+                paths.append((tuple(words), cost + float(best.final(s))))
+            for a in best.arcs(s):
+                walk(a.nextstate, words + ([a.olabel] if a.olabel else []), cost + float(a.weight))
+
+        if best.start() >= 0:
+            walk(best.start(), [], 0.0)
+        return sorted(paths, key=lambda p: p[1])

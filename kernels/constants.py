@@ -22,6 +22,7 @@ TOKEN_OVERFLOW = 1  # more tokens in a frame than token slots: grow the token ca
 EPS_CYCLE = 2  # a zero-cost epsilon cycle made the backpointers loop: the graph is at fault
 BP_OVERFLOW = 3  # (GPU) more backpointers than the per-frame budget allows: grow it
 LM_OVERFLOW = 4  # (GPU) a frame needs more big-LM arc-cache slots than there are: grow the cache
+LINK_OVERFLOW = 5  # (CPU lattices) more lattice links or stored tokens than the links buffer holds: grow it
 
 # ---- the big LM's arc cache (GPU): counters, by index
 LM_FILL, LM_ARRIVED, LM_LOOKUPS, LM_MISSES, LM_FETCHES, LM_CLEARS = range(6)

@@ -36,7 +36,9 @@ from .common import (
     bits_f32,
     boosted_weight,
     context_arrive,
+    context_final,
     context_locate,
+    contextual,
     cutoff_and_adaptive_beam,
     expanded_cost,
     f32_bits,
@@ -60,6 +62,7 @@ from .common import (
 from .constants import (
     EMPTY_KEY,
     EPS_CYCLE,
+    LINK_OVERFLOW,
     NO_ARC,
     NO_TOKEN,
     OK,
@@ -74,6 +77,7 @@ from .constants import (
     hash_slots,
 )
 from .groups import HashTable, Memo, Survivors, Tokens
+from .lattice import add_link, prune_at_frontier, prune_links, store_links
 from .select import RADIX_BINS, select_cost
 
 
@@ -325,7 +329,7 @@ def _word_arc(c, w, nc, floor, reach, limit, ctx, word, context, memo):
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl, sg):
+def _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl, sg, lat):
     """ExpandArcs: the survivors' emitting arcs (ac: acoustic cost by input label).  The
     best new cost + adaptive_beam bounds the frame; new tokens below it are recombined into
     the emptied token list.  Returns (n, the best new cost (+inf: no arc has a finite
@@ -403,6 +407,9 @@ def _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl
                                                        context)
                                 if idx < 0:
                                     return n, min_new, True
+                                if lat is not None and not add_link(lat, sv.gid[i], idx, arcs[p, 3],
+                                                                    _arc_weight(arcs, p, boosts), ac[arcs[p, 0]]):
+                                    return n, min_new, True
             for p in range(lo, hi):
                 w = _arc_weight(arcs, p, boosts)
                 add = np.float32(w + ac[arcs[p, 0]])
@@ -425,6 +432,9 @@ def _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl
                     idx, n, _ = _recombine(arcs[p, 1], nctx, nc, sv.gid[i], arcs[p, 3], ctx, ht, tl, n, context)
                     if idx < 0:
                         return n, min_new, True
+                    if lat is not None and not add_link(lat, sv.gid[i], idx, arcs[p, 3],
+                                                        np.float32(nc - c - ac[arcs[p, 0]]), ac[arcs[p, 0]]):
+                        return n, min_new, True
             if context is not None and g == i:
                 sg.hi[i] = kept if kept <= sg.arcs.shape[0] else -1  # -1: the others follow every arc
     if context is not None:
@@ -436,7 +446,7 @@ def _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def _closure(cutoff, n, graph, boosts, context, memo, ht, tl, stack):
+def _closure(cutoff, n, graph, boosts, context, memo, ht, tl, stack, lat):
     """Non-emitting closure of the frame's tokens; returns (n, overflow).  Word arcs are
     skipped and left as in _expand_arcs."""
     states, arcs = graph.states, graph.arcs
@@ -458,6 +468,8 @@ def _closure(cutoff, n, graph, boosts, context, memo, ht, tl, stack):
         if context is not None:
             reach = lm_reach(context, 0, ctx)
             word_arcs += states[s + 1, 0] - states[s, 3]
+        if lat is not None:
+            lat.first[j] = lat.count[0]  # the links of an earlier expansion of j are dropped
         for p in range(states[s, 2], states[s + 1, 0]):
             w = _arc_weight(arcs, p, boosts)
             nc = np.float32(c + w)
@@ -474,6 +486,9 @@ def _closure(cutoff, n, graph, boosts, context, memo, ht, tl, stack):
             idx, n, improved = _recombine(arcs[p, 1], nctx, nc, in_frame_prev(j), arcs[p, 3], ctx, ht, tl, n,
                                           context)
             if idx < 0:
+                return n, True
+            if lat is not None and not add_link(lat, in_frame_prev(j), idx, arcs[p, 3], np.float32(nc - c),
+                                                np.float32(0.0)):
                 return n, True
             if improved:
                 if top == stack.shape[0]:
@@ -537,24 +552,28 @@ def new_trace(frames: int, capacity: int) -> Trace:
 
 
 @njit(nogil=True, cache=True)
-def begin(graph, boosts, context, memo, ws):
-    """The start token and its epsilon closure, in ws.tl.  Returns (n, overflow)."""
+def begin(graph, boosts, context, memo, ws, lat):
+    """The start token and its epsilon closure, in ws.tl.  Returns (n, overflow).
+    lat: the search's lattice.Links, or None."""
     ws.ht.key[:] = EMPTY_KEY  # a search that overflowed left keys behind
     ws.sg.key[:] = EMPTY_KEY
+    if lat is not None:
+        lat.count[:] = 0
     start_ctx = np.int32(0)
     if context is not None:
         start_ctx = context.start[0]
     _, n, _ = _recombine(graph.start, start_ctx, np.float32(0.0), NO_TOKEN, NO_ARC, start_ctx, ws.ht, ws.tl, 0,
                          context)
-    return _closure(np.float32(np.finfo(np.float32).max), n, graph, boosts, context, memo, ws.ht, ws.tl, ws.stack)
+    return _closure(np.float32(np.finfo(np.float32).max), n, graph, boosts, context, memo, ws.ht, ws.tl, ws.stack,
+                    lat)
 
 
 @njit(nogil=True, cache=True)
-def _store(ws, n, keep, cutoff, last, prev, arc, stored):
+def _store(ws, n, keep, cutoff, last, prev, arc, stored, lat):
     """Store the frame's survivors (cost below cutoff; on the last step token `keep` alone)
     and their in-frame ancestors as backpointers from `stored` on, the survivors in ws.sv,
-    and empty the hash table.  Returns (prev, arc, stored, survivors): the arrays grown
-    when full."""
+    and empty the hash table; with a lattice (lat: lattice.Links) their costs in lat.alpha.
+    Returns (prev, arc, stored, survivors): the arrays grown when full."""
     ht, tl, sv, gid, mark = ws.ht, ws.tl, ws.sv, ws.gid, ws.mark
     mark[:n] = 0
     for j in range(n):
@@ -571,6 +590,9 @@ def _store(ws, n, keep, cutoff, last, prev, arc, stored):
     for j in range(n):
         if mark[j]:
             gid[j] = stored
+            if lat is not None and stored < lat.alpha.shape[0]:  # store_links reports the overflow
+                lat.alpha[stored] = tl.cost[j]
+                lat.extra[stored] = np.nan
             stored += 1
     ns = 0
     for j in range(n):
@@ -590,7 +612,7 @@ def _store(ws, n, keep, cutoff, last, prev, arc, stored):
 
 @njit(nogil=True, cache=True)
 def frames(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n, ns, resume, resume_beam, trace, first,
-           stored):
+           stored, lat):
     """Frames 0 .. num_frames - 1 of log_probs: prune the n tokens in ws.tl, store the
     survivors as backpointers (from `stored` on, step first + t in trace.steps), expand
     them and close over epsilon arcs.  resume: frame 0 was pruned already (adaptive beam
@@ -598,8 +620,11 @@ def frames(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n,
     from there in a larger workspace.
 
     Returns (status, frames done, n, ns, adaptive beam, prev, arc, stored, FLToP
-    fallbacks): status OK, or TOKEN_OVERFLOW at frame `frames done`, whose ns survivors
-    are in ws.sv; prev and arc are trace's arrays, grown when full."""
+    fallbacks): status OK, or TOKEN_OVERFLOW (LINK_OVERFLOW: lat's links) at frame `frames
+    done`, whose ns survivors are in ws.sv; prev and arc are trace's arrays, grown when full.
+
+    lat: the search's lattice.Links (its links are stored with the backpointers and pruned
+    every lat.interval steps), or None."""
     ht, tl, sv, sg = ws.ht, ws.tl, ws.sv, ws.sg
     num_columns = log_probs.shape[1]
     ac = np.zeros(num_columns + 1, np.float32)  # acoustic cost by input label
@@ -616,20 +641,31 @@ def frames(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n,
             if n > 0:
                 cutoff, adaptive_beam = _cutoff(tl, n, settings, ws.hist)
             trace.steps[first + t] = stored
-            prev, arc, stored, ns = _store(ws, n, -1, cutoff, False, prev, arc, stored)
+            prev, arc, stored, ns = _store(ws, n, -1, cutoff, False, prev, arc, stored, lat)
             trace.survivors[first + t] = ns
+            if lat is not None:
+                if not store_links(lat, ws.mark, ws.gid, n, first + t, stored):
+                    return LINK_OVERFLOW, t, n, ns, adaptive_beam, prev, arc, stored, fallbacks
+                if t > 0 and (first + t) % lat.interval == 0:
+                    prune_at_frontier(lat, trace.steps, first + t, stored)
         # ExpandArcs (again without FLToP if it left no arc a finite cost), then the closure
         frame_acoustic_costs(log_probs, t, settings, pruning, ac)
-        n, best, overflow = _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl, sg)
+        n, best, overflow = _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl, sg, lat)
         if pruning and ns > 0 and not overflow and best == INF:
             fell_back = 1
+            if lat is not None:
+                lat.count[0] = lat.count[1]
             frame_acoustic_costs(log_probs, t, settings, False, ac)
-            n, best, overflow = _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl, sg)
+            n, best, overflow = _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl, sg,
+                                             lat)
         if not overflow:
             n, overflow = _closure(np.float32(best + adaptive_beam), n, graph, boosts, context, memo, ht, tl,
-                                   ws.stack)
+                                   ws.stack, lat)
         if overflow:  # the frame is done again from its survivors: its fallback is not counted
-            return TOKEN_OVERFLOW, t, n, ns, adaptive_beam, prev, arc, stored, fallbacks
+            status = TOKEN_OVERFLOW
+            if lat is not None and lat.count[0] == lat.src.shape[0]:
+                status = LINK_OVERFLOW
+            return status, t, n, ns, adaptive_beam, prev, arc, stored, fallbacks
         fallbacks += fell_back
     return OK, num_frames, n, ns, np.float32(settings.beam), prev, arc, stored, fallbacks
 
@@ -649,7 +685,7 @@ def finish(graph, context, ws, n, trace, first, stored):
     if not reached_final:
         keep = _best_token(tl, n, graph.final, context, False)
     trace.steps[first] = stored
-    prev, arc, stored, _ = _store(ws, n, keep, INF, True, trace.prev, trace.arc, stored)
+    prev, arc, stored, _ = _store(ws, n, keep, INF, True, trace.prev, trace.arc, stored, None)
     trace.steps[first + 1] = stored
     if keep < 0:
         return OK, empty, empty, False
@@ -683,18 +719,108 @@ def search(graph, boosts, context, memo, log_probs, num_frames, settings, ws):
     C = ws.tl.state.shape[0]
     trace = Trace(np.empty(max(C, 1024), np.int32), np.empty(max(C, 1024), np.int32),
                   np.zeros(num_frames + 2, np.int64), np.zeros(num_frames, np.int32))
-    n, overflow = begin(graph, boosts, context, memo, ws)
+    n, overflow = begin(graph, boosts, context, memo, ws, None)
     if overflow:
         return TOKEN_OVERFLOW, empty, empty, False, trace.survivors, 0
     status, _, n, _, _, prev, arc, stored, fallbacks = frames(graph, boosts, context, memo, log_probs, num_frames,
                                                               settings, ws, n, 0, False, np.float32(0.0), trace,
-                                                              0, 0)
+                                                              0, 0, None)
     if status != OK:
         return status, empty, empty, False, trace.survivors, fallbacks
     trace = Trace(prev, arc, trace.steps, trace.survivors)
     status, path_arcs, path_gids, reached_final = finish(graph, context, ws, n, trace, num_frames, stored)
     path_steps = (np.searchsorted(trace.steps, path_gids, side="right") - 1).astype(np.int32)
     return status, path_arcs, path_steps, reached_final, trace.survivors, fallbacks
+
+
+# ---------------------------------------------------------------------- lattices
+
+
+@njit(nogil=True, cache=True)
+def finish_lattice(graph, context, ws, n, trace, first, stored, lat):
+    """finish() of a search that keeps a lattice: every token of the last step is stored;
+    their extra costs are their costs with final costs (without, when no final state was
+    reached) above the best one's, and the links are pruned a last time.
+
+    Returns finish()'s tuple + (the backpointers of the lattice's final tokens, their final
+    costs); status LINK_OVERFLOW when the links buffer is full."""
+    empty = np.empty(0, np.int32)
+    no_costs = np.empty(0, np.float32)
+    tl = ws.tl
+    keep = _best_token(tl, n, graph.final, context, True)
+    reached_final = keep >= 0
+    if not reached_final:
+        keep = _best_token(tl, n, graph.final, context, False)
+    trace.steps[first] = stored
+    before = stored
+    prev, arc, stored, _ = _store(ws, n, -1, INF, False, trace.prev, trace.arc, stored, lat)
+    trace.steps[first + 1] = stored
+    if keep < 0:
+        return OK, empty, empty, False, empty, no_costs
+    if not store_links(lat, ws.mark, ws.gid, n, first, stored):
+        return LINK_OVERFLOW, empty, empty, False, empty, no_costs
+    final_cost = np.zeros(stored - before, np.float32)
+    if reached_final:
+        for j in range(n):
+            if ws.mark[j]:
+                f = graph.final[tl.state[j]]
+                if context is not None and f < INF and contextual(context, 0):
+                    f = np.float32(f + context_final(context, 0, tl.ctx[j]))
+                final_cost[ws.gid[j] - before] = f
+    best = np.float32(tl.cost[keep] + final_cost[ws.gid[keep] - before])
+    finals = 0
+    for g in range(before, stored):
+        total = np.float32(lat.alpha[g] + final_cost[g - before])
+        lat.fresh[g] = np.float32(total - best) if total < INF else INF
+        finals += lat.fresh[g] <= lat.beam
+    final_gids = np.empty(finals, np.int32)  # before pruning lowers extra costs through epsilon links
+    final_costs = np.empty(finals, np.float32)
+    i = 0
+    for g in range(before, stored):
+        if lat.fresh[g] <= lat.beam:
+            final_gids[i] = g
+            final_costs[i] = final_cost[g - before]
+            i += 1
+    prune_links(lat, trace.steps, first, stored)
+    g = ws.gid[keep]
+    length = trace_length(prev, g, stored)
+    if length < 0:
+        return EPS_CYCLE, empty, empty, False, empty, no_costs
+    path_arcs = np.empty(length - 1, np.int32)
+    path_gids = np.empty(length - 1, np.int32)
+    trace_path(prev, arc, g, length, path_arcs, path_gids)
+    return OK, path_arcs, path_gids, reached_final, final_gids, final_costs
+
+
+@njit(nogil=True, cache=True)
+def lattice_search(graph, boosts, context, memo, log_probs, num_frames, settings, ws, lat):
+    """search() that also keeps the lattice of the utterance in `lat` (lattice.Links; its
+    block must hold num_frames + 2 steps).
+
+    Returns search()'s tuple + (the step at which each backpointer was stored starts:
+    trace.steps; the lattice's final tokens and their final costs); the lattice's links
+    are lat's first lat.count[0].  Status LINK_OVERFLOW: grow lat and search again."""
+    empty = np.empty(0, np.int32)
+    no_costs = np.empty(0, np.float32)
+    no_steps = np.zeros(1, np.int64)
+    C = ws.tl.state.shape[0]
+    trace = Trace(np.empty(max(C, 1024), np.int32), np.empty(max(C, 1024), np.int32),
+                  np.zeros(num_frames + 2, np.int64), np.zeros(num_frames, np.int32))
+    n, overflow = begin(graph, boosts, context, memo, ws, lat)
+    if overflow:
+        status = LINK_OVERFLOW if lat.count[0] == lat.src.shape[0] else TOKEN_OVERFLOW
+        return status, empty, empty, False, trace.survivors, 0, no_steps, empty, no_costs
+    status, _, n, _, _, prev, arc, stored, fallbacks = frames(graph, boosts, context, memo, log_probs, num_frames,
+                                                              settings, ws, n, 0, False, np.float32(0.0), trace,
+                                                              0, 0, lat)
+    if status != OK:
+        return status, empty, empty, False, trace.survivors, fallbacks, no_steps, empty, no_costs
+    trace = Trace(prev, arc, trace.steps, trace.survivors)
+    status, path_arcs, path_gids, reached_final, final_gids, final_costs = finish_lattice(
+        graph, context, ws, n, trace, num_frames, stored, lat)
+    path_steps = (np.searchsorted(trace.steps, path_gids, side="right") - 1).astype(np.int32)
+    return (status, path_arcs, path_steps, reached_final, trace.survivors, fallbacks, trace.steps, final_gids,
+            final_costs)
 
 
 # ---------------------------------------------------------------------- streams
@@ -810,7 +936,7 @@ def advance_stream(graph, boosts, context, memo, log_probs, num_frames, settings
     before them, the final relative cost)."""
     status, done, n, ns, beam, prev, arc, stored, fallbacks = frames(
         graph, boosts, context, memo, log_probs, num_frames, settings, ws, n, ns, resume, resume_beam, trace, first,
-        stored)
+        stored, None)
     survivors = 0
     for t in range(first, first + done):  # an overflowed frame counts when redone
         survivors += trace.survivors[t]

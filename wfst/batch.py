@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from wfst.kernels.constants import BP_OVERFLOW, LM_OVERFLOW, TOKEN_OVERFLOW, backpointers_per_frame
+from wfst.kernels.constants import BP_OVERFLOW, LINK_OVERFLOW, LM_OVERFLOW, TOKEN_OVERFLOW, backpointers_per_frame
 from wfst.kernels.groups import Settings
 
 from .results import TracedPath
@@ -24,17 +24,29 @@ class Capacity:
     tokens: int  # token slots per utterance and frame
     backpointers: int  # backpointer slots per frame (GPU; the CPU grows its own)
     lm_cache: int | None = None  # big-LM arc-cache slots (GPU); None: sized from the LM
+    links: int = 0  # lattice links and stored tokens per utterance (CPU lattices; 0: LINKS_PER_TOKEN x tokens)
 
     @classmethod
     def initial(cls, tokens: int, max_active: int, min_active: int) -> Capacity:
         return cls(tokens, backpointers_per_frame(tokens, max_active, min_active))
+
+    @property
+    def lattice_links(self) -> int:
+        return self.links or LINKS_PER_TOKEN * self.tokens
 
     def grown(self, statuses) -> Capacity:
         """The capacity after a pass whose utterances ended with these statuses."""
         statuses = set(statuses)
         return Capacity(self.tokens * (2 if TOKEN_OVERFLOW in statuses else 1),
                         self.backpointers * (2 if BP_OVERFLOW in statuses else 1),
-                        self.lm_cache * 2 if LM_OVERFLOW in statuses and self.lm_cache else self.lm_cache)
+                        self.lm_cache * 2 if LM_OVERFLOW in statuses and self.lm_cache else self.lm_cache,
+                        self.lattice_links * 2 if LINK_OVERFLOW in statuses else self.links)
+
+
+# A lattice's links buffer holds the raw links of the frames since the last pruning, the
+# pruned lattice before them and every stored token's forward cost: 16 per token slot
+# (448k links, 12 MiB, at max_active 7,000) held the demo's longest utterances at beam 16.
+LINKS_PER_TOKEN = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +59,7 @@ class BatchPlan:
     rescorer: Any  # wfst.lm.Rescorer or None
     settings: Settings
     capacity: Capacity
+    lattice: tuple | None = None  # (lattice beam, prune interval) when lattices are kept (CPU), else None
 
 
 class Outcome(NamedTuple):

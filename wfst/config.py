@@ -25,6 +25,8 @@ class DecoderConfig:
     token_capacity: int | None = None  # tokens per frame per utterance; grows on overflow
     num_threads: int | None = None  # CPU threads, one utterance each; default: all cores
     cuda_graphs: bool = True  # device="cuda": replay each frame step as a CUDA graph (False: launch each kernel)
+    lattice_beam: float | None = None  # keep a word lattice of the paths within it of the best (None: best path only)
+    prune_interval: int = 25  # with a lattice: frames between prunings of its links (Kaldi's prune-interval)
 
     def __post_init__(self):
         def check(ok, name, what):
@@ -47,6 +49,9 @@ class DecoderConfig:
         check(self.num_threads is None or (_int(self.num_threads) and self.num_threads >= 1),
               "num_threads", "None or an integer >= 1")
         check(isinstance(self.cuda_graphs, bool), "cuda_graphs", "True or False")
+        check(self.lattice_beam is None or (_finite(self.lattice_beam) and self.lattice_beam > 0), "lattice_beam",
+              "None (no lattice) or a finite number > 0")
+        check(_int(self.prune_interval) and self.prune_interval >= 1, "prune_interval", "an integer >= 1")
 
     def fltop(self, num_columns: int) -> tuple[int, float]:
         """(top_n, log R) as the kernels take them; (V, -inf) when pruning is off."""

@@ -21,6 +21,7 @@ from wfst.kernels.groups import InterleavedGraph
 from . import contexts
 from .batch import BatchPlan, Outcome
 from .inputs import host_array, nonfinite_rows
+from .lattice import RawLattice
 from .ledger import Ledger
 from .memory import available_host_bytes
 from .results import TracedPath, emitting_reads
@@ -48,6 +49,7 @@ class CpuBackend:
         self._word_arcs = None
         self._lm_memos = queue.SimpleQueue()  # see _memo
         self._workspaces = {}  # capacity -> queue of cpu.Workspace, one per utterance searched at a time
+        self._link_buffers = {}  # (links, tokens) -> queue of lattice.Links (lattices)
         self._counts = np.zeros(C.STEP_COUNTERS, np.int64)  # the memos' counters, summed over searches
         self._counts_lock = threading.Lock()
         self._memo_bytes = 0  # of the largest memo in use
@@ -88,10 +90,20 @@ class CpuBackend:
                 context = automata[id(phrases)]
             word_costs = boosts.word_costs(b, self.num_words) if boosts.boosted(b) and not in_graph else None
             T = int(plan.lengths[b])
+            raw = None
             with self._memo(context) as memo, self._workspace(plan.capacity.tokens) as ws:
                 before = None if memo is None else memo.counts.copy()
-                status, arcs, steps, reached_final, per_frame, fallbacks = cpu.search(
-                    self.layout, word_costs, context, memo, plan.log_probs[b], T, plan.settings, ws)
+                if plan.lattice is None:
+                    status, arcs, steps, reached_final, per_frame, fallbacks = cpu.search(
+                        self.layout, word_costs, context, memo, plan.log_probs[b], T, plan.settings, ws)
+                else:
+                    with self._links(plan.capacity, plan.lattice) as links:
+                        lat = links._replace(block=np.zeros(T + 2, np.int64))
+                        (status, arcs, steps, reached_final, per_frame, fallbacks, step_starts, final_gids,
+                         final_costs) = cpu.lattice_search(self.layout, word_costs, context, memo,
+                                                           plan.log_probs[b], T, plan.settings, ws, lat)
+                        if status == C.OK:
+                            raw = RawLattice.of(lat, step_starts, final_gids, final_costs, reached_final)
                 if status != C.OK:
                     _clean(ws)
                 if memo is not None:
@@ -103,7 +115,7 @@ class CpuBackend:
             frames, columns = emitting_reads(self.graph, arcs, steps)
             logp = plan.log_probs[b][frames, columns]
             return Outcome(0, TracedPath(arcs, steps, logp, bool(reached_final), int(per_frame.sum()),
-                                         int(fallbacks)))
+                                         int(fallbacks), raw))
 
         threads = min(self.num_threads, max(len(utterances), 1))
         with weights:
@@ -167,6 +179,22 @@ class CpuBackend:
             pool.put(ws)
 
     @contextlib.contextmanager
+    def _links(self, capacity, lattice):
+        """A lattice links buffer (kernels.lattice.Links) of capacity.lattice_links, reused."""
+        from wfst.kernels import lattice as kl
+
+        beam, interval = lattice
+        pool = self._link_buffers.setdefault((capacity.lattice_links, capacity.tokens), queue.SimpleQueue())
+        try:
+            links = pool.get_nowait()
+        except queue.Empty:
+            links = kl.new_links(capacity.lattice_links, capacity.tokens, beam, interval)
+        try:
+            yield links._replace(beam=np.float32(beam), interval=np.int64(interval))
+        finally:
+            pool.put(links)
+
+    @contextlib.contextmanager
     def _memo(self, context):
         """The search's memo of context steps (ctx, word) -> (cost, next ctx).  With the
         rescoring LM alone a step depends on the LM only, so the memos are kept from one
@@ -209,7 +237,7 @@ class CpuBackend:
         while True:
             with self._stream_memo(state) as memo, self._workspace(state.capacity) as ws:
                 ws = ws._replace(tl=state.tl)
-                n, overflow = cpu.begin(self.layout, word_costs, context, memo, ws)
+                n, overflow = cpu.begin(self.layout, word_costs, context, memo, ws, None)
                 if not overflow:
                     cpu.release(ws, n)
                     state.n = n

@@ -32,6 +32,7 @@ from .config import DecoderConfig
 from .errors import DecodeInputError, DecoderMemoryError, MissingFileError, OptionError, WfstError
 from .graph import Graph, load_graph
 from .inputs import check_batch, check_finite, first_nonfinite_chunk
+from .lattice import Lattice, PathScorer
 from .results import EMPTY_RESULT, DecodeResult, DecodeStats, path_result
 from .stream import EndpointConfig, Partial, Stream
 
@@ -64,6 +65,8 @@ class Decoder:
             config = dataclasses.replace(config, **options)
         if device not in ("cpu", "cuda"):
             raise OptionError(f"device={device!r}: must be 'cpu' or 'cuda'")
+        if device == "cuda" and config.lattice_beam is not None:
+            raise OptionError(f"lattice_beam={config.lattice_beam}: lattices are made on device='cpu' only so far")
         if graph.num_arcs >= 2**31 - 1:
             raise OptionError(f"{graph!r}: more than 2^31 - 1 arcs; arc ids must fit in 31 bits")
         self.graph = graph
@@ -91,14 +94,24 @@ class Decoder:
     def __repr__(self) -> str:
         return f"Decoder({self.graph!r}, {self.config}, device={self.device!r})"
 
-    def decode(self, log_probs, lengths=None, *, boost=None) -> list[DecodeResult]:
+    def decode(self, log_probs, lengths=None, *, boost=None, nbest: int | None = None) -> list[DecodeResult]:
         """Decode a batch: log_probs (B, T, V) float32 natural-log posteriors, lengths (B,).
 
         boost: word -> reward (natural log; > 0 makes the word more likely) for the whole
         batch, or a list with one such mapping (or None) per utterance; keys with several
         words are phrases.  Boosted words that are not in the graph's vocabulary are warned
         about and listed in stats.boost_unknown.
+
+        With a lattice_beam each result carries its word lattice (result.lattice, and word
+        confidences from it); nbest=N also lists its N best distinct word sequences
+        (result.nbest, DecodeResults, best first).
         """
+        if nbest is not None:
+            if not isinstance(nbest, (int, np.integer)) or isinstance(nbest, bool) or nbest < 1:
+                raise OptionError(f"nbest={nbest!r}: must be an integer >= 1")
+            if self.config.lattice_beam is None:
+                raise OptionError(f"nbest={nbest} needs a lattice: set lattice_beam (e.g. "
+                                  f"Decoder(..., lattice_beam=8.0))")
         with self._lock:
             start = time.perf_counter()
             plan = self._plan(log_probs, lengths, boost)
@@ -107,6 +120,10 @@ class Decoder:
             g, c, boosts = self.graph, self.config, plan.boosts
             results = [path_result(g, c, paths[b], int(plan.lengths[b]), boosts.maps[b], boosts.phrases[b],
                                    self.rescorer) if b in paths else EMPTY_RESULT for b in range(len(plan.lengths))]
+            if plan.lattice is not None:
+                results = [self._with_lattice(r, paths[b].lattice, PathScorer(
+                    g, c, int(plan.lengths[b]), boosts.maps[b], boosts.phrases[b], self.rescorer), nbest)
+                    if b in paths else r for b, r in enumerate(results)]
             frames = int(plan.lengths.sum())
             lm = self._backend.lm_report(lm_before, frames, self.rescorer)
             self.stats = DecodeStats(len(results), frames, time.perf_counter() - start,
@@ -114,6 +131,14 @@ class Decoder:
                                      regrowths, sum(p.fallbacks for p in paths.values()), boosts.unknown, lm,
                                      self._backend.device_seconds - device_before)
             return results
+
+    @staticmethod
+    def _with_lattice(result: DecodeResult, raw, scorer, nbest: int | None) -> DecodeResult:
+        lattice = Lattice(raw, scorer)
+        listed = tuple(lattice.nbest(nbest)) if nbest else ()
+        if listed and listed[0].word_ids == result.word_ids:
+            listed = (result,) + listed[1:]  # the same path: the best path's own figures
+        return dataclasses.replace(result, lattice=lattice, nbest=listed)
 
     # ------------------------------------------------------------------ streams
 
@@ -123,6 +148,9 @@ class Decoder:
         decode(); endpoint: the endpoint rules (default: Kaldi's)."""
         from .boost import boost_tables
 
+        if self.config.lattice_beam is not None:
+            raise OptionError(f"lattice_beam={self.config.lattice_beam}: streams keep the best path only so far; "
+                              f"decode with a Decoder without lattice_beam")
         if endpoint is not None and not isinstance(endpoint, EndpointConfig):
             raise OptionError(f"endpoint must be a wfst.EndpointConfig or None; got {type(endpoint).__name__}")
         boosts = boost_tables(None if boost is None else [boost], 1, self.graph.words, self.config.beam)
@@ -227,7 +255,8 @@ class Decoder:
                                            f"{self.rescorer.big.num_states} LM states do not fit a token's 31-bit "
                                            f"context; boost fewer phrases per utterance")
         check_finite(self._backend.nonfinite_rows(x, lengths))
-        return BatchPlan(x, lengths, boosts, self.rescorer, self._settings, self._capacity)
+        lattice = None if self.config.lattice_beam is None else (self.config.lattice_beam, self.config.prune_interval)
+        return BatchPlan(x, lengths, boosts, self.rescorer, self._settings, self._capacity, lattice)
 
     def _search(self, plan: BatchPlan):
         """The best path of every non-empty utterance ({utterance: TracedPath}) and how many

@@ -28,10 +28,31 @@ class DecodeResult:
     num_frames: int
     boost_cost: float = 0.0  # word and phrase boosts of the path (-rewards; cost includes it)
     rescore_cost: float = 0.0  # big LM - graph LM scores of the path when rescoring (cost includes it)
+    # with a lattice_beam: the word lattice (wfst.lattice.Lattice) and, when asked, the N-best list
+    lattice: object = dataclasses.field(default=None, compare=False, repr=False)
+    nbest: tuple = dataclasses.field(default=(), compare=False, repr=False)
 
     @property
     def text(self) -> str:
         return " ".join(self.words)
+
+    @property
+    def word_confidences(self) -> tuple[float, ...]:
+        """Each word's posterior in the lattice (Lattice.word_confidences)."""
+        return self._lattice("word_confidences").word_confidences(self)
+
+    @property
+    def confidence(self) -> float:
+        """The posterior of the whole word sequence in the lattice (Lattice.sequence_posterior)."""
+        return self._lattice("confidence").sequence_posterior(self.word_ids)
+
+    def _lattice(self, what: str):
+        if self.lattice is None:
+            from .errors import OptionError
+
+            raise OptionError(f"{what} come from the word lattice: decode with lattice_beam set "
+                              f"(e.g. Decoder(..., lattice_beam=8.0))")
+        return self.lattice
 
 
 EMPTY_RESULT = DecodeResult((), (), (), 0.0, 0.0, 0.0, False, 0)
@@ -61,6 +82,7 @@ class TracedPath(NamedTuple):
     reached_final: bool
     survivors: int  # tokens that survived pruning, summed over frames
     fallbacks: int  # frames expanded again without FLToP
+    lattice: object = None  # wfst.lattice.RawLattice when lattices are kept
 
 
 def emitting_reads(graph, arcs, steps) -> tuple[np.ndarray, np.ndarray]:
@@ -122,15 +144,21 @@ def path_result(graph, config, path: TracedPath, num_frames: int, boost: dict, p
     if prefix is not None:
         part = prefix + part
     acoustic_cost = -config.acoustic_scale * part.logp + config.blank_penalty * part.blanks
+    return part_result(graph, part, acoustic_cost, path.reached_final, num_frames, boost, phrases, rescorer)
+
+
+def part_result(graph, part: PathPart, acoustic_cost: float, reached_final: bool, num_frames: int, boost: dict,
+                phrases, rescorer) -> DecodeResult:
+    """The DecodeResult of a whole path's PathPart and acoustic cost (see path_result)."""
     graph_cost = part.weights
-    if path.reached_final:
+    if reached_final:
         graph_cost += float(graph.final[part.end_state if part.end_state >= 0 else graph.start])
     word_ids = part.word_ids
     words = tuple(graph.words[w] if graph.words is not None else str(w) for w in word_ids)
     boost_cost = float(sum(np.float32(boost.get(w, 0.0)) for w in word_ids)) if boost else 0.0
     if phrases.num_states > 1:
-        boost_cost += phrases.path_cost(word_ids, path.reached_final)
-    rescore_cost = rescorer.path_cost(word_ids, path.reached_final) if rescorer is not None else 0.0
+        boost_cost += phrases.path_cost(word_ids, reached_final)
+    rescore_cost = rescorer.path_cost(word_ids, reached_final) if rescorer is not None else 0.0
     return DecodeResult(words, word_ids, part.word_frames,
                         acoustic_cost + graph_cost + boost_cost + rescore_cost, acoustic_cost, graph_cost,
-                        bool(path.reached_final), num_frames, boost_cost, rescore_cost)
+                        bool(reached_final), num_frames, boost_cost, rescore_cost)

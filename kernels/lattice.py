@@ -1,0 +1,176 @@
+"""Word lattices on the CPU: the links of a search within a lattice beam, as Kaldi's
+LatticeFasterDecoder keeps them.
+
+While the search runs, every arc that ExpandArcs or the epsilon closure follows into a
+token of the frame is a link (source token, destination token, graph arc, graph cost,
+acoustic cost).  A frame's links are written at the end of `Links` in the frame's own
+numbering (a survivor's backpointer or an in-frame token as source, a token index as
+destination).  When the frame is pruned (cpu._store), `store_links` keeps the links
+between tokens that were stored and renumbers them by backpointer; a token that the
+closure expanded again (its cost improved) keeps only the links of its last expansion.
+
+Every `interval` frames, and at the end with final costs, `prune_links` runs Kaldi's
+PruneForwardLinks backwards over all frames: a token's extra cost is how much worse the
+best path through it is than the best path to the frontier (at the end: than the best
+complete path).  It only grows as the frontier moves on, so links whose extra cost
+exceeds the lattice beam are dropped for good and the rest compacted: the links held stay
+near the size of the final lattice plus the raw links of the last `interval` frames.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from .common import INF, in_frame
+
+
+class Links(NamedTuple):
+    """The links of one search and what pruning them needs (made by new_links, reused
+    from utterance to utterance; `block` is the utterance's own)."""
+
+    src: np.ndarray  # int32 (L,): source backpointer (the frame's own: survivor backpointer or in_frame_prev(j))
+    dst: np.ndarray  # int32 (L,): destination backpointer (the frame's own: token index)
+    arc: np.ndarray  # int32 (L,): graph arc id
+    graph: np.ndarray  # float32 (L,): the link's cost but the acoustic one (weight, boost, LM difference)
+    acoustic: np.ndarray  # float32 (L,)
+    alpha: np.ndarray  # float32 (L,): forward (Viterbi) cost of each stored token, by backpointer
+    extra: np.ndarray  # float32 (L,): each stored token's extra cost at the last pruning (NaN: none yet)
+    fresh: np.ndarray  # float32 (L,): prune_links' extra costs as it computes them
+    first: np.ndarray  # int32 (C,): per token of the frame, the first link of its last closure expansion
+    count: np.ndarray  # int64 (2,): links held; the first of them that is the frame's own (not stored yet)
+    block: np.ndarray  # int64 (T + 2,): first link of each step (whose destinations were stored at that step)
+    beam: np.float32  # the lattice beam
+    interval: np.int64  # frames between prunings
+
+
+def new_links(size: int, tokens: int, beam: float, interval: int) -> Links:
+    """Room for `size` links and stored tokens, for frames of up to `tokens` tokens."""
+    i32, f32 = np.int32, np.float32
+    return Links(np.empty(size, i32), np.empty(size, i32), np.empty(size, i32), np.empty(size, f32),
+                 np.empty(size, f32), np.empty(size, f32), np.empty(size, f32), np.empty(size, f32),
+                 np.zeros(tokens, i32),
+                 np.zeros(2, np.int64), np.zeros(2, np.int64), f32(beam), np.int64(interval))
+
+
+@njit(inline="always")
+def add_link(lat, src, dst, arc, graph, acoustic):
+    """Append a link of the frame; False when the buffer is full."""
+    k = lat.count[0]
+    if k == lat.src.shape[0]:
+        return False
+    lat.src[k] = src
+    lat.dst[k] = dst
+    lat.arc[k] = arc
+    lat.graph[k] = graph
+    lat.acoustic[k] = acoustic
+    lat.count[0] = k + 1
+    return True
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def store_links(lat, mark, gid, n, step, stored):
+    """After cpu._store of step `step` (mark, gid: which of the frame's n tokens were stored,
+    and as which backpointer; stored: backpointers now held, their costs in lat.alpha):
+    the frame's links between stored tokens, renumbered.  False when lat.alpha cannot
+    hold the tokens."""
+    if stored > lat.alpha.shape[0]:
+        return False
+    w = lat.count[1]
+    lat.block[step] = w
+    for k in range(lat.count[1], lat.count[0]):
+        s = lat.src[k]
+        if s <= -2:
+            j = in_frame(s)
+            if mark[j] == 0 or k < lat.first[j]:  # not stored, or a link of an expansion redone
+                continue
+            s = gid[j]
+        d = lat.dst[k]
+        if mark[d] == 0:
+            continue
+        lat.src[w] = s
+        lat.dst[w] = gid[d]
+        lat.arc[w] = lat.arc[k]
+        lat.graph[w] = lat.graph[k]
+        lat.acoustic[w] = lat.acoustic[k]
+        w += 1
+    lat.count[0] = w
+    lat.count[1] = w
+    lat.block[step + 1] = w
+    return True
+
+
+@njit(inline="always")
+def _reduced(lat, k):
+    """How much the best path through link k is worse than the best path into its destination
+    (>= 0 but for rounding, which is clamped)."""
+    s = lat.src[k]
+    d = lat.dst[k]
+    return max(np.float32(lat.alpha[s] + lat.graph[k] + lat.acoustic[k] - lat.alpha[d]), np.float32(0.0))
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def prune_links(lat, steps, last, stored):
+    """Kaldi's PruneForwardLinks from step `last` (its tokens' lat.fresh set by the caller)
+    backwards: each token's extra cost, then the links whose path is more than the lattice
+    beam worse are dropped and the blocks compacted.  As in Kaldi, the pass stops at the
+    first step whose tokens' extra costs did not change since the last pruning: the steps
+    before it cannot change either, and their links were pruned with the same costs."""
+    extra, fresh = lat.extra, lat.fresh
+    stop = 0
+    for step in range(last, -1, -1):
+        lo = lat.block[step]
+        hi = lat.block[step + 1]
+        own = steps[step]  # sources from here on are tokens of this step: epsilon links
+        end = stored if step == last else steps[step + 1]
+        if step > 0:
+            for g in range(steps[step - 1], own):
+                fresh[g] = INF
+        changed = True
+        while changed:  # an epsilon link may feed one processed before it
+            changed = False
+            for k in range(hi - 1, lo - 1, -1):
+                d = lat.dst[k]
+                if fresh[d] == INF:
+                    continue
+                s = lat.src[k]
+                e = np.float32(fresh[d] + _reduced(lat, k))
+                if e < fresh[s]:
+                    fresh[s] = e
+                    if s >= own:
+                        changed = True
+        moved = False
+        for g in range(own, end):
+            if fresh[g] != extra[g]:  # NaN (never pruned) differs from everything
+                extra[g] = fresh[g]
+                moved = True
+        if not moved and step < last:
+            stop = step + 1  # this step's links were pruned with these costs already
+            break
+    w = lat.block[stop]
+    for step in range(stop, last + 1):
+        lo = lat.block[step]
+        hi = lat.block[step + 1]
+        lat.block[step] = w
+        for k in range(lo, hi):
+            d = lat.dst[k]
+            if extra[d] == INF or np.float32(extra[d] + _reduced(lat, k)) > lat.beam:
+                continue
+            lat.src[w] = lat.src[k]
+            lat.dst[w] = d
+            lat.arc[w] = lat.arc[k]
+            lat.graph[w] = lat.graph[k]
+            lat.acoustic[w] = lat.acoustic[k]
+            w += 1
+    lat.block[last + 1] = w
+    lat.count[0] = w
+    lat.count[1] = w
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def prune_at_frontier(lat, steps, last, stored):
+    """The periodic pruning: every token stored at step `last` is on the frontier (extra 0)."""
+    for g in range(steps[last], stored):
+        lat.fresh[g] = 0.0
+    prune_links(lat, steps, last, stored)

@@ -1,0 +1,383 @@
+"""Word lattices: what a decode with a lattice beam keeps besides the best path.
+
+A Lattice's states are tokens of the search (state 0 the start token), each at the step
+(frames consumed) it was stored at; its arcs are the graph arcs that the search followed
+between them, kept while some path through them was within `lattice_beam` of the best
+(Kaldi's LatticeFasterDecoder; kernels.lattice).  An arc reads a token (its input label,
+0 for an epsilon arc), may output a word, and keeps two costs apart:
+
+    acoustic_cost   -acoustic_scale * logp (+ blank_penalty), the frame's part
+    graph_cost      the rest: the graph arc's weight, and with boosting or on-the-fly
+                    rescoring the boost and the big-LM difference of a word arc
+
+Final states carry the graph's final cost (with rescoring: and the big LM's difference),
+or 0 when no final state was reached (the best path then ends where it can).  The total
+cost of a path is the sum of both parts over its arcs plus the final cost, the cost its
+DecodeResult would have.
+
+The FST operations (N-best, posteriors, the oracle) run in OpenFST through pywrapfst, on
+the lattice with one weight per arc (graph + acoustic cost, tropical or log semiring).
+"""
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+from typing import NamedTuple
+
+import numpy as np
+
+from .results import DecodeResult, PathPart, part_result, path_part
+
+
+class RawLattice(NamedTuple):
+    """A lattice as the search leaves it, renumbered: arcs between states 0..S-1, state 0
+    the start."""
+
+    src: np.ndarray  # int32 (A,)
+    dst: np.ndarray  # int32 (A,)
+    arc: np.ndarray  # int32 (A,): graph arc id
+    graph_cost: np.ndarray  # float32 (A,)
+    acoustic_cost: np.ndarray  # float32 (A,)
+    step: np.ndarray  # int32 (S,): frames consumed when the state's token was reached
+    final_states: np.ndarray  # int32
+    final_costs: np.ndarray  # float32
+    reached_final: bool  # the final states are final in the graph (else: where the search ended)
+
+    @classmethod
+    def of(cls, links, step_starts, final_gids, final_costs, reached_final) -> RawLattice:
+        """The lattice held in kernels.lattice.Links `links` after a search: links between
+        backpointers, step_starts[t] the first backpointer stored at step t."""
+        n = int(links.count[0])
+        src, dst = links.src[:n], links.dst[:n]
+        gids = np.unique(np.concatenate([np.zeros(1, np.int32), src, dst, final_gids]))
+        step = (np.searchsorted(step_starts, gids, side="right") - 1).astype(np.int32)
+        number = lambda g: np.searchsorted(gids, g).astype(np.int32)  # noqa: E731
+        return cls(number(src), number(dst), links.arc[:n].copy(), links.graph[:n].copy(),
+                   links.acoustic[:n].copy(), step, number(final_gids), np.asarray(final_costs, np.float32),
+                   bool(reached_final))
+
+
+@dataclasses.dataclass(frozen=True)
+class PathScorer:
+    """What turns a lattice path into a DecodeResult as the decoder scores its best path."""
+
+    graph: object
+    config: object
+    num_frames: int
+    boost: dict
+    phrases: object
+    rescorer: object
+
+
+class Lattice:
+    """The word lattice of one utterance (see the module's doc).  Labels are the graph's:
+    input labels are tokens (logit column + 1), output labels word ids (graph.words)."""
+
+    def __init__(self, raw: RawLattice, scorer: PathScorer):
+        self._raw = raw
+        self._scorer = scorer
+        graph = scorer.graph
+        self.ilabel = graph.ilabel[raw.arc.astype(np.int64)].astype(np.int32)
+        self.olabel = graph.olabel[raw.arc.astype(np.int64)].astype(np.int32)
+        self._fsts = {}
+
+    # ---------------------------------------------------------------- what it holds
+
+    @property
+    def num_states(self) -> int:
+        return len(self._raw.step)
+
+    @property
+    def num_arcs(self) -> int:
+        return len(self._raw.src)
+
+    @property
+    def src(self) -> np.ndarray:
+        return self._raw.src
+
+    @property
+    def dst(self) -> np.ndarray:
+        return self._raw.dst
+
+    @property
+    def graph_cost(self) -> np.ndarray:
+        return self._raw.graph_cost
+
+    @property
+    def acoustic_cost(self) -> np.ndarray:
+        return self._raw.acoustic_cost
+
+    @property
+    def state_frames(self) -> np.ndarray:
+        """Frames consumed at each state."""
+        return self._raw.step
+
+    @property
+    def finals(self) -> dict[int, float]:
+        return {int(s): float(c) for s, c in zip(self._raw.final_states, self._raw.final_costs)}
+
+    def __repr__(self) -> str:
+        return f"Lattice({self.num_states} states, {self.num_arcs} arcs, {len(self._raw.final_states)} final)"
+
+    # ---------------------------------------------------------------- as an FST
+
+    def to_fst(self, semiring: str = "tropical"):
+        """A pywrapfst VectorFst: token input labels, word output labels, each arc's weight
+        its graph + acoustic cost, final weights the final costs.  semiring "log" gives
+        the same FST in the log semiring (for posteriors)."""
+        return self._fst(self.ilabel, semiring).copy()
+
+    def _fst(self, ilabels, semiring: str, key=None):
+        """The lattice as an FST with these input labels (cached under `key`)."""
+        if key is not None and (key, semiring) in self._fsts:
+            return self._fsts[key, semiring]
+        import pywrapfst as fst
+
+        raw = self._raw
+        weight = raw.graph_cost.astype(np.float64) + raw.acoustic_cost.astype(np.float64)
+        out = io.StringIO()
+        np.savetxt(out, np.column_stack([raw.src, raw.dst, ilabels, self.olabel]).astype(np.int64), fmt="%d",
+                   delimiter=" ", newline="\t")
+        rows = out.getvalue().split("\t")[:-1] if self.num_arcs else []
+        lines = [f"{r} {w!r}" for r, w in zip(rows, weight.tolist())]
+        lines += [f"{s} {c!r}" for s, c in zip(raw.final_states.tolist(), raw.final_costs.astype(np.float64).tolist())]
+        compiler = fst.Compiler(arc_type="standard" if semiring == "tropical" else "log")
+        if not self.num_arcs and not len(raw.final_states):
+            f = fst.VectorFst("standard" if semiring == "tropical" else "log")
+        else:
+            compiler.write("\n".join(lines) + "\n")
+            f = compiler.compile()
+        if f.num_states() == 0:
+            f.add_state()
+        f.set_start(0)
+        if key is not None:
+            self._fsts[key, semiring] = f
+        return f
+
+    def write(self, path_or_file, key: str = "utterance") -> None:
+        """Kaldi's text lattice format: the key, then ``src dst ilabel olabel graph,acoustic``
+        per arc and ``state graph,acoustic`` per final state, then an empty line."""
+        raw = self._raw
+        lines = [key]
+        for s, d, i, o, g, a in zip(raw.src.tolist(), raw.dst.tolist(), self.ilabel.tolist(), self.olabel.tolist(),
+                                    raw.graph_cost.tolist(), raw.acoustic_cost.tolist()):
+            lines.append(f"{s}\t{d}\t{i}\t{o}\t{g:.6g},{a:.6g}")
+        for s, c in zip(raw.final_states.tolist(), raw.final_costs.tolist()):
+            lines.append(f"{s}\t{c:.6g},0")
+        text = "\n".join(lines) + "\n\n"
+        if isinstance(path_or_file, (str, os.PathLike)):
+            with open(path_or_file, "w", encoding="utf-8") as f:
+                f.write(text)
+        else:
+            path_or_file.write(text)
+
+    # ---------------------------------------------------------------- posteriors
+
+    def arc_posteriors(self) -> np.ndarray:
+        """Each arc's posterior: the share of the lattice's probability (exp(-cost) summed
+        over its paths) that passes through the arc (forward-backward in the log semiring)."""
+        if "posteriors" not in self._fsts:
+            import pywrapfst as fst
+
+            f = self._fst(self.ilabel, "log", key="plain")
+            alpha = _distances(fst.shortestdistance(f), self.num_states)
+            beta = _distances(fst.shortestdistance(f, reverse=True), self.num_states)
+            raw = self._raw
+            cost = alpha[raw.src] + raw.graph_cost.astype(np.float64) + raw.acoustic_cost + beta[raw.dst] - beta[0]
+            self._fsts["posteriors"] = np.minimum(np.exp(-cost), 1.0)
+        return self._fsts["posteriors"]
+
+    def word_confidences(self, result: DecodeResult) -> tuple[float, ...]:
+        """The posterior of each word of `result` (the lattice's best path): the posteriors
+        of the lattice's arcs that output the same word at a frame near the word's, summed
+        (at most 1).  Word i owns the frames from halfway between its label frame and word
+        i - 1's to halfway to word i + 1's."""
+        if not result.word_ids:
+            return ()
+        post = self.arc_posteriors()
+        raw = self._raw
+        frames = np.maximum(raw.step[raw.dst].astype(np.int64) - 1, 0)
+        at = np.asarray(result.word_frames, np.int64)
+        lo = np.concatenate([[0], (at[:-1] + at[1:]) // 2 + 1])
+        hi = np.concatenate([(at[:-1] + at[1:]) // 2, [max(result.num_frames, int(at[-1]))]])
+        confidences = []
+        for w, a, b in zip(result.word_ids, lo.tolist(), hi.tolist()):
+            near = (self.olabel == w) & (frames >= a) & (frames <= b)
+            confidences.append(float(min(post[near].sum(), 1.0)))
+        return tuple(confidences)
+
+    def sequence_posterior(self, word_ids) -> float:
+        """The share of the lattice's probability on paths that output exactly these words."""
+        import pywrapfst as fst
+
+        if not len(self._raw.final_states):
+            return 0.0
+        if ("sorted", "log") not in self._fsts:
+            self._fsts["sorted", "log"] = self._fst(self.ilabel, "log", key="plain").copy().arcsort("olabel")
+        f = self._fsts["sorted", "log"]
+        total = _distances(fst.shortestdistance(f, reverse=True), f.num_states())[0]
+        paths = fst.compose(f, _linear(tuple(word_ids), "log"))
+        if paths.start() < 0 or paths.num_states() == 0:
+            return 0.0
+        mass = _distances(fst.shortestdistance(paths, reverse=True), paths.num_states())[paths.start()]
+        return float(min(np.exp(total - mass), 1.0))
+
+    # ---------------------------------------------------------------- N-best
+
+    def _words_fst(self):
+        """The word acceptor: each word sequence once, with its best cost."""
+        if ("words", "tropical") in self._fsts:
+            return self._fsts["words", "tropical"]
+        import pywrapfst as fst
+
+        f = self._fst(np.arange(1, self.num_arcs + 1, dtype=np.int32), "tropical", key="links").copy()
+        f.project("output")
+        f.rmepsilon()
+        f = fst.determinize(f)
+        self._fsts["words", "tropical"] = f
+        return f
+
+    def nbest(self, n: int) -> list[DecodeResult]:
+        """Up to n distinct word sequences, best first, each as the DecodeResult of its best
+        path in the lattice (the first is the decode's best path)."""
+        import pywrapfst as fst
+
+        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
+            from .errors import OptionError
+
+            raise OptionError(f"nbest={n!r}: must be an integer >= 1")
+        if not len(self._raw.final_states):
+            return []
+        sequences = _paths(fst.shortestpath(self._words_fst(), nshortest=int(n)))
+        sequences.sort(key=lambda p: p[1])
+        return [self._best_path_result(words) for words, _ in sequences]
+
+    def _best_path_result(self, words: tuple[int, ...]) -> DecodeResult:
+        """The DecodeResult of the best lattice path that outputs `words`."""
+        import pywrapfst as fst
+
+        links = self._fst(np.arange(1, self.num_arcs + 1, dtype=np.int32), "tropical", key="links")
+        if ("links-sorted", "tropical") not in self._fsts:
+            self._fsts["links-sorted", "tropical"] = links.copy().arcsort("olabel")
+        best = fst.shortestpath(fst.compose(self._fsts["links-sorted", "tropical"], _linear(words)))
+        order = np.asarray(_chain(best), np.int64) - 1  # link indices in path order
+        return self._result_of(order)
+
+    def _result_of(self, order: np.ndarray) -> DecodeResult:
+        """The DecodeResult of the path made of these lattice arcs."""
+        raw, sc = self._raw, self._scorer
+        arcs = raw.arc[order]
+        steps = raw.step[raw.dst[order]]
+        part: PathPart = path_part(sc.graph, arcs, steps, np.zeros(0, np.float32))
+        acoustic = float(raw.acoustic_cost[order].astype(np.float64).sum())
+        return part_result(sc.graph, part, acoustic, raw.reached_final, sc.num_frames, sc.boost, sc.phrases,
+                           sc.rescorer)
+
+
+    # ---------------------------------------------------------------- the oracle
+
+    def oracle(self, reference) -> tuple[int, tuple[str, ...]]:
+        """(the fewest word errors of any path of the lattice against `reference` (a string or
+        a word sequence), the words of such a path): the lattice's oracle, by edit distance
+        over its word acceptor (unknown reference words never match)."""
+        words = self._scorer.graph.words
+        ref = reference.split() if isinstance(reference, str) else list(reference)
+        ids = words.ids() if words is not None else {}
+        ref_ids = np.array([ids.get(w, -1) for w in ref], np.int64)
+        if not len(self._raw.final_states):
+            return len(ref), ()
+        f = self._words_fst().copy()
+        f.topsort()  # the lattice is acyclic: states renumbered in topological order
+        S, R = f.num_states(), len(ref)
+        steps = np.arange(R + 1)
+        cost = np.full((S, R + 1), np.inf)
+        back = np.full((S, R + 1, 3), -1, np.int64)  # predecessor (state, position, word)
+        cost[f.start()] = steps
+        back[f.start(), 1:] = np.column_stack([np.full(R, f.start()), steps[:-1], np.zeros(R, np.int64)])
+        for s in range(S):
+            row = cost[s]
+            for i in range(R):  # deletions: reference words that no lattice word stands for
+                if row[i] + 1 < row[i + 1]:
+                    row[i + 1] = row[i] + 1
+                    back[s, i + 1] = (s, i, 0)
+            for a in f.arcs(s):
+                t, w = a.nextstate, a.olabel
+                stay = row + (1 if w else 0)  # an inserted word (or an epsilon)
+                better = stay < cost[t]
+                cost[t][better] = stay[better]
+                back[t][better] = np.column_stack([np.full(R + 1, s), steps, np.full(R + 1, w)])[better]
+                if w and R:
+                    move = row[:-1] + (ref_ids != w)  # the word matches or substitutes reference word i
+                    better = move < cost[t][1:]
+                    cost[t][1:][better] = move[better]
+                    back[t][1:][better] = np.column_stack([np.full(R, s), steps[:-1], np.full(R, w)])[better]
+        finals = [s for s in range(S) if float(f.final(s)) != float("inf")]
+        end = min(finals, key=lambda s: cost[s, R])
+        errors = int(cost[end, R])
+        path, s, i = [], end, R
+        while back[s, i, 0] >= 0 and not (s == f.start() and i == 0):
+            ps, pi, w = back[s, i]
+            if w and not (ps == s and pi == i - 1 and w == 0):
+                path.append(int(w))
+            s, i = int(ps), int(pi)
+        names = tuple(words[w] if words is not None else str(w) for w in reversed(path))
+        return errors, names
+
+
+def _linear(words, semiring: str = "tropical"):
+    """A linear acceptor of a word sequence."""
+    import pywrapfst as fst
+
+    f = fst.VectorFst("standard" if semiring == "tropical" else "log")
+    one = fst.Weight.one(f.weight_type())
+    s = f.add_state()
+    f.set_start(s)
+    for w in words:
+        t = f.add_state()
+        f.add_arc(s, fst.Arc(w, w, one, t))
+        s = t
+    f.set_final(s)
+    return f
+
+
+def _distances(weights, n: int) -> np.ndarray:
+    """shortestdistance's weights as float64 costs (+inf where a state is not reached)."""
+    d = np.full(n, np.inf)
+    values = [float(w) for w in weights]
+    d[:len(values)] = values
+    return d
+
+
+def _chain(f) -> list[int]:
+    """The input labels along a single-path FST (epsilons left out)."""
+    labels = []
+    s = f.start()
+    while True:
+        arcs = list(f.arcs(s))
+        if not arcs:
+            return labels
+        a = arcs[0]
+        if a.ilabel:
+            labels.append(a.ilabel)
+        s = a.nextstate
+
+
+def _paths(f) -> list[tuple[tuple[int, ...], float]]:
+    """Each path of shortestpath(nshortest=n)'s output (paths share only the start):
+    (output labels without epsilons, total cost)."""
+    out = []
+    start = f.start()
+    if start < 0:
+        return out
+    zero = float("inf")
+
+    def walk(s, labels, cost):
+        final = float(f.final(s))
+        if final != zero:
+            out.append((tuple(labels), cost + final))
+        for a in f.arcs(s):
+            walk(a.nextstate, labels + ([a.olabel] if a.olabel else []), cost + float(a.weight))
+
+    walk(start, [], 0.0)
+    return out

@@ -1,0 +1,189 @@
+"""Word lattices (lattice_beam): N-best lists against Kaldi's LatticeSimpleDecoder and OpenFST,
+the lattice's own properties, the oracle and confidences, and bad options."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import pywrapfst as fst
+from decoding import demo_emissions, random_log_probs, random_tlg
+from fst_paths import emission_fsa
+
+import wfst
+from wfst import Decoder, synthetic
+from wfst.errors import OptionError
+from wfst.lattice import _paths
+
+
+def _same_nbest(ours, reference, tol=1e-3) -> bool:
+    """Lists of (word ids, cost), best first, are the same up to the order of equal costs
+    and to which of several sequences tied at the last cost made the list."""
+    if len(ours) != len(reference):
+        return False
+    close = lambda a, b: abs(a - b) <= tol + 2e-6 * abs(b)  # noqa: E731
+    if not all(close(a[1], b[1]) for a, b in zip(ours, reference)):
+        return False
+    last = reference[-1][1]
+    head = lambda xs: sorted(w for w, c in xs if not close(c, last))  # noqa: E731
+    return head(ours) == head(reference)
+
+
+def _reference_nbest(tlg, log_probs, n):
+    """OpenFST: the n best distinct word sequences of (emissions ∘ TLG)."""
+    composed = fst.compose(emission_fsa(log_probs), tlg.copy().arcsort("ilabel"))
+    composed.project("output")
+    composed.rmepsilon()
+    return sorted(_paths(fst.shortestpath(fst.determinize(composed), nshortest=n)), key=lambda p: p[1])
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_nbest_of_a_wide_search_is_openfst_nbest(seed):
+    """Beam and lattice beam wide enough to keep every path: the N best distinct word
+    sequences and their costs are OpenFST's on (emissions ∘ TLG)."""
+    f, g = random_tlg(seed)
+    x = random_log_probs(seed, 3, 7, g.tokens.num_columns)
+    dec = Decoder(g, beam=500.0, max_active=10**6, min_active=0, lattice_beam=500.0)
+    results = dec.decode(x, nbest=6)
+    checked = 0
+    for b, r in enumerate(results):
+        reference = _reference_nbest(f, x[b], 6)
+        if not reference:
+            assert not r.reached_final
+            continue
+        checked += 1
+        assert _same_nbest([(e.word_ids, e.cost) for e in r.nbest], reference)
+        assert r.nbest[0] == r
+    assert checked
+
+
+@pytest.mark.parametrize("name", ["char_compact", "bpe_compact"])
+def test_demo_nbest_matches_kaldi_lattice_simple_decoder(demo, demo_graphs, name):
+    """Same beam and lattice beam as Kaldi's LatticeSimpleDecoder (max_active not binding):
+    the 10 best distinct word sequences and their costs (to 1e-3) agree on >= 99% of the
+    utterances."""
+    pytest.importorskip("kaldi_decoder")
+    from wfst_bench.kaldi import KaldiLatticeDecoder
+
+    path, kw = demo_graphs[name]
+    g = wfst.load_graph(path)
+    texts, x, lengths = demo_emissions(demo, g, kw, count=100)
+    ours = Decoder(g, beam=12.0, max_active=10**6, min_active=0, lattice_beam=6.0).decode(x, lengths, nbest=10)
+    kaldi = KaldiLatticeDecoder(path / "TLG.fst", beam=12.0, lattice_beam=6.0)
+    same = [_same_nbest([(e.word_ids, e.cost) for e in r.nbest], kaldi.nbest(lat, 10))
+            for r, lat in zip(ours, kaldi.lattices(x, lengths))]
+    assert sum(same) >= 0.99 * len(texts), f"{sum(same)}/{len(texts)} N-best lists agree"
+
+
+@pytest.fixture(scope="module")
+def noisy(demo, demo_graphs):
+    """char_compact, 40 noisy held-out utterances, their texts, and a lattice decode of them."""
+    path, kw = demo_graphs["char_compact"]
+    g = wfst.load_graph(path)
+    texts = [t for t in (demo / "test.txt").read_text().splitlines() if t.strip()][:40]
+    x, lengths = synthetic.from_texts(texts, g.tokens, word_boundary="|", seed=3, noise=1.5, confusion=0.3)
+    settings = dict(beam=14.0, max_active=3000)
+    results = Decoder(g, lattice_beam=7.0, **settings).decode(x, lengths, nbest=5)
+    return g, texts, x, lengths, settings, results
+
+
+def test_lattice_keeps_the_best_path_and_changes_nothing_else(noisy):
+    g, _, x, lengths, settings, results = noisy
+    plain = Decoder(g, **settings).decode(x, lengths)
+    assert plain == results  # the same best paths, costs and parts
+    for r in results:
+        lat = r.lattice
+        assert r.nbest[0] == r
+        assert [e.cost for e in r.nbest] == sorted(e.cost for e in r.nbest)
+        assert len({e.word_ids for e in r.nbest}) == len(r.nbest)
+        best = float(fst.shortestdistance(lat.to_fst(), reverse=True)[0])
+        assert best == pytest.approx(r.cost, abs=1e-3)
+        # every path is within the lattice beam of the best: pruning at it removes nothing
+        f = lat.to_fst()
+        pruned = fst.prune(f, weight=7.0 + 1e-3)
+        arcs = lambda f: sum(f.num_arcs(s) for s in f.states())  # noqa: E731
+        assert arcs(pruned) == arcs(f) == lat.num_arcs
+        assert lat.num_states == lat.state_frames.shape[0] and lat.state_frames.max() == r.num_frames
+
+
+def test_periodic_pruning_and_regrowth_give_the_same_lattice(noisy):
+    g, _, x, lengths, settings, results = noisy
+    rarely = Decoder(g, lattice_beam=7.0, prune_interval=10**6, **settings)
+    small = Decoder(g, lattice_beam=7.0, prune_interval=1, **settings)
+    small._capacity = dataclasses.replace(small._capacity, links=256)  # overflows: grown and decoded again
+    for dec in (rarely, small):
+        other = dec.decode(x[:12], lengths[:12], nbest=5)
+        for a, b in zip(results, other):
+            assert (a.lattice.num_states, a.lattice.num_arcs) == (b.lattice.num_states, b.lattice.num_arcs)
+            assert [(e.word_ids, e.cost) for e in a.nbest] == [(e.word_ids, e.cost) for e in b.nbest]
+    assert small.stats.regrowths > 0
+
+
+def test_oracle_is_at_most_the_best_path_errors(noisy):
+    kaldialign = pytest.importorskip("kaldialign")
+    _, texts, _, _, _, results = noisy
+    oracle = best = words = 0
+    for text, r in zip(texts, results):
+        errors, path = r.lattice.oracle(text)
+        assert errors == kaldialign.edit_distance(text.split(), list(path))["total"]
+        one = kaldialign.edit_distance(text.split(), list(r.words))["total"]
+        assert errors <= one
+        oracle, best, words = oracle + errors, best + one, words + len(text.split())
+    assert oracle < best  # the noisy emissions leave errors that the lattice holds the fix of
+
+
+def test_confidences_are_posteriors(noisy):
+    _, texts, _, _, _, results = noisy
+    right, wrong = [], []
+    for text, r in zip(texts, results):
+        c = r.word_confidences
+        assert len(c) == len(r.words) and all(0.0 <= v <= 1.0 for v in c)
+        assert 0.0 < r.confidence <= 1.0 + 1e-9
+        post = r.lattice.arc_posteriors()
+        assert np.all((post >= 0) & (post <= 1.0))
+        # the arcs out of the start state carry all of the probability
+        assert post[r.lattice.src == 0].sum() == pytest.approx(1.0, abs=1e-4)
+        ref = set(text.split())
+        for w, v in zip(r.words, c):
+            (right if w in ref else wrong).append(v)
+    assert wrong and np.mean(right) > np.mean(wrong)
+
+
+def test_kaldi_text_format(noisy, tmp_path):
+    r = noisy[5][0]
+    r.lattice.write(tmp_path / "lat.txt", key="utt1")
+    lines = (tmp_path / "lat.txt").read_text().splitlines()
+    assert lines[0] == "utt1" and lines[-1] == ""
+    arcs = [ln.split("\t") for ln in lines[1:-1] if ln.count("\t") == 4]
+    finals = [ln.split("\t") for ln in lines[1:-1] if ln.count("\t") == 1]
+    assert len(arcs) == r.lattice.num_arcs and len(finals) == len(r.lattice.finals)
+    g, a = map(float, arcs[0][4].split(","))
+    assert math.isfinite(g) and math.isfinite(a)
+
+
+def test_bad_lattice_options(noisy):
+    g, _, x, lengths, settings, results = noisy
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(OptionError, match="lattice_beam"):
+            Decoder(g, lattice_beam=bad)
+    with pytest.raises(OptionError, match="prune_interval"):
+        Decoder(g, lattice_beam=8.0, prune_interval=0)
+    plain = Decoder(g, **settings)
+    with pytest.raises(OptionError, match="lattice_beam"):
+        plain.decode(x[:1], lengths[:1], nbest=3)
+    r = plain.decode(x[:1], lengths[:1])[0]
+    with pytest.raises(OptionError, match="lattice_beam"):
+        r.word_confidences  # noqa: B018
+    with pytest.raises(OptionError, match="lattice_beam"):
+        r.confidence  # noqa: B018
+    dec = Decoder(g, lattice_beam=8.0, **settings)
+    for bad in (0, -2, 2.5, True):
+        with pytest.raises(OptionError, match="nbest"):
+            dec.decode(x[:1], lengths[:1], nbest=bad)
+    with pytest.raises(OptionError, match="nbest"):
+        results[0].lattice.nbest(0)
+    with pytest.raises(OptionError, match="lattice_beam"):
+        dec.stream()
+    with pytest.raises(OptionError, match="lattice_beam"):
+        Decoder(g, lattice_beam=8.0, device="cuda")

@@ -59,6 +59,15 @@ def test_decode_cli_streams_print_partials_then_the_offline_finals(tiny_setup, t
     assert cuda.read_text() == (tmp_path / "offline.txt").read_text()
 
 
+def test_decode_cli_nbest_and_confidences(tiny_setup, capsys):
+    graph, em, texts = tiny_setup
+    assert decode_main(["--graph", str(graph), "--emissions", str(em), "--lattice-beam", "6", "--nbest", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "0\tab ba\n\tconfidences ab:" in out and "\t1. " in out and "WER 0.00%" in out
+    first = out.split("\n1\t")[0]
+    assert first.split("\t1. ")[1].split("\t")[1].startswith("ab ba")  # the 1-best heads its N-best list
+
+
 def test_detokenize_inverts_tokenize(demo):
     tokens = wfst.TokenTable.read(demo / "bpe_tokens.txt")
     text = "it is a truth universally acknowledged"
@@ -77,6 +86,9 @@ def test_detokenize_inverts_tokenize(demo):
     (["--beam", "wide"], "argument --beam: invalid float value: 'wide'"),
     (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
     (["--stream", "--chunk-ms", "10"], "--chunk-ms: must be at least one frame (40 ms)"),
+    (["--lattice-beam", "0"], "--lattice-beam=0.0: must be None (no lattice) or a finite number > 0"),
+    (["--nbest", "3"], "--nbest: N-best lists come from the lattice; give --lattice-beam too"),
+    (["--lattice-beam", "8", "--nbest", "0"], "--nbest: must be >= 1"),
 ])
 def test_decode_cli_bad_options_are_one_line(tiny_setup, capsys, options, message):
     graph, em, _ = tiny_setup

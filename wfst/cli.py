@@ -2,6 +2,7 @@
 
     wfst-decode --graph build/demo/char_compact --emissions emissions.npz [--refs refs.txt]
     wfst-decode ... --stream --chunk-ms 320     # as live streams: partial results, then finals
+    wfst-decode ... --lattice-beam 8 --nbest 5  # word lattices: N-best lists and word confidences
 
 The emissions file is a NumPy .npz with `log_probs` (B, T, V) float32 and `lengths` (B,)
 (as written by wfst.synthetic.save_npz; a `texts` array, when present, serves as the
@@ -75,19 +76,30 @@ def decode_main(argv: list[str] | None = None) -> int:
                     help="decode as live streams (--batch-size at once), chunk by chunk, printing partial results "
                          "as they change ('stable words | the rest') and endpoints")
     ap.add_argument("--chunk-ms", type=float, default=320.0, help="with --stream: audio per chunk")
+    ap.add_argument("--lattice-beam", type=float, default=None,
+                    help="keep a word lattice of the paths within this of the best; prints each word's confidence")
+    ap.add_argument("--nbest", type=int, default=None,
+                    help="with --lattice-beam: print the N best distinct word sequences of each utterance")
     ap.add_argument("--output", help="also write the hypotheses here, one line per utterance")
     ap.add_argument("--quiet", action="store_true", help="print only the summary")
     args = ap.parse_args(argv)
     try:
         config = DecoderConfig(beam=args.beam, max_active=args.max_active, min_active=args.min_active,
                                acoustic_scale=args.acoustic_scale, blank_penalty=args.blank_penalty,
-                               num_threads=args.threads)
+                               num_threads=args.threads, lattice_beam=args.lattice_beam)
     except WfstError as e:  # say it with the option's name
         message = str(e)
         for field, option in (("num_threads", "threads"), ("max_active", "max-active"), ("min_active", "min-active"),
-                              ("acoustic_scale", "acoustic-scale"), ("blank_penalty", "blank-penalty")):
+                              ("acoustic_scale", "acoustic-scale"), ("blank_penalty", "blank-penalty"),
+                              ("lattice_beam", "lattice-beam")):
             message = message.replace(field, option)
         ap.error(message.replace("DecoderConfig.", "--"))
+    if args.nbest is not None and args.nbest < 1:
+        ap.error(f"argument --nbest: must be >= 1, got {args.nbest}")
+    if args.nbest is not None and args.lattice_beam is None:
+        ap.error("argument --nbest: N-best lists come from the lattice; give --lattice-beam too")
+    if args.stream and args.lattice_beam is not None:
+        ap.error("argument --lattice-beam: streams keep the best path only so far (leave out --stream)")
     if args.batch_size < 1:
         ap.error(f"argument --batch-size: must be >= 1, got {args.batch_size}")
     if not args.frame_ms > 0:
@@ -124,7 +136,7 @@ def _decode(args, config: DecoderConfig) -> int:
             T = int(em.lengths[lo:hi].max(initial=0))
             batch = np.ascontiguousarray(em.log_probs[lo:hi, :T])
             start = time.perf_counter()
-            results += decoder.decode(batch, em.lengths[lo:hi])
+            results += decoder.decode(batch, em.lengths[lo:hi], nbest=args.nbest)
             seconds += time.perf_counter() - start
             bar.update(hi - lo)
     if args.stream and not args.quiet:
@@ -132,6 +144,10 @@ def _decode(args, config: DecoderConfig) -> int:
     if not args.quiet:
         for i, r in enumerate(results):
             print(f"{i}\t{r.text}" + ("" if r.reached_final else "\t(no final state reached)"))
+            if r.lattice is not None:
+                print("\tconfidences " + " ".join(f"{w}:{c:.2f}" for w, c in zip(r.words, r.word_confidences)))
+            for k, e in enumerate(r.nbest):
+                print(f"\t{k + 1}. {e.cost:.3f}\t{e.text}")
     if args.output:
         Path(args.output).write_text("".join(r.text + "\n" for r in results), encoding="utf-8")
     frames = int(em.lengths.sum())

@@ -18,7 +18,7 @@ GRAPH_ARGS = --tokens '$(TOKENS)' --lm '$(LM)' --topo '$(TOPO)' --out '$(GRAPH_D
 	$(if $(SPM),--spm '$(SPM)') $(if $(BOUNDARY),--word-boundary '$(BOUNDARY)') \
 	$(if $(BLANK),--blank '$(BLANK)') $(if $(EPSILON_FREE),--epsilon-free)
 
-.PHONY: demo test gpu-check graph bench-graph bench-decode bench-fltop bench-boost bench-rescore bench-stream install install-test \
+.PHONY: demo test gpu-check graph bench-graph bench-decode bench-fltop bench-boost bench-rescore bench-stream bench-lattice install install-test \
 	install-bench clean
 
 $(VENV)/.installed: setup.py pyproject.toml
@@ -103,6 +103,12 @@ bench-boost: install-bench
 bench-stream: install-bench
 	$(PY) recipes/demo.py --graphs-only > /dev/null
 	$(PY) recipes/bench_stream.py --json build/stream/bench.json
+
+# Word lattices: generation against the best-path search and Kaldi's LatticeSimpleDecoder, N-best,
+# confidences (calibration, NCE) and the oracle WER (needs make demo's graphs).
+bench-lattice: install-bench
+	$(PY) recipes/demo.py --graphs-only > /dev/null
+	$(PY) recipes/bench_lattice.py --json build/bench/lattice.json
 
 bench-rescore: install-bench
 	$(PY) recipes/demo.py --graphs-only > /dev/null

@@ -611,13 +611,13 @@ def _store(ws, n, keep, cutoff, last, prev, arc, stored, lat):
 
 
 @njit(nogil=True, cache=True)
-def frames(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n, ns, resume, resume_beam, trace, first,
-           stored, lat):
+def frames(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n, ns, resume_beam, trace, first, stored,
+           lat):
     """Frames 0 .. num_frames - 1 of log_probs: prune the n tokens in ws.tl, store the
     survivors as backpointers (from `stored` on, step first + t in trace.steps), expand
-    them and close over epsilon arcs.  resume: frame 0 was pruned already (adaptive beam
-    resume_beam), its ns survivors are in ws.sv: a stream whose frame overflowed goes on
-    from there in a larger workspace.
+    them and close over epsilon arcs.  resume_beam >= 0: frame 0 was pruned already (with
+    this adaptive beam), its ns survivors are in ws.sv: a stream whose frame overflowed
+    goes on from there in a larger workspace (< 0: not so).
 
     Returns (status, frames done, n, ns, adaptive beam, prev, arc, stored, FLToP
     fallbacks): status OK, or TOKEN_OVERFLOW (LINK_OVERFLOW: lat's links) at frame `frames
@@ -635,7 +635,7 @@ def frames(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n,
         fell_back = 0
         cutoff = INF
         adaptive_beam = settings.beam
-        if resume and t == 0:
+        if resume_beam >= 0 and t == 0:
             adaptive_beam = resume_beam
         else:
             if n > 0:
@@ -723,8 +723,8 @@ def search(graph, boosts, context, memo, log_probs, num_frames, settings, ws):
     if overflow:
         return TOKEN_OVERFLOW, empty, empty, False, trace.survivors, 0
     status, _, n, _, _, prev, arc, stored, fallbacks = frames(graph, boosts, context, memo, log_probs, num_frames,
-                                                              settings, ws, n, 0, False, np.float32(0.0), trace,
-                                                              0, 0, None)
+                                                              settings, ws, n, 0, np.float32(-1.0), trace, 0, 0,
+                                                              None)
     if status != OK:
         return status, empty, empty, False, trace.survivors, fallbacks
     trace = Trace(prev, arc, trace.steps, trace.survivors)
@@ -811,8 +811,8 @@ def lattice_search(graph, boosts, context, memo, log_probs, num_frames, settings
         status = LINK_OVERFLOW if lat.count[0] == lat.src.shape[0] else TOKEN_OVERFLOW
         return status, empty, empty, False, trace.survivors, 0, no_steps, empty, no_costs
     status, _, n, _, _, prev, arc, stored, fallbacks = frames(graph, boosts, context, memo, log_probs, num_frames,
-                                                              settings, ws, n, 0, False, np.float32(0.0), trace,
-                                                              0, 0, lat)
+                                                              settings, ws, n, 0, np.float32(-1.0), trace, 0, 0,
+                                                              lat)
     if status != OK:
         return status, empty, empty, False, trace.survivors, fallbacks, no_steps, empty, no_costs
     trace = Trace(prev, arc, trace.steps, trace.survivors)
@@ -935,8 +935,8 @@ def advance_stream(graph, boosts, context, memo, log_probs, num_frames, settings
     tuple + (survivors of the frames done, trailing blanks, whether a non-blank came
     before them, the final relative cost)."""
     status, done, n, ns, beam, prev, arc, stored, fallbacks = frames(
-        graph, boosts, context, memo, log_probs, num_frames, settings, ws, n, ns, resume, resume_beam, trace, first,
-        stored, None)
+        graph, boosts, context, memo, log_probs, num_frames, settings, ws, n, ns,
+        np.float32(resume_beam if resume else -1.0), trace, first, stored, None)
     survivors = 0
     for t in range(first, first + done):  # an overflowed frame counts when redone
         survivors += trace.survivors[t]

@@ -671,6 +671,29 @@ def frames(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n,
 
 
 @njit(nogil=True, cache=True)
+def _last_keep(tl, n, final, context):
+    """The token the search ends with: the best with its final cost where one is final,
+    else the best without.  Returns (its index or -1, reached_final)."""
+    keep = _best_token(tl, n, final, context, True)
+    if keep >= 0:
+        return keep, True
+    return _best_token(tl, n, final, context, False), False
+
+
+@njit(nogil=True, cache=True)
+def _traced(prev, arc, g, stored):
+    """(status, path arcs, their backpointers) of the chain ending at backpointer g:
+    EPS_CYCLE when the backpointers loop."""
+    length = trace_length(prev, g, stored)
+    if length < 0:
+        return EPS_CYCLE, np.empty(0, np.int32), np.empty(0, np.int32)
+    path_arcs = np.empty(length - 1, np.int32)  # the start token has no arc
+    path_gids = np.empty(length - 1, np.int32)
+    trace_path(prev, arc, g, length, path_arcs, path_gids)
+    return OK, path_arcs, path_gids
+
+
+@njit(nogil=True, cache=True)
 def finish(graph, context, ws, n, trace, first, stored):
     """The last step: keep the best token (with its final cost where one is final, else
     without), store it and trace its path back.  first: its step in trace.steps.
@@ -679,58 +702,65 @@ def finish(graph, context, ws, n, trace, first, stored):
     (a zero-cost epsilon cycle in the graph made the backpointers loop); no arcs when the
     search has no token."""
     empty = np.empty(0, np.int32)
-    tl = ws.tl
-    keep = _best_token(tl, n, graph.final, context, True)
-    reached_final = keep >= 0
-    if not reached_final:
-        keep = _best_token(tl, n, graph.final, context, False)
+    keep, reached_final = _last_keep(ws.tl, n, graph.final, context)
     trace.steps[first] = stored
     prev, arc, stored, _ = _store(ws, n, keep, INF, True, trace.prev, trace.arc, stored, None)
     trace.steps[first + 1] = stored
     if keep < 0:
         return OK, empty, empty, False
-    g = ws.gid[keep]
-    length = trace_length(prev, g, stored)
-    if length < 0:
-        return EPS_CYCLE, empty, empty, False
-    path_arcs = np.empty(length - 1, np.int32)  # the start token has no arc
-    path_gids = np.empty(length - 1, np.int32)
-    trace_path(prev, arc, g, length, path_arcs, path_gids)
-    return OK, path_arcs, path_gids, reached_final
+    status, path_arcs, path_gids = _traced(prev, arc, ws.gid[keep], stored)
+    return status, path_arcs, path_gids, reached_final and status == OK
 
 
 @njit(nogil=True, cache=True)
-def search(graph, boosts, context, memo, log_probs, num_frames, settings, ws):
+def search(graph, boosts, context, memo, log_probs, num_frames, settings, ws, lat):
     """Viterbi beam search of one utterance: log_probs (T, V), its first num_frames frames.
 
     graph: groups.InterleavedGraph; settings: groups.Settings; ws: a Workspace, whose
     capacity bounds the tokens of a frame.  boosts: each output label's word cost
     (-reward; 0 for words not boosted and at label 0), or None.  context: groups.Context
     of this utterance (row 0), or None; memo: its memo of context steps (new_memo).
+    lat: lattice.Links to keep the utterance's lattice in (its block must hold
+    num_frames + 2 steps), or None for the best path alone.
 
     Returns (status, path arcs, path steps, reached_final, survivors per frame, FLToP
-    fallbacks): status OK, TOKEN_OVERFLOW (grow the capacity and decode again) or
-    EPS_CYCLE (a zero-cost epsilon cycle in the graph made the backpointers loop); the
-    graph arc ids of the best path in order and the step each arc's token was stored at
-    (step t = after t frames: an emitting arc on step t consumed frame t - 1); the frames
-    that FLToP emptied and were expanded again without it.
+    fallbacks, step starts, final tokens, final costs): status OK, TOKEN_OVERFLOW (grow
+    the capacity and decode again), LINK_OVERFLOW (grow lat) or EPS_CYCLE (a zero-cost
+    epsilon cycle in the graph made the backpointers loop); the graph arc ids of the best
+    path in order and the step each arc's token was stored at (step t = after t frames: an
+    emitting arc on step t consumed frame t - 1); the frames that FLToP emptied and were
+    expanded again without it.  With a lattice: the first backpointer stored at each step,
+    the lattice's final tokens (backpointers) and their final costs; its links are lat's
+    first lat.count[0].
     """
     empty = np.empty(0, np.int32)
+    no_costs = np.empty(0, np.float32)
+    no_steps = np.zeros(1, np.int64)
     C = ws.tl.state.shape[0]
     trace = Trace(np.empty(max(C, 1024), np.int32), np.empty(max(C, 1024), np.int32),
                   np.zeros(num_frames + 2, np.int64), np.zeros(num_frames, np.int32))
-    n, overflow = begin(graph, boosts, context, memo, ws, None)
+    n, overflow = begin(graph, boosts, context, memo, ws, lat)
     if overflow:
-        return TOKEN_OVERFLOW, empty, empty, False, trace.survivors, 0
+        status = TOKEN_OVERFLOW
+        if lat is not None:
+            if lat.count[0] == lat.src.shape[0]:
+                status = LINK_OVERFLOW
+        return status, empty, empty, False, trace.survivors, 0, no_steps, empty, no_costs
     status, _, n, _, _, prev, arc, stored, fallbacks = frames(graph, boosts, context, memo, log_probs, num_frames,
                                                               settings, ws, n, 0, np.float32(-1.0), trace, 0, 0,
-                                                              None)
+                                                              lat)
     if status != OK:
-        return status, empty, empty, False, trace.survivors, fallbacks
+        return status, empty, empty, False, trace.survivors, fallbacks, no_steps, empty, no_costs
     trace = Trace(prev, arc, trace.steps, trace.survivors)
-    status, path_arcs, path_gids, reached_final = finish(graph, context, ws, n, trace, num_frames, stored)
+    if lat is None:
+        status, path_arcs, path_gids, reached_final = finish(graph, context, ws, n, trace, num_frames, stored)
+        final_gids, final_costs = empty, no_costs
+    else:
+        status, path_arcs, path_gids, reached_final, final_gids, final_costs = finish_lattice(
+            graph, context, ws, n, trace, num_frames, stored, lat)
     path_steps = (np.searchsorted(trace.steps, path_gids, side="right") - 1).astype(np.int32)
-    return status, path_arcs, path_steps, reached_final, trace.survivors, fallbacks
+    return (status, path_arcs, path_steps, reached_final, trace.survivors, fallbacks, trace.steps, final_gids,
+            final_costs)
 
 
 # ---------------------------------------------------------------------- lattices
@@ -747,10 +777,7 @@ def finish_lattice(graph, context, ws, n, trace, first, stored, lat):
     empty = np.empty(0, np.int32)
     no_costs = np.empty(0, np.float32)
     tl = ws.tl
-    keep = _best_token(tl, n, graph.final, context, True)
-    reached_final = keep >= 0
-    if not reached_final:
-        keep = _best_token(tl, n, graph.final, context, False)
+    keep, reached_final = _last_keep(tl, n, graph.final, context)
     trace.steps[first] = stored
     before = stored
     prev, arc, stored, _ = _store(ws, n, -1, INF, False, trace.prev, trace.arc, stored, lat)
@@ -782,45 +809,10 @@ def finish_lattice(graph, context, ws, n, trace, first, stored, lat):
             final_costs[i] = final_cost[g - before]
             i += 1
     prune_links(lat, trace.steps, first, stored)
-    g = ws.gid[keep]
-    length = trace_length(prev, g, stored)
-    if length < 0:
-        return EPS_CYCLE, empty, empty, False, empty, no_costs
-    path_arcs = np.empty(length - 1, np.int32)
-    path_gids = np.empty(length - 1, np.int32)
-    trace_path(prev, arc, g, length, path_arcs, path_gids)
-    return OK, path_arcs, path_gids, reached_final, final_gids, final_costs
-
-
-@njit(nogil=True, cache=True)
-def lattice_search(graph, boosts, context, memo, log_probs, num_frames, settings, ws, lat):
-    """search() that also keeps the lattice of the utterance in `lat` (lattice.Links; its
-    block must hold num_frames + 2 steps).
-
-    Returns search()'s tuple + (the step at which each backpointer was stored starts:
-    trace.steps; the lattice's final tokens and their final costs); the lattice's links
-    are lat's first lat.count[0].  Status LINK_OVERFLOW: grow lat and search again."""
-    empty = np.empty(0, np.int32)
-    no_costs = np.empty(0, np.float32)
-    no_steps = np.zeros(1, np.int64)
-    C = ws.tl.state.shape[0]
-    trace = Trace(np.empty(max(C, 1024), np.int32), np.empty(max(C, 1024), np.int32),
-                  np.zeros(num_frames + 2, np.int64), np.zeros(num_frames, np.int32))
-    n, overflow = begin(graph, boosts, context, memo, ws, lat)
-    if overflow:
-        status = LINK_OVERFLOW if lat.count[0] == lat.src.shape[0] else TOKEN_OVERFLOW
-        return status, empty, empty, False, trace.survivors, 0, no_steps, empty, no_costs
-    status, _, n, _, _, prev, arc, stored, fallbacks = frames(graph, boosts, context, memo, log_probs, num_frames,
-                                                              settings, ws, n, 0, np.float32(-1.0), trace, 0, 0,
-                                                              lat)
+    status, path_arcs, path_gids = _traced(prev, arc, ws.gid[keep], stored)
     if status != OK:
-        return status, empty, empty, False, trace.survivors, fallbacks, no_steps, empty, no_costs
-    trace = Trace(prev, arc, trace.steps, trace.survivors)
-    status, path_arcs, path_gids, reached_final, final_gids, final_costs = finish_lattice(
-        graph, context, ws, n, trace, num_frames, stored, lat)
-    path_steps = (np.searchsorted(trace.steps, path_gids, side="right") - 1).astype(np.int32)
-    return (status, path_arcs, path_steps, reached_final, trace.survivors, fallbacks, trace.steps, final_gids,
-            final_costs)
+        return status, empty, empty, False, empty, no_costs
+    return OK, path_arcs, path_gids, reached_final, final_gids, final_costs
 
 
 # ---------------------------------------------------------------------- streams

@@ -93,17 +93,13 @@ class CpuBackend:
             raw = None
             with self._memo(context) as memo, self._workspace(plan.capacity.tokens) as ws:
                 before = None if memo is None else memo.counts.copy()
-                if plan.lattice is None:
-                    status, arcs, steps, reached_final, per_frame, fallbacks = cpu.search(
-                        self.layout, word_costs, context, memo, plan.log_probs[b], T, plan.settings, ws)
-                else:
-                    with self._links(plan.capacity, plan.lattice) as links:
-                        lat = links._replace(block=np.zeros(T + 2, np.int64))
-                        (status, arcs, steps, reached_final, per_frame, fallbacks, step_starts, final_gids,
-                         final_costs) = cpu.lattice_search(self.layout, word_costs, context, memo,
-                                                           plan.log_probs[b], T, plan.settings, ws, lat)
-                        if status == C.OK:
-                            raw = RawLattice.of(lat, step_starts, final_gids, final_costs, reached_final)
+                with self._links(plan.capacity, plan.lattice) as links:
+                    lat = None if links is None else links._replace(block=np.zeros(T + 2, np.int64))
+                    (status, arcs, steps, reached_final, per_frame, fallbacks, step_starts, final_gids,
+                     final_costs) = cpu.search(self.layout, word_costs, context, memo, plan.log_probs[b], T,
+                                               plan.settings, ws, lat)
+                    if status == C.OK and lat is not None:
+                        raw = RawLattice.of(lat, step_starts, final_gids, final_costs, reached_final)
                 if status != C.OK:
                     _clean(ws)
                 if memo is not None:
@@ -180,9 +176,13 @@ class CpuBackend:
 
     @contextlib.contextmanager
     def _links(self, capacity, lattice):
-        """A lattice links buffer (kernels.lattice.Links) of capacity.lattice_links, reused."""
+        """A lattice links buffer (kernels.lattice.Links) of capacity.lattice_links, reused;
+        None when the plan keeps no lattice."""
         from wfst.kernels import lattice as kl
 
+        if lattice is None:
+            yield None
+            return
         beam, interval = lattice
         pool = self._link_buffers.setdefault((capacity.lattice_links, capacity.tokens), queue.SimpleQueue())
         try:

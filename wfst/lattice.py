@@ -142,12 +142,13 @@ class Lattice:
         rows = out.getvalue().split("\t")[:-1] if self.num_arcs else []
         lines = [f"{r} {w!r}" for r, w in zip(rows, weight.tolist())]
         lines += [f"{s} {c!r}" for s, c in zip(raw.final_states.tolist(), raw.final_costs.astype(np.float64).tolist())]
-        compiler = fst.Compiler(arc_type="standard" if semiring == "tropical" else "log", keep_state_numbering=True)
-        if not self.num_arcs and not len(raw.final_states):
-            f = fst.VectorFst("standard" if semiring == "tropical" else "log")
-        else:
+        arc_type = "standard" if semiring == "tropical" else "log"
+        if lines:
+            compiler = fst.Compiler(arc_type=arc_type, keep_state_numbering=True)  # states stay ours
             compiler.write("\n".join(lines) + "\n")
             f = compiler.compile()
+        else:
+            f = fst.VectorFst(arc_type)
         if f.num_states() == 0:
             f.add_state()
         f.set_start(0)

@@ -20,6 +20,7 @@ class KaldiResult:
     word_ids: tuple[int, ...]
     cost: float  # graph + acoustic cost of the best path (final cost included when reached)
     reached_final: bool
+    alignment: tuple[int, ...] = ()  # the token (input label) each frame of the best path reads
 
 
 class KaldiFasterDecoder:
@@ -59,9 +60,9 @@ class KaldiFasterDecoder:
             if not ok:
                 out.append(KaldiResult((), float("inf"), False))
                 continue
-            _, _, olabels, weight = self._kf.get_linear_symbol_sequence(best)
+            _, ilabels, olabels, weight = self._kf.get_linear_symbol_sequence(best)
             out.append(KaldiResult(tuple(int(o) for o in olabels if o), float(weight.value1 + weight.value2),
-                                   bool(self.decoder.reached_final())))
+                                   bool(self.decoder.reached_final()), tuple(int(i) for i in ilabels if i)))
         return out
 
 

@@ -50,8 +50,10 @@ from .lexicon import (
 from .topology import check_topology, ctc_topology, topology_size
 
 GRAPH_FORMAT = 1
-# Bump when a change to the compiler changes the graphs it writes.
-COMPILER_REVISION = 3
+# Bump when a change to the compiler changes the graphs it writes (4: lexicon.txt, T.fst);
+# LG_REVISION when it changes min(det(L ∘ G)), whose cache it keys.
+COMPILER_REVISION = 4
+LG_REVISION = 3
 
 
 # --------------------------------------------------------------------------- measuring
@@ -338,7 +340,7 @@ def compile_graph(out_dir: str | os.PathLike, *, tokens: str | os.PathLike, lm: 
     stages = Stages(["L (lexicon FST)", "G (arpa2fst)", "L ∘ G", "det(L ∘ G)", "min(det(L ∘ G))",
                      "T", "T ∘ LG", "rmepsilon(TLG)", "CSR arrays"], progress, label)
     try:
-        lg_key = _digest({"revision": COMPILER_REVISION, "tokens": tok.fst_symbol_lines(),
+        lg_key = _digest({"revision": LG_REVISION, "tokens": tok.fst_symbol_lines(),
                           "lexicon": hashlib.sha256(lex.digest_text().encode()).hexdigest(),
                           "lm": inputs["lm"]["sha256"]})
         LG, sizes = _cached_lg(cache_dir, lg_key, stages)
@@ -384,7 +386,8 @@ def compile_graph(out_dir: str | os.PathLike, *, tokens: str | os.PathLike, lm: 
         if epsilon_free and sizes["TLG"]["epsilon_arcs"] != sizes["TLG"]["epsilon_arcs_with_words"]:
             raise AssertionError("eps:eps arcs left in an epsilon-free TLG")  # a compiler bug
         info["build_seconds"] = round(time.perf_counter() - t_start, 3)
-        write_graph_dir(out_dir, TLG, graph)
+        write_graph_dir(out_dir, TLG, graph, lexicon=lex.text(),
+                        topology=ctc_topology(topology, tok.with_disambig(0)))
     finally:
         stages.close()
     result = BuildResult(out_dir, info, rebuilt=True)

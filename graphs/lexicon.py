@@ -34,6 +34,10 @@ class Lexicon:
     def words(self) -> set[str]:
         return {w for w, _ in self.entries}
 
+    def text(self) -> str:
+        """The spellings as a lexicon file (read_lexicon reads it back)."""
+        return "".join(f"{w} {' '.join(p)}\n" for w, p in self.entries)
+
     def digest_text(self) -> str:
         """A canonical text of the lexicon, for fingerprints."""
         head = f"separator={self.separator}\n"

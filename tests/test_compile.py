@@ -65,8 +65,10 @@ def test_graph_directory_contents(tiny):
     r = compile_graph(out, tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=tiny / "lexicon.txt",
                       word_boundary="|", topology="compact", progress=False)
     assert r.rebuilt
-    assert sorted(p.name for p in out.iterdir()) == ["TLG.csr.npz", "TLG.fst", "graph.json",
-                                                     "tokens.txt", "words.txt"]
+    assert sorted(p.name for p in out.iterdir()) == ["T.fst", "TLG.csr.npz", "TLG.fst", "graph.json",
+                                                     "lexicon.txt", "tokens.txt", "words.txt"]
+    # the spellings, for word times: the input lexicon's, without disambiguation symbols
+    assert (out / "lexicon.txt").read_text() == (tiny / "lexicon.txt").read_text()
     info = json.loads((out / "graph.json").read_text())
     assert info["topology"] == "compact" and info["blank_column"] == 0 and info["num_columns"] == 5
     assert info["inputs"]["lm"]["sha256"] and info["inputs"]["lexicon"]["sha256"]

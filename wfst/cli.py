@@ -3,6 +3,7 @@
     wfst-decode --graph build/demo/char_compact --emissions emissions.npz [--refs refs.txt]
     wfst-decode ... --stream --chunk-ms 320     # as live streams: partial results, then finals
     wfst-decode ... --lattice-beam 8 --nbest 5  # word lattices: N-best lists and word confidences
+    wfst-decode ... --ctm out.ctm               # word times (and confidences with --lattice-beam) as CTM
 
 The emissions file is a NumPy .npz with `log_probs` (B, T, V) float32 and `lengths` (B,)
 (as written by wfst.synthetic.save_npz; a `texts` array, when present, serves as the
@@ -15,6 +16,7 @@ means a bug.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -24,7 +26,7 @@ import numpy as np
 from .config import DecoderConfig
 from .decoder import Decoder
 from .errors import InputFileError, WfstError
-from .files import read_lines
+from .files import read_lines, write_text_atomic
 from .scoring import FRAME_SECONDS, rtfx, word_errors
 from .synthetic import load_npz
 
@@ -81,6 +83,9 @@ def decode_main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nbest", type=int, default=None,
                     help="with --lattice-beam: print the N best distinct word sequences of each utterance")
     ap.add_argument("--output", help="also write the hypotheses here, one line per utterance")
+    ap.add_argument("--ctm", help="also write each word's time here as CTM lines: utterance, channel 1, start and "
+                                  "duration in seconds (--frame-ms per frame), word, and with --lattice-beam its "
+                                  "confidence")
     ap.add_argument("--quiet", action="store_true", help="print only the summary")
     args = ap.parse_args(argv)
     try:
@@ -98,6 +103,12 @@ def decode_main(argv: list[str] | None = None) -> int:
         ap.error(f"argument --nbest: must be >= 1, got {args.nbest}")
     if args.nbest is not None and args.lattice_beam is None:
         ap.error("argument --nbest: N-best lists come from the lattice; give --lattice-beam too")
+    for option, path in (("--output", args.output), ("--ctm", args.ctm)):
+        problem = _unwritable(path) if path else None
+        if problem:
+            ap.error(f"argument {option}: cannot write {path}: {problem}")
+    if args.stream and args.ctm:
+        ap.error("argument --ctm: word times are kept for whole utterances, not yet for streams (leave out --stream)")
     if args.stream and args.lattice_beam is not None:
         ap.error("argument --lattice-beam: streams keep the best path only so far (leave out --stream)")
     if args.batch_size < 1:
@@ -110,6 +121,19 @@ def decode_main(argv: list[str] | None = None) -> int:
         return _decode(args, config)
     except WfstError as e:
         return fail("wfst-decode", e)
+
+
+def _unwritable(path: str) -> str | None:
+    """Why a file cannot be written at `path` (checked before decoding, not after), or None."""
+    path = Path(path)
+    if path.is_dir():
+        return "it is a directory"
+    parent = path.parent
+    if not parent.is_dir():
+        return f"{parent} is not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"no permission to write in {parent}"
+    return None
 
 
 def _decode(args, config: DecoderConfig) -> int:
@@ -149,7 +173,9 @@ def _decode(args, config: DecoderConfig) -> int:
             for k, e in enumerate(r.nbest):
                 print(f"\t{k + 1}. {e.cost:.3f}\t{e.text}")
     if args.output:
-        Path(args.output).write_text("".join(r.text + "\n" for r in results), encoding="utf-8")
+        write_text_atomic(args.output, "".join(r.text + "\n" for r in results))
+    if args.ctm:
+        write_text_atomic(args.ctm, "".join(ctm_lines(str(i), r, args.frame_ms / 1000) for i, r in enumerate(results)))
     frames = int(em.lengths.sum())
     label = " (SYNTHETIC emissions)" if em.synthetic else ""
     print(f"\n{B} utterances, {frames} frames ({frames * args.frame_ms / 1000:.1f} s of audio at "
@@ -163,6 +189,16 @@ def _decode(args, config: DecoderConfig) -> int:
           f"{frames / seconds if seconds else 0:.0f} frames/s, "
           f"{decoder.stats.tokens_per_frame:.0f} tokens/frame (last batch)")
     return 0
+
+
+def ctm_lines(key: str, result, frame_seconds: float) -> str:
+    """The CTM lines of one result: ``key 1 start duration word [confidence]``."""
+    confidences = result.word_confidences if result.lattice is not None else None
+    lines = []
+    for k, (word, (start, end)) in enumerate(zip(result.words, result.word_times)):
+        line = f"{key} 1 {start * frame_seconds:.3f} {(end + 1 - start) * frame_seconds:.3f} {word}"
+        lines.append(line + (f" {confidences[k]:.4f}" if confidences is not None else "") + "\n")
+    return "".join(lines)
 
 
 def _streams(decoder: Decoder, em, lo: int, hi: int, args):

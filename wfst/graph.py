@@ -32,6 +32,8 @@ TOKENS_NAME = "tokens.txt"
 WORDS_NAME = "words.txt"
 INFO_NAME = "graph.json"
 CSR_NAME = "TLG.csr.npz"
+LEXICON_NAME = "lexicon.txt"  # the spellings, for word times (wfst.align)
+TOPOLOGY_NAME = "T.fst"  # the CTC topology without disambiguation loops, for word times
 CSR_FORMAT = 1  # bump when the cached arrays change meaning
 
 
@@ -50,6 +52,7 @@ class Graph:
     tokens: TokenTable
     words: WordTable | None = None
     info: dict = dataclasses.field(default_factory=dict)
+    directory: Path | None = None  # the graph directory it was loaded from
 
     @property
     def num_states(self) -> int:
@@ -266,16 +269,18 @@ def load_graph(path: str | os.PathLike, *, use_cache: bool = True) -> Graph:
             raise GraphFormatError(f"{info_path} says the blank is column {info['blank_column']}, "
                                    f"{tokens_path} says {tokens.blank}")
 
+    home = directory if fst_path.name == FST_NAME else None  # its lexicon.txt and graph.json are this FST's
     cache = fst_path.with_name(CSR_NAME if fst_path.name == FST_NAME else fst_path.stem + ".csr.npz")
     key = _csr_key(fst_path, tokens)
     arrays = _read_csr_cache(cache, key) if use_cache and cache.is_file() else None
     if arrays is not None:
         start = int(arrays.pop("start"))
-        graph = Graph(start=start, tokens=tokens, words=words, info=info, **arrays)
+        graph = Graph(start=start, tokens=tokens, words=words, info=info, directory=home, **arrays)
         if words is not None and graph.num_arcs and graph.olabel.max() >= len(words):
             raise GraphFormatError(f"{fst_path}: output labels beyond {words_path}")
         return graph
-    graph = graph_from_fst(read_fst(fst_path), tokens, words, info, source=str(fst_path))
+    graph = dataclasses.replace(graph_from_fst(read_fst(fst_path), tokens, words, info, source=str(fst_path)),
+                                directory=home)
     if use_cache:
         try:
             write_csr_cache(graph, fst_path, cache)
@@ -286,8 +291,10 @@ def load_graph(path: str | os.PathLike, *, use_cache: bool = True) -> Graph:
 
 # --------------------------------------------------------------------------- writing
 
-def write_graph_dir(directory: str | os.PathLike, fst, graph: Graph) -> Graph:
-    """Write a complete graph directory for `fst` and its CSR form `graph`.
+def write_graph_dir(directory: str | os.PathLike, fst, graph: Graph, lexicon: str | None = None,
+                    topology=None) -> Graph:
+    """Write a complete graph directory for `fst` and its CSR form `graph` (and, for word
+    times, `lexicon`, the text of lexicon.txt, and `topology`, T as an FST, when given).
 
     Each file goes to a temp file and is then moved into place.  graph.json (``graph.info``
     plus the file sizes) is written last and removed first, so a directory that has a
@@ -305,9 +312,18 @@ def write_graph_dir(directory: str | os.PathLike, fst, graph: Graph) -> Graph:
         graph.tokens.write(directory / TOKENS_NAME)
         if graph.words is not None:
             graph.words.write(directory / WORDS_NAME)
+        for name, given in ((LEXICON_NAME, lexicon), (TOPOLOGY_NAME, topology)):
+            if given is None:
+                with contextlib.suppress(FileNotFoundError):
+                    (directory / name).unlink()
+            elif name == LEXICON_NAME:
+                write_text_atomic(directory / name, given)
+            else:
+                with atomic_path(directory / name) as tmp:
+                    given.write(tmp)
         write_csr_cache(graph, directory / FST_NAME, directory / CSR_NAME)
         graph.info["files"] = {name: (directory / name).stat().st_size
-                               for name in (FST_NAME, TOKENS_NAME, WORDS_NAME, CSR_NAME)
+                               for name in (FST_NAME, TOKENS_NAME, WORDS_NAME, LEXICON_NAME, TOPOLOGY_NAME, CSR_NAME)
                                if (directory / name).is_file()}
         write_text_atomic(directory / INFO_NAME, json.dumps(graph.info, indent=2) + "\n")
     except OSError as e:

@@ -31,10 +31,33 @@ class DecodeResult:
     # with a lattice_beam: the word lattice (wfst.lattice.Lattice) and, when asked, the N-best list
     lattice: object = dataclasses.field(default=None, compare=False, repr=False)
     nbest: tuple = dataclasses.field(default=(), compare=False, repr=False)
+    # the token each frame of the best path reads (input labels), for word_times; None for streams
+    frame_tokens: np.ndarray | None = dataclasses.field(default=None, compare=False, repr=False)
+    graph: object = dataclasses.field(default=None, compare=False, repr=False)  # the Graph decoded with
+    _computed: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     @property
     def text(self) -> str:
         return " ".join(self.words)
+
+    @property
+    def word_times(self) -> tuple[tuple[int, int], ...]:
+        """(start, end) frame of each word, both inclusive: from the first frame of the word's
+        first token to the last frame of its last (blank and word-boundary frames around it
+        are not part of it).  Seconds: start * frame_shift, (end + 1) * frame_shift.  Computed
+        on first use by aligning the path's frames with the graph's lexicon (wfst.align)."""
+        if not self.words:
+            return ()
+        if self.frame_tokens is None:
+            from .errors import OptionError
+
+            raise OptionError("word times are kept for decode() results, not yet for streams")
+        from .align import word_aligner
+
+        if "word_times" not in self._computed:
+            self._computed["word_times"] = word_aligner(self.graph).word_times(self.frame_tokens, self.word_ids,
+                                                                               self.reached_final)
+        return self._computed["word_times"]
 
     @property
     def word_confidences(self) -> tuple[float, ...]:
@@ -105,8 +128,10 @@ class PathPart:
     last_voiced: int = -1  # the last frame a non-blank emitting arc read (-1: none)
     last_frame: int = -1  # the last frame an emitting arc read
     end_state: int = -1  # the graph state its last arc leads to (-1: no arcs)
+    frame_tokens: np.ndarray | None = None  # the input label of its emitting arcs (None: a stream's prefix)
 
     def __add__(self, later: PathPart) -> PathPart:
+        """A stream's path: its frame tokens were released with the prefix's backpointers."""
         return PathPart(self.logp + later.logp, self.blanks + later.blanks, self.weights + later.weights,
                         self.word_ids + later.word_ids, self.word_frames + later.word_frames,
                         max(self.last_voiced, later.last_voiced), max(self.last_frame, later.last_frame),
@@ -130,7 +155,7 @@ def path_part(graph, arcs, steps, logp) -> PathPart:
                     float(graph.weight[arcs].astype(np.float64).sum()), tuple(int(w) for w in olab[has_word]),
                     tuple(int(f) for f in frames[has_word]), int(steps[voiced][-1] - 1) if voiced.any() else -1,
                     int(steps[emitting][-1] - 1) if emitting.any() else -1,
-                    int(graph.nextstate[arcs[-1]]) if len(arcs) else -1)
+                    int(graph.nextstate[arcs[-1]]) if len(arcs) else -1, ilab[emitting])
 
 
 def path_result(graph, config, path: TracedPath, num_frames: int, boost: dict, phrases, rescorer,
@@ -161,4 +186,5 @@ def part_result(graph, part: PathPart, acoustic_cost: float, reached_final: bool
     rescore_cost = rescorer.path_cost(word_ids, reached_final) if rescorer is not None else 0.0
     return DecodeResult(words, word_ids, part.word_frames,
                         acoustic_cost + graph_cost + boost_cost + rescore_cost, acoustic_cost, graph_cost,
-                        bool(reached_final), num_frames, boost_cost, rescore_cost)
+                        bool(reached_final), num_frames, boost_cost, rescore_cost,
+                        frame_tokens=part.frame_tokens, graph=graph)

@@ -1,0 +1,189 @@
+"""Word times: the true token spans of peaked emissions, Kaldi's best-path alignment,
+hand-made frames on the tiny graph, N-best entries, CTM lines and what has no word times."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+from decoding import demo_emissions
+from wfst.graphs import TOPOLOGIES, compile_graph
+
+import wfst
+from wfst import Decoder, synthetic
+from wfst.align import word_aligner
+from wfst.cli import ctm_lines, decode_main
+from wfst.errors import GraphFormatError, OptionError
+
+TOPOS = sorted(TOPOLOGIES)
+
+
+def _peaked(groups: list[list[int]], num_columns: int, blank: int, rng, longest: int) -> tuple[np.ndarray, list]:
+    """Log-probs that leave no doubt about the path: 1 to `longest` frames per token, 0-2 blank
+    frames between tokens (at least 1 between equal ones), every frame -30 but its own column.
+    Returns them and the (first, last) frame of each group of tokens."""
+    frames, spans = [blank] * int(rng.integers(0, 3)), []
+    prev = None
+    for grp in groups:
+        first = None
+        for c in grp:
+            if c == prev:
+                frames.append(blank)
+            first = len(frames) if first is None else first
+            frames += [c] * int(rng.integers(1, longest + 1))
+            last = len(frames) - 1
+            frames += [blank] * int(rng.integers(0, 3))
+            prev = frames[-1]
+        spans.append((first, last))
+    x = np.full((len(frames), num_columns), -30.0, np.float32)
+    x[np.arange(len(frames)), frames] = 0.0
+    return x, spans
+
+
+@pytest.mark.parametrize("name", [f"{s}_{t}" for s in ("char", "bpe") for t in TOPOS])
+def test_word_times_are_the_true_token_spans(demo, demo_graphs, name):
+    """Emissions with no doubt about the path, of held-out sentences: each word starts at
+    its first token's first frame and ends at its last token's last frame, whatever the
+    topology and wherever the graph put the word's label."""
+    path, kw = demo_graphs[name]
+    g = wfst.load_graph(path)
+    vocab = g.words.ids()
+    lines = [ln for ln in (demo / "test.txt").read_text().splitlines() if ln.strip()]
+    texts = [t for t in lines if all(w in vocab for w in t.split())][:12]
+    sep = [g.tokens.symbols.index(kw["word_boundary"])] if "word_boundary" in kw else []
+    groups = []  # per utterance: its words' tokens, with the separators between
+    for text in texts:
+        spelled = [synthetic.tokenize(w, g.tokens, spm=kw.get("spm")) for w in text.split()]
+        groups.append([grp for k, word in enumerate(spelled) for grp in ([sep] if k and sep else []) + [word]])
+    rng = np.random.default_rng(3)
+    longest = 1 if name.endswith("minimal") else 3  # the minimal topology reads a token once per frame
+    made = [_peaked(grps, g.tokens.num_columns, g.tokens.blank, rng, longest) for grps in groups]
+    lengths = np.array([len(m[0]) for m in made])
+    x = np.full((len(made), lengths.max(), g.tokens.num_columns), -30.0, np.float32)
+    for b, (xb, _) in enumerate(made):
+        x[b, :len(xb)] = xb
+    results = Decoder(g, beam=12.0, max_active=3000).decode(x, lengths)
+    moved = 0
+    for (r, text), (_, spans) in zip(zip(results, texts), made):
+        assert r.text == text
+        truth = spans[::2] if sep else spans  # not the separators between the words
+        assert list(r.word_times) == truth, (text, r.word_times, truth)
+        moved += sum(f != s for f, (s, _) in zip(r.word_frames, r.word_times))
+    if name != "char_minimal":  # the label frames are not the start frames: the alignment matters
+        assert moved
+
+
+@pytest.mark.parametrize("name", ["char_compact", "char_normal", "bpe_minimal", "bpe_compact"])
+def test_word_times_equal_those_of_kaldis_best_path(demo, demo_graphs, name):
+    """Kaldi's FasterDecoder's best-path alignment (its frames' tokens) read the same way gives
+    the same word times as ours, on noisy synthetic emissions."""
+    pytest.importorskip("kaldi_decoder")
+    from wfst_bench.kaldi import KaldiFasterDecoder
+
+    path, kw = demo_graphs[name]
+    g = wfst.load_graph(path)
+    texts, x, lengths = demo_emissions(demo, g, kw, count=30)
+    ours = Decoder(g, beam=12.0, max_active=7000, min_active=20).decode(x, lengths)
+    kaldi = KaldiFasterDecoder(path / "TLG.fst", beam=12.0, max_active=7000, min_active=20).decode(x, lengths)
+    aligner = word_aligner(g)
+    for r, k in zip(ours, kaldi):
+        assert r.word_ids == k.word_ids
+        assert len(k.alignment) == r.num_frames
+        assert r.word_times == aligner.word_times(k.alignment, k.word_ids, k.reached_final)
+
+
+@pytest.fixture(scope="module")
+def tiny_graphs(tmp_path_factory):
+    from conftest import TINY_ARPA
+
+    d = tmp_path_factory.mktemp("tiny_times")
+    (d / "tokens.txt").write_text("<blk> 0\n| 1\na 2\nb 3\nc 4\n")
+    (d / "lm.arpa").write_text(TINY_ARPA.lstrip())
+    (d / "lexicon.txt").write_text("a a\nab a b\nba b a\nabc a b c\ncab c a b\ncab c a b c\n")
+    return {t: wfst.load_graph(compile_graph(d / t, tokens=d / "tokens.txt", lm=d / "lm.arpa",
+                                             lexicon=d / "lexicon.txt", word_boundary="|", topology=t,
+                                             progress=False).directory) for t in TOPOS}
+
+
+def _labels(frames: str) -> list[int]:
+    """Frames as characters (. the blank) -> input labels (tokens <blk> | a b c are 1..5)."""
+    return ["._abc".index(ch) + 1 if ch != "|" else 2 for ch in frames]
+
+
+@pytest.mark.parametrize("topo", TOPOS)
+def test_hand_made_frames(tiny_graphs, topo):
+    """Blank and separator frames around a word are not part of it; a word cut short by the end
+    of a path that reached no final state ends where its frames end; a repeated word keeps its
+    own times."""
+    g = tiny_graphs[topo]
+    al = word_aligner(g)
+    ids = g.words.ids()
+    if topo == "minimal":  # every non-blank frame is a token: no repeats without a blank
+        assert al.word_times(_labels(".a.b||.b.a."), [ids["ab"], ids["ba"]]) == ((1, 3), (7, 9))
+        return
+    assert al.word_times(_labels(".aab.||.b.a.."), [ids["ab"], ids["ba"]]) == ((1, 3), (8, 10))
+    assert al.word_times(_labels("ab|ba|ab"), [ids["ab"], ids["ba"], ids["ab"]]) == ((0, 1), (3, 4), (6, 7))
+    assert al.word_times(_labels("cab.c|a"), [ids["cab"], ids["a"]]) == ((0, 4), (6, 6))
+    # not final: "ba" cut after its first token, then tokens of a word not output yet
+    assert al.word_times(_labels("ab|b"), [ids["ab"], ids["ba"]], complete=False) == ((0, 1), (3, 3))
+    assert al.word_times(_labels("ab|ca"), [ids["ab"]], complete=False) == ((0, 1),)
+
+
+def test_nbest_entries_have_word_times(demo, demo_graphs):
+    path, kw = demo_graphs["char_compact"]
+    g = wfst.load_graph(path)
+    _, x, lengths = demo_emissions(demo, g, kw, count=4)
+    for r in Decoder(g, beam=12.0, lattice_beam=6.0).decode(x, lengths, nbest=3):
+        for e in r.nbest:
+            assert len(e.word_times) == len(e.words)
+            assert all(s <= t for s, t in e.word_times)
+            assert all(a[1] < b[0] for a, b in zip(e.word_times, e.word_times[1:]))
+        assert r.nbest[0].word_times == r.word_times
+
+
+def test_ctm_lines(demo, demo_graphs, tmp_path):
+    path, kw = demo_graphs["bpe_compact"]
+    g = wfst.load_graph(path)
+    texts, x, lengths = demo_emissions(demo, g, kw, count=3)
+    r = Decoder(g, beam=12.0, lattice_beam=4.0).decode(x, lengths)[0]
+    rows = [line.split() for line in ctm_lines("utt", r, 0.04).splitlines()]
+    assert [row[4] for row in rows] == list(r.words)
+    for row, (s, e), c in zip(rows, r.word_times, r.word_confidences):
+        assert row[:2] == ["utt", "1"]
+        assert float(row[2]) == pytest.approx(s * 0.04) and float(row[3]) == pytest.approx((e + 1 - s) * 0.04)
+        assert float(row[5]) == pytest.approx(c, abs=1e-4)
+    em = tmp_path / "em.npz"
+    synthetic.save_npz(em, x, lengths, texts)
+    ctm = tmp_path / "out.ctm"
+    assert decode_main(["--graph", str(path), "--emissions", str(em), "--ctm", str(ctm), "--quiet"]) == 0
+    lines = ctm.read_text().splitlines()
+    assert len(lines) == sum(len(r.words) for r in Decoder(path).decode(x, lengths))
+    assert lines[0].split()[:2] == ["0", "1"] and len(lines[0].split()) == 5
+
+
+def test_what_has_no_word_times(demo, demo_graphs, tmp_path, capsys):
+    """A graph directory without lexicon.txt (e.g. riva's) and stream results say why; so does
+    --ctm with --stream or an unwritable path, before decoding."""
+    path, kw = demo_graphs["char_compact"]
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("TLG.fst", "tokens.txt", "words.txt"):
+        shutil.copy(path / name, bare / name)
+    g = wfst.load_graph(bare)
+    _, x, lengths = demo_emissions(demo, g, kw, count=1)
+    r = Decoder(g).decode(x, lengths)[0]
+    with pytest.raises(GraphFormatError, match="no lexicon.txt and T.fst"):
+        r.word_times
+    dec = Decoder(path)
+    s = dec.stream()
+    dec.advance([s], [x[0, :int(lengths[0])]])
+    with pytest.raises(OptionError, match="streams"):
+        dec.finish([s])[0].word_times
+    em = tmp_path / "em.npz"
+    synthetic.save_npz(em, x, lengths)
+    base = ["--graph", str(path), "--emissions", str(em)]
+    with pytest.raises(SystemExit):
+        decode_main(base + ["--ctm", str(tmp_path / "o.ctm"), "--stream"])
+    with pytest.raises(SystemExit):
+        decode_main(base + ["--ctm", str(tmp_path / "missing" / "o.ctm")])
+    assert "missing is not a directory" in capsys.readouterr().err

@@ -110,6 +110,23 @@ def _reduced(lat, k):
     return max(np.float32(lat.alpha[s] + lat.graph[k] + lat.acoustic[k] - lat.alpha[d]), np.float32(0.0))
 
 
+@njit(inline="always")
+def _relax(lat, fresh, lo, hi):
+    """fresh[src] = min(fresh[src], fresh[dst] + the link's reduced cost) over links hi-1..lo;
+    whether any improved."""
+    changed = False
+    for k in range(hi - 1, lo - 1, -1):
+        d = lat.dst[k]
+        if fresh[d] == INF:
+            continue
+        s = lat.src[k]
+        e = np.float32(fresh[d] + _reduced(lat, k))
+        if e < fresh[s]:
+            fresh[s] = e
+            changed = True
+    return changed
+
+
 @njit(nogil=True, cache=True, _nrt=False)
 def prune_links(lat, steps, last, stored):
     """Kaldi's PruneForwardLinks from step `last` (its tokens' lat.fresh set by the caller)
@@ -127,19 +144,16 @@ def prune_links(lat, steps, last, stored):
         if step > 0:
             for g in range(steps[step - 1], own):
                 fresh[g] = INF
+        # The block holds the links from the last step's tokens (ExpandArcs) and then the
+        # epsilon links between this step's tokens (the closure): those first, until no
+        # extra cost changes (a link may feed one processed before it), then the others once.
+        eps = hi
+        while eps > lo and lat.src[eps - 1] >= own:
+            eps -= 1
         changed = True
-        while changed:  # an epsilon link may feed one processed before it
-            changed = False
-            for k in range(hi - 1, lo - 1, -1):
-                d = lat.dst[k]
-                if fresh[d] == INF:
-                    continue
-                s = lat.src[k]
-                e = np.float32(fresh[d] + _reduced(lat, k))
-                if e < fresh[s]:
-                    fresh[s] = e
-                    if s >= own:
-                        changed = True
+        while changed:
+            changed = _relax(lat, fresh, eps, hi)
+        _relax(lat, fresh, lo, eps)
         moved = False
         for g in range(own, end):
             if fresh[g] != extra[g]:  # NaN (never pruned) differs from everything

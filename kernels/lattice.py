@@ -35,6 +35,8 @@ class Links(NamedTuple):
     arc: np.ndarray  # int32 (L,): graph arc id
     graph: np.ndarray  # float32 (L,): the link's cost but the acoustic one (weight, boost, LM difference)
     acoustic: np.ndarray  # float32 (L,)
+    reduced: np.ndarray  # float32 (L,): of a stored link, how much the best path through it is worse
+    #                      than the best path into its destination (>= 0; what pruning reads)
     alpha: np.ndarray  # float32 (L,): forward (Viterbi) cost of each stored token, by backpointer
     extra: np.ndarray  # float32 (L,): each stored token's extra cost at the last pruning (NaN: none yet)
     fresh: np.ndarray  # float32 (L,): prune_links' extra costs as it computes them
@@ -49,7 +51,7 @@ def new_links(size: int, tokens: int, beam: float, interval: int) -> Links:
     """Room for `size` links and stored tokens, for frames of up to `tokens` tokens."""
     i32, f32 = np.int32, np.float32
     return Links(np.empty(size, i32), np.empty(size, i32), np.empty(size, i32), np.empty(size, f32),
-                 np.empty(size, f32), np.empty(size, f32), np.empty(size, f32), np.empty(size, f32),
+                 np.empty(size, f32), np.empty(size, f32), np.empty(size, f32), np.empty(size, f32), np.empty(size, f32),
                  np.zeros(tokens, i32),
                  np.zeros(2, np.int64), np.zeros(2, np.int64), f32(beam), np.int64(interval))
 
@@ -73,8 +75,10 @@ def add_link(lat, src, dst, arc, graph, acoustic):
 def store_links(lat, mark, gid, n, step, stored):
     """After cpu._store of step `step` (mark, gid: which of the frame's n tokens were stored,
     and as which backpointer; stored: backpointers now held, their costs in lat.alpha):
-    the frame's links between stored tokens, renumbered.  False when lat.alpha cannot
-    hold the tokens."""
+    the frame's links between stored tokens, renumbered, with their reduced costs (how much
+    the best path through the link is worse than the best path into its destination), but
+    those whose reduced cost exceeds the lattice beam: PruneForwardLinks would drop them.
+    False when lat.alpha cannot hold the tokens."""
     if stored > lat.alpha.shape[0]:
         return False
     w = lat.count[1]
@@ -89,8 +93,13 @@ def store_links(lat, mark, gid, n, step, stored):
         d = lat.dst[k]
         if mark[d] == 0:
             continue
+        d = gid[d]
+        r = max(np.float32(lat.alpha[s] + lat.graph[k] + lat.acoustic[k] - lat.alpha[d]), np.float32(0.0))
+        if r > lat.beam:
+            continue  # pruned whatever comes: a link's extra cost is at least r
+        lat.reduced[w] = r
         lat.src[w] = s
-        lat.dst[w] = gid[d]
+        lat.dst[w] = d
         lat.arc[w] = lat.arc[k]
         lat.graph[w] = lat.graph[k]
         lat.acoustic[w] = lat.acoustic[k]
@@ -99,15 +108,6 @@ def store_links(lat, mark, gid, n, step, stored):
     lat.count[1] = w
     lat.block[step + 1] = w
     return True
-
-
-@njit(inline="always")
-def _reduced(lat, k):
-    """How much the best path through link k is worse than the best path into its destination
-    (>= 0 but for rounding, which is clamped)."""
-    s = lat.src[k]
-    d = lat.dst[k]
-    return max(np.float32(lat.alpha[s] + lat.graph[k] + lat.acoustic[k] - lat.alpha[d]), np.float32(0.0))
 
 
 @njit(inline="always")
@@ -120,7 +120,7 @@ def _relax(lat, fresh, lo, hi):
         if fresh[d] == INF:
             continue
         s = lat.src[k]
-        e = np.float32(fresh[d] + _reduced(lat, k))
+        e = np.float32(fresh[d] + lat.reduced[k])
         if e < fresh[s]:
             fresh[s] = e
             changed = True
@@ -169,8 +169,9 @@ def prune_links(lat, steps, last, stored):
         lat.block[step] = w
         for k in range(lo, hi):
             d = lat.dst[k]
-            if extra[d] == INF or np.float32(extra[d] + _reduced(lat, k)) > lat.beam:
+            if extra[d] == INF or np.float32(extra[d] + lat.reduced[k]) > lat.beam:
                 continue
+            lat.reduced[w] = lat.reduced[k]
             lat.src[w] = lat.src[k]
             lat.dst[w] = d
             lat.arc[w] = lat.arc[k]

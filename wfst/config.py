@@ -26,7 +26,9 @@ class DecoderConfig:
     num_threads: int | None = None  # CPU threads, one utterance each; default: all cores
     cuda_graphs: bool = True  # device="cuda": replay each frame step as a CUDA graph (False: launch each kernel)
     lattice_beam: float | None = None  # keep a word lattice of the paths within it of the best (None: best path only)
-    prune_interval: int = 25  # with a lattice: frames between prunings of its links (Kaldi's prune-interval)
+    # with a lattice: frames between prunings of its links (Kaldi's prune-interval, 25 there;
+    # here 50 frames of raw links are ~8k links, 250 KB, and pruning half as often saves 10%)
+    prune_interval: int = 50
 
     def __post_init__(self):
         def check(ok, name, what):

@@ -6,7 +6,7 @@ import shutil
 
 import numpy as np
 import pytest
-from decoding import demo_emissions
+from decoding import demo_emissions, random_log_probs
 from wfst.graphs import TOPOLOGIES, compile_graph
 
 import wfst
@@ -174,6 +174,8 @@ def test_what_has_no_word_times(demo, demo_graphs, tmp_path, capsys):
     r = Decoder(g).decode(x, lengths)[0]
     with pytest.raises(GraphFormatError, match="no lexicon.txt and T.fst"):
         r.word_times
+    r = Decoder(g, lattice_beam=4.0).decode(x, lengths)[0]  # confidences fall back to label-frame windows
+    assert len(r.word_confidences) == len(r.words) and all(0.0 < c <= 1.0 for c in r.word_confidences)
     dec = Decoder(path)
     s = dec.stream()
     dec.advance([s], [x[0, :int(lengths[0])]])
@@ -187,3 +189,18 @@ def test_what_has_no_word_times(demo, demo_graphs, tmp_path, capsys):
     with pytest.raises(SystemExit):
         decode_main(base + ["--ctm", str(tmp_path / "missing" / "o.ctm")])
     assert "missing is not a directory" in capsys.readouterr().err
+
+
+def test_cuda_results_have_the_cpu_word_times(tiny_graphs):
+    """Both backends hand back the same path: the same frame tokens, the same word times
+    (the CUDA kernels run in Numba's simulator without a GPU)."""
+    pytest.importorskip("numba.cuda")
+    g = tiny_graphs["compact"]
+    x = random_log_probs(5, 3, 12, g.tokens.num_columns, sharpness=3.0)
+    cpu = Decoder(g, beam=10.0, max_active=50).decode(x)
+    gpu = Decoder(g, beam=10.0, max_active=50, device="cuda").decode(x)
+    assert any(r.words for r in cpu)
+    for a, b in zip(cpu, gpu):
+        assert a == b
+        assert np.array_equal(a.frame_tokens, b.frame_tokens)
+        assert a.word_times == b.word_times

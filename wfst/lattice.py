@@ -191,17 +191,17 @@ class Lattice:
 
     def word_confidences(self, result: DecodeResult) -> tuple[float, ...]:
         """The posterior of each word of `result` (the lattice's best path): the posteriors
-        of the lattice's arcs that output the same word at a frame near the word's, summed
-        (at most 1).  Word i owns the frames from halfway between its label frame and word
-        i - 1's to halfway to word i + 1's."""
+        of the lattice's arcs that output the same word near the word, summed (at most 1).
+        A word's label sits anywhere from its first frame into the next word (determinizing
+        L ∘ G delays it), so word i owns the frames from its start to the next word's end
+        (result.word_times).  On a graph without word times: from halfway between its label
+        frame and word i - 1's to halfway to word i + 1's."""
         if not result.word_ids:
             return ()
         post = self.arc_posteriors()
         raw = self._raw
         frames = np.maximum(raw.step[raw.dst].astype(np.int64) - 1, 0)
-        at = np.asarray(result.word_frames, np.int64)
-        lo = np.concatenate([[0], (at[:-1] + at[1:]) // 2 + 1])
-        hi = np.concatenate([(at[:-1] + at[1:]) // 2, [max(result.num_frames, int(at[-1]))]])
+        lo, hi = _word_windows(result)
         confidences = []
         for w, a, b in zip(result.word_ids, lo.tolist(), hi.tolist()):
             near = (self.olabel == w) & (frames >= a) & (frames <= b)
@@ -324,6 +324,21 @@ class Lattice:
             s, i = int(ps), int(pi)
         names = tuple(words[w] if words is not None else str(w) for w in reversed(path))
         return errors, names
+
+
+def _word_windows(result: DecodeResult) -> tuple[np.ndarray, np.ndarray]:
+    """The first and last frame (inclusive) where each word's label may sit (word_confidences)."""
+    from .errors import GraphFormatError
+
+    try:
+        times = np.asarray(result.word_times, np.int64)
+        ends = np.concatenate([times[1:, 1], [max(result.num_frames, int(times[-1, 1]))]])
+        return times[:, 0], ends
+    except GraphFormatError:  # no lexicon.txt or T.fst in the graph directory
+        at = np.asarray(result.word_frames, np.int64)
+        lo = np.concatenate([[0], (at[:-1] + at[1:]) // 2 + 1])
+        hi = np.concatenate([(at[:-1] + at[1:]) // 2, [max(result.num_frames, int(at[-1]))]])
+        return lo, hi
 
 
 def _linear(words, semiring: str = "tropical"):

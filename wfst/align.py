@@ -28,6 +28,7 @@ import numpy as np
 from .errors import GraphFormatError, InputFileError
 from .files import read_lines
 from .graph import LEXICON_NAME, TOPOLOGY_NAME, read_fst
+from .symbols import ilabel_of_column
 
 _ALIGNERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -60,7 +61,7 @@ class WordAligner:
                 self._spellings[word_ids[word]].append(tuple(ilabels[t] for t in pron))
         self._separator = ilabels[separator] if separator is not None else None
         self._blank = tokens.blank_ilabel
-        self._all_tokens = [lab for lab in ilabels.values() if lab != self._blank]
+        self._all_tokens = [ilabel_of_column(c) for c in range(tokens.num_columns) if c != tokens.blank]
 
     @classmethod
     def of_graph(cls, graph) -> WordAligner:
@@ -99,7 +100,7 @@ class WordAligner:
         word_ids = [int(w) for w in word_ids]
         if not word_ids:
             return ()
-        frames = _linear(frame_tokens.tolist())
+        frames = linear_acceptor(frame_tokens.tolist())
         spelled = self._spell(word_ids, complete)
         best = fst.shortestpath(fst.compose(fst.compose(frames, self._T if complete else self._T_open)
                                             .arcsort("olabel"), spelled))
@@ -164,18 +165,19 @@ class WordAligner:
         return f.arcsort("ilabel")
 
 
-def _linear(labels: list[int]):
+def linear_acceptor(labels, semiring: str = "tropical"):
+    """A linear acceptor of a label sequence (words, or a path's frame tokens)."""
     import pywrapfst as fst
 
-    f = fst.VectorFst()
+    f = fst.VectorFst("standard" if semiring == "tropical" else "log")
     one = fst.Weight.one(f.weight_type())
     s = f.add_state()
     f.set_start(s)
-    for lab in labels:
+    for w in labels:
         t = f.add_state()
-        f.add_arc(s, fst.Arc(lab, lab, one, t))
+        f.add_arc(s, fst.Arc(w, w, one, t))
         s = t
-    f.set_final(s, one)
+    f.set_final(s)
     return f
 
 

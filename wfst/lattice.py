@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .align import linear_acceptor
 from .results import DecodeResult, PathPart, part_result, path_part
 
 
@@ -218,7 +219,7 @@ class Lattice:
             self._fsts["sorted", "log"] = self._fst(self.ilabel, "log", key="plain").copy().arcsort("olabel")
         f = self._fsts["sorted", "log"]
         total = _distances(fst.shortestdistance(f, reverse=True), f.num_states())[0]
-        paths = fst.compose(f, _linear(tuple(word_ids), "log"))
+        paths = fst.compose(f, linear_acceptor(tuple(word_ids), "log"))
         if paths.start() < 0 or paths.num_states() == 0:
             return 0.0
         mass = _distances(fst.shortestdistance(paths, reverse=True), paths.num_states())[paths.start()]
@@ -261,7 +262,7 @@ class Lattice:
         links = self._fst(np.arange(1, self.num_arcs + 1, dtype=np.int32), "tropical", key="links")
         if ("links-sorted", "tropical") not in self._fsts:
             self._fsts["links-sorted", "tropical"] = links.copy().arcsort("olabel")
-        best = fst.shortestpath(fst.compose(self._fsts["links-sorted", "tropical"], _linear(words)))
+        best = fst.shortestpath(fst.compose(self._fsts["links-sorted", "tropical"], linear_acceptor(words)))
         order = np.asarray(_chain(best), np.int64) - 1  # link indices in path order
         return self._result_of(order)
 
@@ -339,22 +340,6 @@ def _word_windows(result: DecodeResult) -> tuple[np.ndarray, np.ndarray]:
         lo = np.concatenate([[0], (at[:-1] + at[1:]) // 2 + 1])
         hi = np.concatenate([(at[:-1] + at[1:]) // 2, [max(result.num_frames, int(at[-1]))]])
         return lo, hi
-
-
-def _linear(words, semiring: str = "tropical"):
-    """A linear acceptor of a word sequence."""
-    import pywrapfst as fst
-
-    f = fst.VectorFst("standard" if semiring == "tropical" else "log")
-    one = fst.Weight.one(f.weight_type())
-    s = f.add_state()
-    f.set_start(s)
-    for w in words:
-        t = f.add_state()
-        f.add_arc(s, fst.Arc(w, w, one, t))
-        s = t
-    f.set_final(s)
-    return f
 
 
 def _distances(weights, n: int) -> np.ndarray:

@@ -50,8 +50,7 @@ class Links(NamedTuple):
 def new_links(size: int, tokens: int, beam: float, interval: int) -> Links:
     """Room for `size` links and stored tokens, for frames of up to `tokens` tokens."""
     i32, f32 = np.int32, np.float32
-    return Links(np.empty(size, i32), np.empty(size, i32), np.empty(size, i32), np.empty(size, f32),
-                 np.empty(size, f32), np.empty(size, f32), np.empty(size, f32), np.empty(size, f32), np.empty(size, f32),
+    return Links(*(np.empty(size, i32) for _ in range(3)), *(np.empty(size, f32) for _ in range(6)),
                  np.zeros(tokens, i32),
                  np.zeros(2, np.int64), np.zeros(2, np.int64), f32(beam), np.int64(interval))
 

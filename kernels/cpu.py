@@ -77,7 +77,7 @@ from .constants import (
     hash_slots,
 )
 from .groups import HashTable, Memo, Survivors, Tokens
-from .lattice import add_link, prune_at_frontier, prune_links, store_links
+from .lattice import add_link, close_links, prune_at_frontier, store_links
 from .select import RADIX_BINS, select_cost
 
 
@@ -794,21 +794,7 @@ def finish_lattice(graph, context, ws, n, trace, first, stored, lat):
                 if context is not None and f < INF and contextual(context, 0):
                     f = np.float32(f + context_final(context, 0, tl.ctx[j]))
                 final_cost[ws.gid[j] - before] = f
-    best = np.float32(tl.cost[keep] + final_cost[ws.gid[keep] - before])
-    finals = 0
-    for g in range(before, stored):
-        total = np.float32(lat.alpha[g] + final_cost[g - before])
-        lat.fresh[g] = np.float32(total - best) if total < INF else INF
-        finals += lat.fresh[g] <= lat.beam
-    final_gids = np.empty(finals, np.int32)  # before pruning lowers extra costs through epsilon links
-    final_costs = np.empty(finals, np.float32)
-    i = 0
-    for g in range(before, stored):
-        if lat.fresh[g] <= lat.beam:
-            final_gids[i] = g
-            final_costs[i] = final_cost[g - before]
-            i += 1
-    prune_links(lat, trace.steps, first, stored)
+    final_gids, final_costs = close_links(lat, trace.steps, first, lat.alpha[before:stored], final_cost, ws.gid[keep])
     status, path_arcs, path_gids = _traced(prev, arc, ws.gid[keep], stored)
     if status != OK:
         return status, empty, empty, False, empty, no_costs

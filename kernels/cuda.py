@@ -74,6 +74,7 @@ from .common import (
     boosted_weight,
     column_cost,
     context_arrive,
+    context_final,
     context_locate,
     contextual,
     cost_key,
@@ -106,6 +107,7 @@ from .constants import (
     EMPTY_KEY,
     EPS_CYCLE,
     INF_KEY,
+    LINK_OVERFLOW,
     LM_ARRIVED,
     LM_CLEARS,
     LM_FETCHES,
@@ -402,11 +404,12 @@ def init_kernel(u, graph, context, ht, tl):
 
 
 @cuda.jit
-def prune_store_kernel(clock, u, settings, graph, context, cur, nxt, nxt_ht, sv, bp):
+def prune_store_kernel(clock, u, settings, graph, context, cur, nxt, nxt_ht, sv, bp, keep_all):
     """One block per utterance: prune the frame's tokens `cur`, store the survivors and
     their in-frame ancestors as backpointers, list the survivors with the prefix sum of
     their arc counts, and empty the table `nxt_ht` that the next frame's tokens go to.
-    On the last step (t == length) keep the single best token instead."""
+    On the last step (t == length) keep the single best token instead (with keep_all, as a
+    lattice needs: every token, the best one still u.keep)."""
     t = clock[0]
     b = cuda.blockIdx.x
     tid = cuda.threadIdx.x
@@ -494,7 +497,7 @@ def prune_store_kernel(clock, u, settings, graph, context, cur, nxt, nxt_ht, sv,
         mark[j] = 0
     cuda.syncthreads()
     for j in range(tid, n, nthreads):
-        if (last and j == keep_j) or (not last and cur.cost[b, j] < cutoff):
+        if (last and (j == keep_j or keep_all)) or (not last and cur.cost[b, j] < cutoff):
             mark_ancestors(j, cur.prev[b], mark)
     cuda.syncthreads()
 
@@ -883,6 +886,167 @@ def traceback_kernel(u, bp, paths):
     paths.length[b] = max(length - 1, 0)
 
 
+# ---------------------------------------------------------------------- lattices
+
+@cuda.jit(device=True)
+def _add_link(lat, b, src, dst, a, graph_cost, acoustic):
+    """List a link of utterance b's frame; False when its row is full."""
+    k = cuda.atomic.add(lat.n, b, 1)
+    if k >= lat.src.shape[1]:
+        return False
+    lat.src[b, k] = src
+    lat.dst[b, k] = dst
+    lat.arc[b, k] = a
+    lat.graph[b, k] = graph_cost
+    lat.acoustic[b, k] = acoustic
+    return True
+
+
+@cuda.jit
+def lattice_arcs_kernel(clock, u, graph, sv, acoustics, boosts, context, cache, ht, lat):
+    """After the closure: a link for each survivor's emitting arc below the frame's bound
+    (the arcs that expand followed), to the token it reached.  The CPU records the same
+    links as ExpandArcs follows them."""
+    t = clock[0]
+    H, mask = _table(ht)
+    for k in range(cuda.grid(1), u.arc_start[-1], cuda.gridsize(1)):
+        b, kb = _flat(u.arc_start, k)
+        if not _active(t, u, b):
+            continue
+        a, i, nc, ctx, event = _expanded_arc(b, kb, graph, sv, acoustics.costs, boosts, context, cache)
+        if event == ARC_FULL:
+            u.status[b] = LM_OVERFLOW
+            continue
+        if nc < float32(key_cost(u.min_key[b]) + u.adaptive_beam[b]):
+            j = _lookup(ht, b * H, mask, token_key(graph.nextstate[a], ctx))
+            ac = acoustics.costs[b, graph.ilabel[a]]
+            if j >= 0 and not _add_link(lat, b, sv.gid[b, i], j, a, float32(float32(nc - sv.cost[b, i]) - ac), ac):
+                u.status[b] = LINK_OVERFLOW
+
+
+@cuda.jit
+def lattice_epsilons_kernel(clock, u, graph, boosts, context, cache, ht, tl, lat, initial):
+    """After the closure, one block per utterance: a link for each input-epsilon arc that
+    the closure follows from the frame's tokens at their final costs (the CPU keeps the
+    links of each token's last expansion: the same ones)."""
+    t = clock[0]
+    b = cuda.blockIdx.x
+    if (initial and not u.opening[b]) or (not initial and not _active(t, u, b)) or u.status[b] != OK:
+        return
+    if initial:
+        cutoff = float32(np.finfo(np.float32).max)
+    else:
+        cutoff = float32(key_cost(u.min_key[b]) + u.adaptive_beam[b])
+    H, mask = _table(ht)
+    for j in range(cuda.threadIdx.x, tl.n[b], cuda.blockDim.x):
+        c = tl.cost[b, j]
+        if c > cutoff:
+            continue
+        s = tl.state[b, j]
+        for a in range(graph.ne_indptr[s], graph.ne_indptr[s + 1]):
+            nc, nctx, event = _word_step(b, float32(c + _arc_weight(b, a, graph, boosts)), tl.ctx[b, j],
+                                         graph.olabel[a], context, cache)
+            if event == ARC_FULL:
+                u.status[b] = LM_OVERFLOW
+                return
+            if nc > cutoff:
+                continue
+            d = _lookup(ht, b * H, mask, token_key(graph.nextstate[a], nctx))
+            if d >= 0 and not _add_link(lat, b, in_frame_prev(j), d, a, float32(nc - c), float32(0.0)):
+                u.status[b] = LINK_OVERFLOW
+                return
+
+
+@cuda.jit
+def lattice_store_kernel(clock, u, graph, context, cur, bp, lat):
+    """After prune_store, one block per utterance: the stored tokens' forward costs, and the
+    frame's links between stored tokens renumbered into backpointers and appended to the
+    chunk's half of lat.stored, those whose reduced cost exceeds the lattice beam left out
+    (kernels.lattice.store_links on the CPU).  On the last step, the final costs too."""
+    t = clock[0]
+    b = cuda.blockIdx.x
+    tid = cuda.threadIdx.x
+    nthreads = cuda.blockDim.x
+    last = t == u.lengths[b] and u.closing[b]
+    if (t >= u.lengths[b] and not last) or t < u.first[b] or u.status[b] != OK:
+        return
+    st = lat.stored
+    step = u.steps[b] - 1
+    h = (step // lat.interval) % 2
+    r = step % lat.interval
+    start = bp.step_start[b, step]
+    mark, gid = bp.mark[b], bp.gid[b]
+    counts = cuda.shared.array(MAX_BLOCK, int64)
+    sh_i64 = cuda.shared.array(1, int64)
+    if r == 0 and tid == 0:
+        st.count[h, b] = 0  # the host has taken this half's last chunk
+    for j in range(tid, cur.n[b], nthreads):
+        if mark[j]:
+            g = gid[j]
+            lat.alpha[b, g] = cur.cost[b, j]
+            if last:
+                f = float32(0.0)
+                if u.reached_final[b]:
+                    f = graph.final[cur.state[b, j]]
+                    if f < np.inf and contextual(context, b):
+                        f = float32(f + context_final(context, b, cur.ctx[b, j]))
+                lat.final_alpha[b, g - start] = cur.cost[b, j]
+                lat.final_cost[b, g - start] = f
+    cuda.syncthreads()
+    n = min(lat.n[b], lat.src.shape[1])
+    chunk = (n + nthreads - 1) // nthreads
+    lo = min(tid * chunk, n)
+    hi = min(lo + chunk, n)
+    kept = int64(0)
+    for k in range(lo, hi):
+        kept += _stored_link(lat, b, k, mark, gid)[0]
+    counts[tid] = kept
+    cuda.syncthreads()
+    _block_exclusive_scan(counts, nthreads, sh_i64, 0)
+    w = st.count[h, b]
+    if w + sh_i64[0] > st.src.shape[2]:
+        if tid == 0:
+            u.status[b] = LINK_OVERFLOW
+        return
+    w += counts[tid]
+    for k in range(lo, hi):
+        keep, s, d, red = _stored_link(lat, b, k, mark, gid)
+        if keep:
+            st.src[h, b, w] = s
+            st.dst[h, b, w] = d
+            st.arc[h, b, w] = lat.arc[b, k]
+            st.graph[h, b, w] = lat.graph[b, k]
+            st.acoustic[h, b, w] = lat.acoustic[b, k]
+            st.reduced[h, b, w] = red
+            w += 1
+    cuda.syncthreads()
+    if tid == 0:
+        st.block[h, b, r] = st.count[h, b]
+        st.steps[h, b, r] = start
+        st.count[h, b] += sh_i64[0]
+        st.block[h, b, r + 1] = st.count[h, b]
+        st.steps[h, b, r + 1] = bp.n[b]
+        lat.n[b] = 0
+
+
+@cuda.jit(device=True)
+def _stored_link(lat, b, k, mark, gid):
+    """(kept, source and destination backpointers, reduced cost) of utterance b's listed link k."""
+    s = lat.src[b, k]
+    if s <= -2:
+        j = in_frame(s)
+        if mark[j] == 0:
+            return False, 0, 0, float32(0.0)
+        s = gid[j]
+    d = lat.dst[b, k]
+    if mark[d] == 0:
+        return False, 0, 0, float32(0.0)
+    d = gid[d]
+    red = max(float32(float32(float32(lat.alpha[b, s] + lat.graph[b, k]) + lat.acoustic[b, k]) - lat.alpha[b, d]),
+              float32(0.0))
+    return red <= lat.beam, s, d, red
+
+
 # ---------------------------------------------------------------------- stream lanes
 
 @cuda.jit
@@ -976,11 +1140,12 @@ def tick_kernel(clock):
 class Steps:
     """The launches of a search on one workspace, on `stream`: begin (start tokens and their
     closure), one frame step, the last step and the traceback.  `with_contexts`: some
-    utterance's tokens carry a context (expand_ties runs)."""
+    utterance's tokens carry a context (expand_ties runs).  `lat`: a groups.DeviceLinks
+    to keep the lattice's links in, or None."""
 
     def __init__(self, launch, ws, settings, graph, acoustics, boosts, context, cache, capacity, with_contexts,
-                 stream=0):
-        self.launch, self.ws, self.settings, self.graph = launch, ws, settings, graph
+                 stream=0, lat=None):
+        self.launch, self.ws, self.settings, self.graph, self.lat = launch, ws, settings, graph, lat
         self.acoustics, self.boosts, self.context, self.cache = acoustics, boosts, context, cache
         self.capacity, self.with_contexts, self.stream = capacity, with_contexts, stream
         B = launch.batch
@@ -1001,11 +1166,17 @@ class Steps:
             lm_cache_clear_kernel[self.cache_grid](self.cache)
         closure_kernel[self.per_utt](ws.clock, ws.u, self.graph, self.boosts, self.context, self.cache,
                                      ws.tables[0], ws.tokens[0], ws.work, True, self.capacity)
+        if self.lat is not None:
+            lattice_epsilons_kernel[self.per_utt](ws.clock, ws.u, self.graph, self.boosts, self.context, self.cache,
+                                                  ws.tables[0], ws.tokens[0], self.lat, True)
 
     def prune_store(self, cur):
         ws = self.ws
         prune_store_kernel[self.per_utt](ws.clock, ws.u, self.settings, self.graph, self.context, ws.tokens[cur],
-                                         ws.tokens[1 - cur], ws.tables[1 - cur], ws.sv, ws.bp)
+                                         ws.tokens[1 - cur], ws.tables[1 - cur], ws.sv, ws.bp, self.lat is not None)
+        if self.lat is not None:
+            lattice_store_kernel[self.per_utt](ws.clock, ws.u, self.graph, self.context, ws.tokens[cur], ws.bp,
+                                               self.lat)
 
     def step(self, cur):
         """The kernels of frame step ws.clock for the utterances whose tokens are in buffer `cur`."""
@@ -1031,6 +1202,10 @@ class Steps:
         resolve_kernel[flat](clock, u, graph, context, ws.tables[cur], ws.bp, ws.tables[nxt], ws.tokens[nxt])
         closure_kernel[self.per_utt](clock, u, graph, boosts, context, cache, ws.tables[nxt], ws.tokens[nxt],
                                      ws.work, False, capacity)
+        if self.lat is not None:
+            lattice_arcs_kernel[flat](clock, u, graph, sv, acoustics, boosts, context, cache, ws.tables[nxt], self.lat)
+            lattice_epsilons_kernel[self.per_utt](clock, u, graph, boosts, context, cache, ws.tables[nxt],
+                                                  ws.tokens[nxt], self.lat, False)
         tick_kernel[1, 1, self.stream](clock)
 
     def traceback(self):
@@ -1038,7 +1213,7 @@ class Steps:
 
 
 def search(launch, ws, settings, graph, acoustics, boosts, context, cache, capacity, num_frames, with_contexts,
-           stream=0, capture=None, graphs=None):
+           stream=0, capture=None, graphs=None, lattice=None):
     """Launch the whole search of a batch, frame after frame, on `stream` (asynchronously:
     the caller reads ws.u.status and ws.paths back when it needs them).
 
@@ -1048,9 +1223,13 @@ def search(launch, ws, settings, graph, acoustics, boosts, context, cache, capac
     steps (the token buffers alternate) are captured once and replayed each frame, one
     graph launch instead of half a dozen kernel launches.  Without it every kernel is
     launched every frame (the simulator's path).  `graphs`: the two steps captured by an
-    earlier search on the very same arrays and arguments, replayed as they are.  Returns
-    the captured steps (None without `capture`)."""
-    steps = Steps(launch, ws, settings, graph, acoustics, boosts, context, cache, capacity, with_contexts, stream)
+    earlier search on the very same arrays and arguments, replayed as they are.
+    `lattice`: (groups.DeviceLinks, chunk) to keep the lattice's links, chunk(k) called
+    once the steps of chunk k (lat.interval steps each) are stored and once more, with
+    k = -1, at the end.  Returns the captured steps (None without `capture`)."""
+    lat, chunk = lattice if lattice is not None else (None, None)
+    steps = Steps(launch, ws, settings, graph, acoustics, boosts, context, cache, capacity, with_contexts, stream,
+                  lat)
     if capture is None:
         graphs = None
     elif graphs is None:  # captured before anything runs: the GPU waits for no capture
@@ -1061,6 +1240,10 @@ def search(launch, ws, settings, graph, acoustics, boosts, context, cache, capac
             graphs[t % 2]()
         else:
             steps.step(t % 2)
+        if lat is not None and (t + 1) % lat.interval == 0:
+            chunk(t // lat.interval)  # frame step t stored step t: the chunk's last
     steps.prune_store(num_frames % 2)  # the last step keeps the best token
     steps.traceback()
+    if lat is not None:
+        chunk(-1)
     return graphs

@@ -188,6 +188,42 @@ class Utterances(NamedTuple):
     closing: np.ndarray  # uint8 step `lengths` is the search's last (keep the best token); a stream's lanes: 0
 
 
+class StoredLinks(NamedTuple):
+    """(GPU lattices) Links renumbered into backpointers, with their reduced costs (as
+    kernels.lattice.store_links leaves them on the CPU), in two halves: the steps of chunk
+    k (`interval` steps each) go to half k % 2, which the host copies while the search
+    fills the other.  Arrays (2, B, ...)."""
+
+    src: np.ndarray  # int32 (2, B, S) source backpointer
+    dst: np.ndarray  # int32 (2, B, S) destination backpointer
+    arc: np.ndarray  # int32 (2, B, S) graph arc id
+    graph: np.ndarray  # float32 (2, B, S)
+    acoustic: np.ndarray  # float32 (2, B, S)
+    reduced: np.ndarray  # float32 (2, B, S)
+    count: np.ndarray  # int64 (2, B): links held in each half
+    block: np.ndarray  # int64 (2, B, interval + 1): first link of each step of the chunk (and the end)
+    steps: np.ndarray  # int64 (2, B, interval + 1): first backpointer of each step of the chunk (and the end)
+
+
+class DeviceLinks(NamedTuple):
+    """(GPU lattices) A frame's links as its tokens settle, in the frame's own numbering (a
+    survivor's backpointer or common.in_frame_prev(j) as source, a token index as
+    destination), stored at the next step's pruning; what that needs besides."""
+
+    src: np.ndarray  # int32 (B, R)
+    dst: np.ndarray  # int32 (B, R)
+    arc: np.ndarray  # int32 (B, R)
+    graph: np.ndarray  # float32 (B, R): the link's cost but the acoustic one
+    acoustic: np.ndarray  # float32 (B, R)
+    n: np.ndarray  # int32 (B,): the frame's links listed
+    stored: StoredLinks
+    alpha: np.ndarray  # float32 (B, P): forward cost of each stored token, by backpointer
+    final_alpha: np.ndarray  # float32 (B, C): of the last step's tokens, by backpointer - the step's first
+    final_cost: np.ndarray  # float32 (B, C): and their final costs (0 when no final state was reached)
+    beam: np.float32
+    interval: np.int64
+
+
 class Acoustics(NamedTuple):
     """The batch's log-probabilities and the current frame's cost of each input label."""
 

@@ -188,3 +188,53 @@ def prune_at_frontier(lat, steps, last, stored):
     for g in range(steps[last], stored):
         lat.fresh[g] = 0.0
     prune_links(lat, steps, last, stored)
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def take_chunk(lat, steps, first, last, src, dst, arc, graph, acoustic, reduced, n, block, starts):
+    """Append the stored links of steps first..last (a chunk of a GPU search, as
+    groups.StoredLinks holds them: n links, block and starts by step - first) to `lat`,
+    and the steps' first backpointers to `steps`.  False when `lat` cannot hold them."""
+    base = lat.count[0]
+    if base + n > lat.src.shape[0] or starts[last - first + 1] > lat.extra.shape[0]:
+        return False
+    for k in range(n):
+        lat.src[base + k] = src[k]
+        lat.dst[base + k] = dst[k]
+        lat.arc[base + k] = arc[k]
+        lat.graph[base + k] = graph[k]
+        lat.acoustic[base + k] = acoustic[k]
+        lat.reduced[base + k] = reduced[k]
+    for step in range(first, last + 2):
+        lat.block[step] = base + block[step - first]
+        steps[step] = starts[step - first]
+    for g in range(steps[first], steps[last + 1]):
+        lat.extra[g] = np.nan
+    lat.count[0] = base + n
+    lat.count[1] = base + n
+    return True
+
+
+@njit(nogil=True, cache=True)
+def close_links(lat, steps, last, alpha, final_cost, keep):
+    """The last pruning, with final costs: the tokens of step `last` (alpha, final_cost: their
+    forward and final costs, by backpointer - steps[last]; `keep`: the best's) have extra
+    costs their totals above the best's.  Returns the backpointers of those within the
+    lattice beam (the lattice's final states) and their final costs."""
+    before, stored = steps[last], steps[last + 1]
+    best = np.float32(alpha[keep - before] + final_cost[keep - before])
+    finals = 0
+    for g in range(before, stored):
+        total = np.float32(alpha[g - before] + final_cost[g - before])
+        lat.fresh[g] = np.float32(total - best) if total < INF else INF
+        finals += lat.fresh[g] <= lat.beam
+    final_gids = np.empty(finals, np.int32)  # before pruning lowers extra costs through epsilon links
+    final_costs = np.empty(finals, np.float32)
+    i = 0
+    for g in range(before, stored):
+        if lat.fresh[g] <= lat.beam:
+            final_gids[i] = g
+            final_costs[i] = final_cost[g - before]
+            i += 1
+    prune_links(lat, steps, last, stored)
+    return final_gids, final_costs

@@ -23,10 +23,12 @@ from wfst.kernels import cuda as K  # noqa: E402
 import wfst  # noqa: E402
 import wfst.cuda_arrays as arrays  # noqa: E402
 import wfst.cuda_backend as backend  # noqa: E402
+import wfst.cuda_lattice as lattice  # noqa: E402
 
 KERNELS = ["init_kernel", "prune_store_kernel", "batch_scan_kernel", "frame_costs_kernel", "lm_cache_clear_kernel",
            "expand_min_kernel", "fltop_redo_kernel", "expand_kernel", "expand_ties_kernel", "resolve_kernel",
-           "closure_kernel", "traceback_kernel", "tick_kernel", "readings_kernel", "adopt_kernel"]
+           "closure_kernel", "traceback_kernel", "tick_kernel", "readings_kernel", "adopt_kernel",
+           "lattice_arcs_kernel", "lattice_epsilons_kernel", "lattice_store_kernel"]
 compiled: dict[str, set] = {}
 problems: list[str] = []
 
@@ -68,6 +70,7 @@ def main(graph_dir: str) -> int:
         module.on_device = lambda a: a
         module.array_module = lambda: np
     backend._pinned = np.array
+    lattice.SIMULATOR = True  # the lattice's links are copied to the host as NumPy arrays
     cuda.is_available = lambda: True
     backend._sm_count = lambda: 132  # an H100's
     backend.CudaBackend.free_bytes = lambda self: None
@@ -82,6 +85,11 @@ def main(graph_dir: str) -> int:
     everything = wfst.Decoder(g, device="cuda", beam=10.0, max_active=50, rescore_lm=lm, graph_lm=lm,
                               token_top_n=2, token_rel_threshold=0.01)
     everything.decode(x, np.array([4, 3]), boost={words[0]: 1.0, f"{words[0]} {words[1]}": 1.0})
+    # lattices, plain and with everything
+    for dec in (plain, everything):
+        lat = wfst.Decoder(g, dec.config, device="cuda", lattice_beam=4.0, prune_interval=2,
+                           rescore_lm=lm if dec is everything else None, graph_lm=lm if dec is everything else None)
+        lat.decode(x, np.array([4, 3]), boost={words[0]: 1.0, f"{words[0]} {words[1]}": 1.0})
     # streams: five open the lanes' workspace grows (its lanes move in: adopt_kernel)
     for dec in (plain, everything):
         streams = [dec.stream(boost={f"{words[0]} {words[1]}": 1.0}) for _ in range(5)]

@@ -210,6 +210,63 @@ def test_rescoring_with_a_tiny_lm_cache_cuda_equals_cpu(small_graph):
     assert gpu.stats.lm["clears"] > 0
 
 
+# ---------------------------------------------------------------------- lattices
+
+def canonical_lattice(lat):
+    """A lattice's links and final states with each state named by its frame and forward
+    cost: the backends number stored tokens in their own orders."""
+    alpha = [round(float(w), 3) for w in fst.shortestdistance(lat.to_fst())]
+    name = lambda s: (int(lat.state_frames[s]), alpha[s])  # noqa: E731
+    links = sorted((name(s), name(d), int(a), round(float(g), 3), round(float(ac), 3)) for s, d, a, g, ac in
+                   zip(lat.src, lat.dst, lat._raw.arc, lat.graph_cost, lat.acoustic_cost))
+    return links, sorted((name(s), round(c, 3)) for s, c in lat.finals.items())
+
+
+def assert_same_lattices(graph, x, lengths, boost=None, gpu_links=None, **config):
+    """CPU and CUDA lattices hold the same links, final states and N-best lists."""
+    cpu = Decoder(graph, device="cpu", **config)
+    gpu = Decoder(graph, device="cuda", **config)
+    if gpu_links:
+        gpu._capacity = dataclasses.replace(gpu._capacity, links=gpu_links)
+    expected, got = cpu.decode(x, lengths, boost=boost, nbest=5), gpu.decode(x, lengths, boost=boost, nbest=5)
+    assert got == expected
+    for a, b in zip(expected, got):
+        if a.num_frames == 0:  # an empty utterance has no lattice
+            assert a.lattice is b.lattice is None
+            continue
+        assert canonical_lattice(b.lattice) == canonical_lattice(a.lattice)
+        assert [(e.word_ids, round(e.cost, 4)) for e in b.nbest] == [(e.word_ids, round(e.cost, 4)) for e in a.nbest]
+    return gpu, got
+
+
+@pytest.mark.parametrize("config", ["wide", "max_active binds", "FLToP"])
+@pytest.mark.parametrize("seed", [0, 3])
+def test_lattices_cuda_equal_cpu(seed, config):
+    """Chunks of 2 steps: both halves of the stored links, taken to the host while the
+    search goes on, pruned at the frontier and closed with the final costs."""
+    _, g = random_tlg(seed, num_states=10)
+    x = random_log_probs(seed, batch=3, frames=7, columns=4)
+    _, got = assert_same_lattices(g, x, np.array([7, 0, 5]), lattice_beam=3.0, prune_interval=2, **CONFIGS[config])
+    assert sum(r.lattice.num_arcs for r in got if r.lattice) > sum(len(r.words) for r in got)  # more than 1-best
+
+
+def test_lattices_cuda_overflow_regrows(tiny):
+    """Links that fill their rows are decoded again with room for more; the lattices stay exact."""
+    _, g = random_tlg(1, num_states=10)
+    x = random_log_probs(1, batch=2, frames=6, columns=4)
+    gpu, _ = assert_same_lattices(g, x, np.array([6, 5]), gpu_links=16, lattice_beam=5.0, prune_interval=3,
+                                  **CONFIGS["wide"])
+    assert gpu.stats.regrowths > 0
+
+
+def test_lattices_cuda_with_boosts_phrases_and_rescoring(small_graph):
+    g, lms = small_graph
+    x = random_log_probs(5, batch=2, frames=6, columns=5, sharpness=1.5)
+    boost = [{"ab": 1.0, "abc": -0.5}, {"ab ba": 2.0, "ba": 0.5}]
+    assert_same_lattices(g, x, np.array([6, 5]), boost=boost, beam=20.0, max_active=40, min_active=1,
+                         token_capacity=128, lattice_beam=4.0, prune_interval=4, **lms)
+
+
 # ---------------------------------------------------------------------- streams
 
 def assert_streams_same(graph, x, lengths, boost=None, seed=0, **config):
@@ -318,7 +375,7 @@ def test_kernels_compile_for_sm90(tiny):
     out = subprocess.run([sys.executable, str(Path(__file__).with_name("ptx_check.py")), str(r.directory)],
                          env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.count("signature(s) compiled to PTX for sm_90") == 15, out.stdout
+    assert out.stdout.count("signature(s) compiled to PTX for sm_90") == 18, out.stdout
     assert "refuses" not in out.stdout, out.stdout
 
 

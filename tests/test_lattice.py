@@ -185,5 +185,3 @@ def test_bad_lattice_options(noisy):
         results[0].lattice.nbest(0)
     with pytest.raises(OptionError, match="lattice_beam"):
         dec.stream()
-    with pytest.raises(OptionError, match="lattice_beam"):
-        Decoder(g, lattice_beam=8.0, device="cuda")

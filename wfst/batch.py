@@ -24,7 +24,7 @@ class Capacity:
     tokens: int  # token slots per utterance and frame
     backpointers: int  # backpointer slots per frame (GPU; the CPU grows its own)
     lm_cache: int | None = None  # big-LM arc-cache slots (GPU); None: sized from the LM
-    links: int = 0  # lattice links and stored tokens per utterance (CPU lattices; 0: LINKS_PER_TOKEN x tokens)
+    links: int = 0  # lattice links and stored tokens per utterance (lattices; 0: LINKS_PER_TOKEN x tokens)
 
     @classmethod
     def initial(cls, tokens: int, max_active: int, min_active: int) -> Capacity:
@@ -59,7 +59,7 @@ class BatchPlan:
     rescorer: Any  # wfst.lm.Rescorer or None
     settings: Settings
     capacity: Capacity
-    lattice: tuple | None = None  # (lattice beam, prune interval) when lattices are kept (CPU), else None
+    lattice: tuple | None = None  # (lattice beam, prune interval) when lattices are kept, else None
 
 
 class Outcome(NamedTuple):

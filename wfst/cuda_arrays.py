@@ -27,8 +27,8 @@ def on_device(a):
 def device_views(tree):
     """A tuple tree of xp arrays (a Workspace, ...) with every array as its Numba device view
     (None stays None)."""
-    if tree is None:
-        return None
+    if tree is None or isinstance(tree, np.generic):  # (a group's scalars stay as they are)
+        return tree
     if isinstance(tree, tuple):
         parts = [device_views(x) for x in tree]
         return type(tree)(*parts) if hasattr(tree, "_fields") else tuple(parts)

@@ -34,6 +34,7 @@ from . import contexts
 from .batch import BatchPlan, Outcome
 from .cuda_arrays import SIMULATOR, array_module, device_views, on_device
 from .cuda_arrays import to_host as _to_host
+from .cuda_lattice import LatticeChunks, device_links
 from .errors import OptionError
 from .inputs import host_array, nonfinite_rows
 from .results import TracedPath, emitting_reads
@@ -138,9 +139,20 @@ class CudaBackend:
         ws, boosts, context, with_contexts = bound.ws, bound.boosts, bound.context, bound.with_contexts
         bound.log_probs[:, :T] = sub[:, :T]
         acoustics = Acoustics(on_device(bound.log_probs), bound.costs)
-        bound.graphs = self._run(lambda stream, capture: K.search(
-            launch, ws, plan.settings, self.csr, acoustics, boosts, context, bound.cache, capacity, T, with_contexts,
-            stream, capture, bound.graphs))
+        chunks = None
+        if plan.lattice is not None:
+            chunks = LatticeChunks(bound.lat, ws.u, lengths, plan.capacity.lattice_links, capacity)
+
+        def search(stream, capture):
+            lattice = None
+            if chunks is not None:
+                chunks.search_stream = self._stream
+                lattice = (bound.lat, chunks.chunk)
+            return K.search(launch, ws, plan.settings, self.csr, acoustics, boosts, context, bound.cache, capacity, T,
+                            with_contexts, stream, capture, bound.graphs, lattice)
+
+        bound.graphs = self._run(search)
+        lattices = chunks.lattices() if chunks is not None else [None] * B
 
         status, length = _to_host(ws.u.status), _to_host(ws.paths.length)
         reached, survivors, fallbacks = _to_host(ws.u.reached_final), _to_host(ws.u.survivors), _to_host(
@@ -161,7 +173,7 @@ class CudaBackend:
             k = len(wanted[i][1])
             if status[i] == C.OK:
                 outcomes.append(Outcome(C.OK, TracedPath(path_arcs, steps, logp[at:at + k], bool(reached[i]),
-                                                         int(survivors[i]), int(fallbacks[i]))))
+                                                         int(survivors[i]), int(fallbacks[i]), lattices[i])))
             else:
                 outcomes.append(Outcome(int(status[i])))
             at += k
@@ -236,7 +248,7 @@ class CudaBackend:
         with_contexts = rescorer is not None or bool((sizes > 1).any())
         boosting = bool((keys >= 0).any())
         key = (launch, V, plan.capacity.tokens, plan.capacity.backpointers, tuple(plan.settings), with_contexts,
-               boosting, id(lm), id(cache),
+               boosting, id(lm), id(cache), plan.lattice, plan.capacity.lattice_links if plan.lattice else 0,
                tuple((a.shape, a.dtype.str) for a in uploads))
         bound = self._bound
         if bound is not None and bound.key == key and bound.frames >= T:
@@ -247,6 +259,10 @@ class CudaBackend:
             frames = T if SIMULATOR else -(-T // 128) * 128  # room for the next batches' lengths
             fills = []
             ws = self._workspace(B, frames, plan.capacity.tokens, plan.capacity.backpointers, fills)
+            lat = None
+            if plan.lattice is not None:
+                lat = device_views(device_links(self.xp, B, plan.capacity.lattice_links, ws.bp.prev.shape[1],
+                                                plan.capacity.tokens, *plan.lattice, fills))
             dev = [self.xp.empty(a.shape, a.dtype) for a in uploads]
             _, d_keys, d_costs, d_bits, d_sizes, d_start, *d_phrases = (on_device(a) for a in dev)
             ws = ws._replace(u=ws.u._replace(lengths=on_device(dev[0])))
@@ -255,7 +271,7 @@ class CudaBackend:
             context = Context(rescorer is not None, d_sizes, *lm[:2], *lm[2:5], Automata(*d_phrases), d_start, lm[5],
                               np.float32(0.0), *(on_device(a) for a in contexts.no_rest()))
             bound = _Bound(key, frames, ws, fills, dev, boosts, context, with_contexts, cache,
-                           self.xp.empty((B, frames, V), np.float32), self._zeros((B, V + 1), np.float32))
+                           self.xp.empty((B, frames, V), np.float32), self._zeros((B, V + 1), np.float32), lat)
             self._bound = bound
         for d, h in zip(bound.uploads, uploads):
             d[...] = self.xp.asarray(h)
@@ -402,10 +418,11 @@ class _Bound:
     """The arrays a search runs on (CudaBackend._bind), its key, and its frame steps' CUDA
     graphs once captured."""
 
-    def __init__(self, key, frames, ws, fills, uploads, boosts, context, with_contexts, cache, log_probs, costs):
+    def __init__(self, key, frames, ws, fills, uploads, boosts, context, with_contexts, cache, log_probs, costs, lat):
         self.key, self.frames, self.ws, self.fills, self.uploads = key, frames, ws, fills, uploads
         self.boosts, self.context, self.with_contexts, self.cache = boosts, context, with_contexts, cache
         self.log_probs, self.costs = log_probs, costs
+        self.lat = lat  # the lattice's links (groups.DeviceLinks, device views), or None
         self.graphs = None
 
 

@@ -65,8 +65,6 @@ class Decoder:
             config = dataclasses.replace(config, **options)
         if device not in ("cpu", "cuda"):
             raise OptionError(f"device={device!r}: must be 'cpu' or 'cuda'")
-        if device == "cuda" and config.lattice_beam is not None:
-            raise OptionError(f"lattice_beam={config.lattice_beam}: lattices are made on device='cpu' only so far")
         if graph.num_arcs >= 2**31 - 1:
             raise OptionError(f"{graph!r}: more than 2^31 - 1 arcs; arc ids must fit in 31 bits")
         self.graph = graph

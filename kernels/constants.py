@@ -68,10 +68,15 @@ TOKEN_BYTES = 24  # state, ctx, cost, prev, arc, slot: 4 bytes each
 SURVIVOR_BYTES = 40  # state, ctx, cost, gid (4 each), scan (8), mark, gid and two work lists
 
 
-def workspace_bytes(capacity: int, max_active: int, min_active: int, num_frames: int) -> int:
+def workspace_bytes(capacity: int, max_active: int, min_active: int, num_frames: int, lattice_links: int = 0) -> int:
     """Memory one utterance's search needs (the GPU's layout, the larger of the two): two
     hash tables and token lists (double-buffered on the GPU), the survivors and their
-    scratch, and the backpointers of every frame."""
+    scratch, and the backpointers of every frame; with `lattice_links` (a lattice is kept),
+    the GPU's links (groups.DeviceLinks): a frame's listed links, two halves of stored
+    ones, a forward cost per backpointer and the last step's costs."""
     kept = backpointers_per_frame(capacity, max_active, min_active)
+    lattice = 0
+    if lattice_links:
+        lattice = 20 * (lattice_links // 4) + 2 * 24 * lattice_links + 4 * (num_frames + 1) * kept + 8 * capacity
     return (2 * (hash_slots(capacity) * HASH_SLOT_BYTES + capacity * TOKEN_BYTES) + capacity * SURVIVOR_BYTES
-            + 8 * (num_frames + 1) * kept)
+            + 8 * (num_frames + 1) * kept + lattice)

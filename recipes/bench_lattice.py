@@ -8,7 +8,9 @@ graph cannot output in half the sentences).  For each: the best-path decode, the
 with lattice_beam (generation only: the time decode() takes), N-best extraction (N = 10)
 and word confidences timed apart, Kaldi's LatticeSimpleDecoder (raw lattice) at the same
 beam and lattice beam, 1-best and oracle WER, lattice size, and a calibration table of the
-word confidences with their normalized cross entropy (NCE).
+word confidences with their normalized cross entropy (NCE), as lattice posteriors and
+calibrated (wfst.confidence.Calibration, Platt scaling fitted on as many dev sentences
+of the same profile).
 
 Kaldi's LatticeSimpleDecoder has no max_active: the Kaldi rows run both decoders at
 max_active 10^6 (not binding); the best-path rows use the demo's 16 / 7,000.
@@ -29,6 +31,7 @@ from wfst_bench.machine import machine
 
 import wfst
 from wfst import synthetic
+from wfst.confidence import Calibration, normalized_cross_entropy, word_correctness
 from wfst.scoring import word_errors
 
 BINS = (0.0, 0.5, 0.8, 0.9, 0.95, 0.99, 1.0001)
@@ -43,31 +46,22 @@ def timed(fn, repeat: int):
     return best, out
 
 
-def calibration(texts, results) -> tuple[list[dict], float]:
+def calibration(texts, results, fitted=None) -> tuple[list[dict], float]:
     """Confidence bins against the share of correct words (a word is correct when the
-    reference holds it at the aligned place), and the NCE of the confidences."""
-    import kaldialign
-
-    conf, correct = [], []
-    for text, r in zip(texts, results):
-        ali = kaldialign.align(text.split(), list(r.words), "*")
-        hits = [ref == hyp for ref, hyp in ali if hyp != "*"]
-        conf += list(r.word_confidences)
-        correct += hits
-    conf, correct = np.clip(np.array(conf), 1e-6, 1 - 1e-6), np.array(correct, bool)
+    reference holds it at the aligned place), and the NCE of the confidences: the lattice
+    posteriors, or mapped by the calibration `fitted`."""
+    posteriors, correct = word_correctness(results, texts)
+    conf = fitted(posteriors) if fitted is not None else posteriors
     table = []
     for lo, hi in zip(BINS[:-1], BINS[1:]):
         sel = (conf >= lo) & (conf < hi)
         table.append(dict(bin=f"[{lo:.2f}, {min(hi, 1):.2f}{']' if hi > 1 else ')'}", words=int(sel.sum()),
                           mean_confidence=float(conf[sel].mean()) if sel.any() else None,
                           correct=float(correct[sel].mean()) if sel.any() else None))
-    p = correct.mean()
-    h_max = -(p * math.log2(p) + (1 - p) * math.log2(1 - p)) if 0 < p < 1 else 0.0
-    h = -np.mean(np.where(correct, np.log2(conf), np.log2(1 - conf)))
-    return table, float((h_max - h) / h_max) if h_max else float("nan")
+    return table, normalized_cross_entropy(conf, correct)
 
 
-def run(name, profile, texts, x, lengths, repeat, lattice_beam, count):
+def run(name, profile, texts, x, lengths, repeat, lattice_beam, count, token_set, options):
     g = wfst.load_graph(Path("build/demo") / name)
     row = dict(graph=name, profile=profile, utterances=len(texts), frames=int(lengths.sum()))
     plain = wfst.Decoder(g, beam=16.0, max_active=7000, num_threads=1)
@@ -91,6 +85,14 @@ def run(name, profile, texts, x, lengths, repeat, lattice_beam, count):
     oracle = sum(r.lattice.oracle(t)[0] for t, r in zip(texts, results))
     row["oracle_wer"] = 100.0 * oracle / sum(len(t.split()) for t in texts)
     row["calibration"], row["nce"] = calibration(texts, results)
+    # Platt scaling fitted on the dev split's sentences (same profile), applied to these
+    dev_texts = sentences("dev", len(texts))
+    if profile == "noisy":
+        dev_texts = with_unknown_words(dev_texts)
+    xd, ld = synthetic.from_texts(dev_texts, g.tokens, seed=2, **emission_options(token_set), **options)
+    fitted = Calibration.fit(lat.decode(xd, ld), dev_texts)
+    row["calibration_fit"] = dict(slope=fitted.slope, offset=fitted.offset, dev_utterances=len(dev_texts))
+    row["calibrated"], row["nce_calibrated"] = calibration(texts, results, fitted)
     # against Kaldi's LatticeSimpleDecoder: max_active not binding on either side
     k = slice(0, count)
     wide = wfst.Decoder(g, beam=16.0, max_active=10**6, min_active=0, num_threads=1, lattice_beam=lattice_beam)
@@ -119,18 +121,21 @@ def main(argv=None) -> int:
             if profile == "noisy":
                 texts = with_unknown_words(texts)
             x, lengths = synthetic.from_texts(texts, g.tokens, seed=1, **emission_options(token_set), **options)
-            row = run(name, profile, texts, x, lengths, args.repeat, args.lattice_beam, args.kaldi_utterances)
+            row = run(name, profile, texts, x, lengths, args.repeat, args.lattice_beam, args.kaldi_utterances,
+                      token_set, options)
             rows.append(row)
             print(f"{name:13s} {profile:6s} best path {row['best_path_s']:.3f}s  lattice {row['lattice_s']:.3f}s "
                   f"({row['lattice_vs_best_path']:.2f}x)  N-best(10) {row['nbest10_s']:.3f}s  confidences "
                   f"{row['confidences_s']:.3f}s  | Kaldi LatticeSimpleDecoder {row['kaldi_lattice_s']:.3f}s vs ours "
                   f"{row['wide_lattice_s']:.3f}s ({row['kaldi_vs_ours']:.1f}x)  | WER {row['wer']:.2f} oracle "
-                  f"{row['oracle_wer']:.2f}  NCE {row['nce']:.3f}  {row['states_per_utt']:.0f} states/utt, "
+                  f"{row['oracle_wer']:.2f}  NCE {row['nce']:.3f} (calibrated on dev: {row['nce_calibrated']:.3f})  "
+                  f"{row['states_per_utt']:.0f} states/utt, "
                   f"{row['arcs_per_frame']:.1f} arcs/frame", flush=True)
-            for b in row["calibration"]:
-                if b["words"]:
-                    print(f"    confidence {b['bin']:14s} {b['words']:6d} words, mean {b['mean_confidence']:.3f}, "
-                          f"correct {b['correct']:.3f}")
+            for what in ("calibration", "calibrated"):
+                for b in row[what]:
+                    if b["words"]:
+                        print(f"    {what:11s} confidence {b['bin']:14s} {b['words']:6d} words, mean "
+                              f"{b['mean_confidence']:.3f}, correct {b['correct']:.3f}")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(dict(machine=machine(), rows=rows), indent=1))

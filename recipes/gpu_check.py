@@ -17,7 +17,8 @@
    boosting of 1,000 words; on-the-fly rescoring on the GPU against our CPU backend on one
    thread, with both WERs; 16, 128 and 512 live streams (bpe_compact, 320 ms chunks):
    their results against the CPU's offline decode, aggregate RTFx and advance() latency
-   (the goal: 512 streams within 40 ms a call).
+   (the goal: 512 streams within 40 ms a call); word lattices (lattice beam 8) on the GPU:
+   the same as the CPU's, and their cost against the GPU's best path.
 5. build/gpu-check/report.md and report.json; the exit status is 1 if any check failed.
 
 Synthetic emissions (wfst.synthetic) of the demo's held-out sentences; 40 ms frames.  A
@@ -349,7 +350,44 @@ def benchmark(report: Report, scale: Scale, graphs: dict, dirs: dict, texts: lis
     extras["Rescoring"] = rescoring(report, scale, small_graphs["bpe_compact_2gram"], texts, small_lm, beam,
                                     max_active, xp, word_errors)
     extras["Streams (bpe_compact, 320 ms chunks)"] = streams(report, scale, g, texts, beam, max_active, xp)
+    for name in [f"{s}_compact" for s in scale.token_sets]:
+        extras[f"Lattices ({name}, lattice beam 8)"] = lattices(report, scale, graphs[name], name, texts, beam,
+                                                                max_active, xp)
     return rows, extras
+
+
+def lattices(report, scale, g, name, texts, beam, max_active, xp) -> dict:
+    """Word lattices on the GPU: the same lattices as the CPU's (sizes, final states, 10-best
+    lists with costs to 1e-3), and their cost against the GPU's best path (batch 64) and
+    the CPU's lattices on one thread."""
+    import wfst
+
+    x, lengths = utterances(g, name.split("_")[0], texts, scale.seeds)
+    n = min(len(lengths), 256 if not SIMULATE else 2)
+    config = dict(beam=beam, max_active=max_active, min_active=min(20, max_active // 2), **scale.options)
+    gpu = wfst.Decoder(g, device="cuda", lattice_beam=8.0, **config)
+    cpu = wfst.Decoder(g, device="cpu", lattice_beam=8.0, num_threads=1, **config)
+    xd = xp.asarray(x[:n])
+    best_path = timed(wfst.Decoder(g, device="cuda", **config), xd, lengths[:n], 64)[0]
+    with_lattice, _, _, got = timed(gpu, xd, lengths[:n], 64, nbest=10)
+    m = min(n, 64 if not SIMULATE else 2)
+    t0 = time.perf_counter()
+    want = cpu.decode(x[:m], lengths[:m], nbest=10)
+    cpu_seconds = time.perf_counter() - t0
+
+    def summary(r):
+        lat = r.lattice
+        return (lat.num_states, lat.num_arcs, len(lat.finals),
+                [(e.word_ids, round(e.cost, 3)) for e in r.nbest])
+
+    same = sum(summary(a) == summary(b) for a, b in zip(got[:m], want))
+    report.check(f"{name}: lattices CUDA == CPU", same == m, f"{same}/{m} utterances with the same lattice sizes, "
+                 f"final states and 10-best lists")
+    frames = int(lengths[:n].sum())
+    return {"utterances": n, "GPU best path s": f"{best_path:.3f}", "GPU lattice + 10-best s": f"{with_lattice:.3f}",
+            "lattice / best path": f"{with_lattice / best_path:.2f}x",
+            "GPU lattice RTFx": f"{FRAME_SECONDS * frames / with_lattice:,.0f}",
+            "CPU lattice RTFx (1 thread)": f"{FRAME_SECONDS * int(lengths[:m].sum()) / cpu_seconds:,.0f}"}
 
 
 def streams(report, scale, g, texts, beam, max_active, xp) -> dict:

@@ -185,3 +185,49 @@ def test_bad_lattice_options(noisy):
         results[0].lattice.nbest(0)
     with pytest.raises(OptionError, match="lattice_beam"):
         dec.stream()
+
+
+def test_calibration_fit_recovers_a_logistic_relation():
+    """Platt scaling: labels drawn with P(right) = sigmoid(2 logit(p) - 1) give back about 2 and -1."""
+    from wfst.confidence import Calibration
+
+    rng = np.random.default_rng(0)
+    p = 1 / (1 + np.exp(-rng.normal(0, 2, 20000)))
+    right = rng.random(p.size) < 1 / (1 + np.exp(-(2 * np.log(p / (1 - p)) - 1)))
+    fit = Calibration.fit_posteriors(p, right)
+    assert fit.slope == pytest.approx(2.0, abs=0.1) and fit.offset == pytest.approx(-1.0, abs=0.1)
+    assert np.allclose(Calibration()(p), np.clip(p, 1e-6, 1 - 1e-6))  # the identity changes nothing
+
+
+def test_calibrated_confidences(noisy, tmp_path):
+    """A calibration fitted on the decode is at least as good on it (NCE) as the raw
+    posteriors, and a Decoder given it (object or JSON file) reports calibrated confidences."""
+    from wfst.confidence import Calibration, normalized_cross_entropy, word_correctness
+
+    g, texts, x, lengths, settings, results = noisy
+    posteriors, right = word_correctness(results, texts)
+    fit = Calibration.fit(results, texts)
+    assert normalized_cross_entropy(fit(posteriors), right) >= normalized_cross_entropy(posteriors, right) - 1e-9
+    fit.save(tmp_path / "cal.json")
+    assert Calibration.load(tmp_path / "cal.json") == fit
+    for given in (fit, str(tmp_path / "cal.json")):
+        r = Decoder(g, lattice_beam=7.0, confidence_calibration=given, **settings).decode(x[:3], lengths[:3])[1]
+        raw = r.lattice.word_confidences(r, calibrated=False)
+        assert r.word_confidences == pytest.approx(tuple(fit(raw)))
+
+
+def test_bad_calibrations(noisy, tmp_path):
+    from wfst.confidence import Calibration
+
+    g, texts, _, _, _, results = noisy
+    with pytest.raises(OptionError, match="slope"):
+        Calibration(slope=float("nan"))
+    with pytest.raises(OptionError, match="missing.json"):
+        Decoder(g, lattice_beam=8.0, confidence_calibration=tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text('{"slope": 1.0}')
+    with pytest.raises(OptionError, match="bad.json"):
+        Calibration.load(tmp_path / "bad.json")
+    with pytest.raises(OptionError, match="confidence_calibration"):
+        Decoder(g, lattice_beam=8.0, confidence_calibration=3)
+    with pytest.raises(OptionError, match="references"):
+        Calibration.fit(results, texts[:-1])

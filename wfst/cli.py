@@ -80,6 +80,9 @@ def decode_main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chunk-ms", type=float, default=320.0, help="with --stream: audio per chunk")
     ap.add_argument("--lattice-beam", type=float, default=None,
                     help="keep a word lattice of the paths within this of the best; prints each word's confidence")
+    ap.add_argument("--confidence-calibration", metavar="FILE", default=None,
+                    help="with --lattice-beam: map word confidences by this calibration (JSON, from "
+                         "wfst.confidence.Calibration.fit on a dev set)")
     ap.add_argument("--nbest", type=int, default=None,
                     help="with --lattice-beam: print the N best distinct word sequences of each utterance")
     ap.add_argument("--output", help="also write the hypotheses here, one line per utterance")
@@ -91,16 +94,20 @@ def decode_main(argv: list[str] | None = None) -> int:
     try:
         config = DecoderConfig(beam=args.beam, max_active=args.max_active, min_active=args.min_active,
                                acoustic_scale=args.acoustic_scale, blank_penalty=args.blank_penalty,
-                               num_threads=args.threads, lattice_beam=args.lattice_beam)
+                               num_threads=args.threads, lattice_beam=args.lattice_beam,
+                               confidence_calibration=args.confidence_calibration)
     except WfstError as e:  # say it with the option's name
         message = str(e)
         for field, option in (("num_threads", "threads"), ("max_active", "max-active"), ("min_active", "min-active"),
                               ("acoustic_scale", "acoustic-scale"), ("blank_penalty", "blank-penalty"),
-                              ("lattice_beam", "lattice-beam")):
+                              ("lattice_beam", "lattice-beam"),
+                              ("confidence_calibration", "confidence-calibration")):
             message = message.replace(field, option)
         ap.error(message.replace("DecoderConfig.", "--"))
     if args.nbest is not None and args.nbest < 1:
         ap.error(f"argument --nbest: must be >= 1, got {args.nbest}")
+    if args.confidence_calibration is not None and args.lattice_beam is None:
+        ap.error("argument --confidence-calibration: confidences come from the lattice; give --lattice-beam too")
     if args.nbest is not None and args.lattice_beam is None:
         ap.error("argument --nbest: N-best lists come from the lattice; give --lattice-beam too")
     for option, path in (("--output", args.output), ("--ctm", args.ctm)):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 
 import numpy as np
 
@@ -29,6 +30,9 @@ class DecoderConfig:
     # with a lattice: frames between prunings of its links (Kaldi's prune-interval, 25 there;
     # here 50 frames of raw links are ~8k links, 250 KB, and pruning half as often saves 10%)
     prune_interval: int = 50
+    # with a lattice: word confidences mapped by a calibration fitted on a dev set
+    # (wfst.confidence.Calibration, or the path of its JSON file; None: lattice posteriors as they are)
+    confidence_calibration: object = None
 
     def __post_init__(self):
         def check(ok, name, what):
@@ -54,6 +58,14 @@ class DecoderConfig:
         check(self.lattice_beam is None or (_finite(self.lattice_beam) and self.lattice_beam > 0), "lattice_beam",
               "None (no lattice) or a finite number > 0")
         check(_int(self.prune_interval) and self.prune_interval >= 1, "prune_interval", "an integer >= 1")
+        calibration = self.confidence_calibration
+        if calibration is not None:
+            from .confidence import Calibration
+
+            if isinstance(calibration, (str, os.PathLike)):
+                object.__setattr__(self, "confidence_calibration", Calibration.load(calibration))
+            check(isinstance(self.confidence_calibration, Calibration), "confidence_calibration",
+                  "None, a wfst.confidence.Calibration or the path of one saved as JSON")
 
     def fltop(self, num_columns: int) -> tuple[int, float]:
         """(top_n, log R) as the kernels take them; (V, -inf) when pruning is off."""

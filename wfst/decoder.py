@@ -292,8 +292,9 @@ class Decoder:
         c = self.config
 
         def need(n, frames):
+            links = self._capacity.lattice_links if c.lattice_beam is not None else 0
             return self._backend.concurrent(n) * C.workspace_bytes(self._capacity.tokens, c.max_active,
-                                                                   c.min_active, frames)
+                                                                   c.min_active, frames, links)
 
         if need(len(todo), int(lengths[todo].max())) <= available:
             return [todo]

@@ -190,9 +190,11 @@ class Lattice:
             self._fsts["posteriors"] = np.minimum(np.exp(-cost), 1.0)
         return self._fsts["posteriors"]
 
-    def word_confidences(self, result: DecodeResult) -> tuple[float, ...]:
+    def word_confidences(self, result: DecodeResult, calibrated: bool = True) -> tuple[float, ...]:
         """The posterior of each word of `result` (the lattice's best path): the posteriors
-        of the lattice's arcs that output the same word near the word, summed (at most 1).
+        of the lattice's arcs that output the same word near the word, summed (at most 1),
+        then mapped by the decoder's confidence_calibration where it has one (unless not
+        `calibrated`).
         A word's label sits anywhere from its first frame into the next word (determinizing
         L ∘ G delays it), so word i owns the frames from its start to the next word's end
         (result.word_times).  On a graph without word times: from halfway between its label
@@ -207,6 +209,9 @@ class Lattice:
         for w, a, b in zip(result.word_ids, lo.tolist(), hi.tolist()):
             near = (self.olabel == w) & (frames >= a) & (frames <= b)
             confidences.append(float(min(post[near].sum(), 1.0)))
+        calibration = self._scorer.config.confidence_calibration
+        if calibrated and calibration is not None:
+            return tuple(float(c) for c in calibration(confidences))
         return tuple(confidences)
 
     def sequence_posterior(self, word_ids) -> float:

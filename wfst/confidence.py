@@ -1,0 +1,132 @@
+"""Word confidences that mean what they say: lattice posteriors calibrated on a
+development set, and the figures that judge them.
+
+A word's lattice posterior ranks right words above wrong ones, but is no probability of
+being right: on clean emissions competing segmentations make right words look doubtful,
+on noisy ones the acoustic scale makes wrong words look sure.  Deployed recognisers map
+posteriors through a calibration fitted on held-out data; this is Platt scaling, the
+logistic fit of correctness on the posterior's log-odds:
+
+    calibrated = sigmoid(slope * logit(posterior) + offset)
+
+Monotone, so the ranking (and any threshold's choice of words) is kept; slope 1 and
+offset 0 change nothing.  Fit it with `Calibration.fit(results, references)` on a dev
+split, save it as JSON, and give it to the Decoder (`confidence_calibration=`, or
+`wfst-decode --confidence-calibration FILE`): `r.word_confidences` and CTM lines are then
+calibrated (`r.confidence`, the posterior of the whole word sequence, is not).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .errors import OptionError
+
+EPSILON = 1e-6  # posteriors are clipped to [EPSILON, 1 - EPSILON] before their log-odds
+
+
+def _logit(p) -> np.ndarray:
+    p = np.clip(np.asarray(p, np.float64), EPSILON, 1 - EPSILON)
+    return np.log(p) - np.log1p(-p)
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    """Platt scaling of word posteriors (see the module's doc)."""
+
+    slope: float = 1.0
+    offset: float = 0.0
+
+    def __post_init__(self):
+        for name in ("slope", "offset"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                raise OptionError(f"Calibration {name}={value!r}: must be a finite number")
+
+    def __call__(self, posteriors) -> np.ndarray:
+        return 0.5 * (1.0 + np.tanh(0.5 * (self.slope * _logit(posteriors) + self.offset)))
+
+    @classmethod
+    def fit(cls, results, references, l2: float = 1e-3) -> Calibration:
+        """The fit on decoded results (each with a lattice) and their reference texts
+        (strings of words): Newton's method on the logistic log-likelihood, with a small
+        L2 penalty that keeps it finite when the data separate."""
+        return cls.fit_posteriors(*word_correctness(results, references), l2=l2)
+
+    @classmethod
+    def fit_posteriors(cls, posteriors, correct, l2: float = 1e-3) -> Calibration:
+        """The fit on word posteriors and whether each word is right (fit's core)."""
+        correct = np.asarray(correct, bool)
+        if len(correct) == 0 or len(correct) != len(posteriors):
+            raise OptionError(f"Calibration.fit: {len(posteriors)} posteriors and {len(correct)} labels; "
+                              f"needs as many, and at least one")
+        x, y = _logit(posteriors), correct.astype(np.float64)
+
+        def loss(w):  # the negative log-likelihood, penalized
+            z = w[0] * x + w[1]
+            return float(np.sum(np.logaddexp(0.0, z) - y * z) + 0.5 * l2 * np.dot(w, w))
+
+        w = np.array([1.0, 0.0])  # the identity
+        for _ in range(100):  # Newton's method, halving a step that does not lower the loss
+            p = 0.5 * (1.0 + np.tanh(0.5 * (w[0] * x + w[1])))  # sigmoid, without overflow
+            grad = np.array([np.dot(p - y, x), np.sum(p - y)]) + l2 * w
+            h = p * (1 - p)
+            hess = np.array([[np.dot(h, x * x), np.dot(h, x)], [np.dot(h, x), np.sum(h)]]) + l2 * np.eye(2)
+            step = np.linalg.solve(hess, grad)
+            t, now = 1.0, loss(w)
+            while loss(w - t * step) > now - 1e-4 * t * np.dot(grad, step) and t > 1e-10:
+                t *= 0.5
+            w = w - t * step
+            if np.abs(t * step).max() < 1e-9:
+                break
+        return cls(float(w[0]), float(w[1]))
+
+    def save(self, path: str | os.PathLike) -> None:
+        Path(path).write_text(json.dumps(dataclasses.asdict(self), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Calibration:
+        try:
+            data = json.loads(Path(path).read_text())
+            return cls(float(data["slope"]), float(data["offset"]))
+        except FileNotFoundError:
+            raise OptionError(f"confidence calibration {path}: no such file") from None
+        except (ValueError, KeyError, TypeError) as e:
+            raise OptionError(f"confidence calibration {path}: not a saved Calibration (JSON with slope and "
+                              f"offset): {e}") from None
+
+
+def word_correctness(results, references) -> tuple[np.ndarray, np.ndarray]:
+    """Each hypothesis word's lattice posterior (uncalibrated) and whether it is right: the
+    reference holds it at the place the edit-distance alignment gives."""
+    import kaldialign
+
+    results, references = list(results), list(references)
+    if len(results) != len(references):
+        raise OptionError(f"{len(results)} results but {len(references)} references")
+    posteriors, correct = [], []
+    for r, ref in zip(results, references):
+        if r.lattice is None:
+            raise OptionError("confidences need a lattice: decode with lattice_beam set")
+        ali = kaldialign.align(ref.split(), list(r.words), "*")
+        correct += [a == b for a, b in ali if b != "*"]
+        posteriors += list(r.lattice.word_confidences(r, calibrated=False))
+    return np.array(posteriors, np.float64), np.array(correct, bool)
+
+
+def normalized_cross_entropy(confidences, correct) -> float:
+    """NCE: 1 is perfect, 0 no better than the share of right words as a constant, below 0
+    worse (NaN when every word is right, or none)."""
+    c = np.clip(np.asarray(confidences, np.float64), EPSILON, 1 - EPSILON)
+    y = np.asarray(correct, bool)
+    p = y.mean() if len(y) else 0.0
+    if not 0 < p < 1:
+        return float("nan")
+    h_max = -(p * math.log2(p) + (1 - p) * math.log2(1 - p))
+    h = -np.mean(np.where(y, np.log2(c), np.log2(1 - c)))
+    return float((h_max - h) / h_max)

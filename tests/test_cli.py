@@ -89,6 +89,9 @@ def test_detokenize_inverts_tokenize(demo):
     (["--lattice-beam", "0"], "--lattice-beam=0.0: must be None (no lattice) or a finite number > 0"),
     (["--nbest", "3"], "--nbest: N-best lists come from the lattice; give --lattice-beam too"),
     (["--lattice-beam", "8", "--nbest", "0"], "--nbest: must be >= 1"),
+    (["--confidence-calibration", "cal.json"], "--confidence-calibration: confidences come from the lattice"),
+    (["--lattice-beam", "8", "--confidence-calibration", "/no/cal.json"],
+     "confidence calibration /no/cal.json: no such file"),
 ])
 def test_decode_cli_bad_options_are_one_line(tiny_setup, capsys, options, message):
     graph, em, _ = tiny_setup

@@ -91,6 +91,8 @@ def decode_main(argv: list[str] | None = None) -> int:
                                   "confidence")
     ap.add_argument("--quiet", action="store_true", help="print only the summary")
     args = ap.parse_args(argv)
+    if args.confidence_calibration is not None and args.lattice_beam is None:
+        ap.error("argument --confidence-calibration: confidences come from the lattice; give --lattice-beam too")
     try:
         config = DecoderConfig(beam=args.beam, max_active=args.max_active, min_active=args.min_active,
                                acoustic_scale=args.acoustic_scale, blank_penalty=args.blank_penalty,
@@ -106,8 +108,6 @@ def decode_main(argv: list[str] | None = None) -> int:
         ap.error(message.replace("DecoderConfig.", "--"))
     if args.nbest is not None and args.nbest < 1:
         ap.error(f"argument --nbest: must be >= 1, got {args.nbest}")
-    if args.confidence_calibration is not None and args.lattice_beam is None:
-        ap.error("argument --confidence-calibration: confidences come from the lattice; give --lattice-beam too")
     if args.nbest is not None and args.lattice_beam is None:
         ap.error("argument --nbest: N-best lists come from the lattice; give --lattice-beam too")
     for option, path in (("--output", args.output), ("--ctm", args.ctm)):

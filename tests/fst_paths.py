@@ -7,20 +7,12 @@ from __future__ import annotations
 
 import pywrapfst as fst
 
+from wfst.align import linear_acceptor
 from wfst.symbols import ilabel_of_column
 
 
 def linear_fsa(labels) -> fst.VectorFst:
-    f = fst.VectorFst()
-    one = fst.Weight.one(f.weight_type())
-    s = f.add_state()
-    f.set_start(s)
-    for lab in labels:
-        n = f.add_state()
-        f.add_arc(s, fst.Arc(lab, lab, one, n))
-        s = n
-    f.set_final(s)
-    return f
+    return linear_acceptor(labels)
 
 
 def ctc_alignment(token_columns, blank: int, topology: str, frames_per_token: int = 2) -> list[int]:

@@ -181,18 +181,25 @@ def linear_acceptor(labels, semiring: str = "tropical"):
     return f
 
 
+def path_arcs(path):
+    """The arcs of a single-path FST (a shortest path's), in order."""
+    s = path.start()
+    while True:
+        arcs = list(path.arcs(s))
+        if not arcs:
+            return
+        yield arcs[0]
+        s = arcs[0].nextstate
+
+
 def _label_frames(path, n: int, default: int) -> list[int]:
     """The frame of each output label 1..n on a single-path FST (shortestpath's), `default`
     for a label it does not output."""
     starts = [default] * n
-    frame, s = 0, path.start()
-    while True:
-        arcs = list(path.arcs(s))
-        if not arcs:
-            return starts
-        a = arcs[0]
+    frame = 0
+    for a in path_arcs(path):
         if a.olabel:
             starts[a.olabel - 1] = frame
         if a.ilabel:
             frame += 1
-        s = a.nextstate
+    return starts

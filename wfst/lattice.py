@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .align import linear_acceptor
+from .align import linear_acceptor, path_arcs
 from .results import DecodeResult, PathPart, part_result, path_part
 
 
@@ -357,16 +357,7 @@ def _distances(weights, n: int) -> np.ndarray:
 
 def _chain(f) -> list[int]:
     """The input labels along a single-path FST (epsilons left out)."""
-    labels = []
-    s = f.start()
-    while True:
-        arcs = list(f.arcs(s))
-        if not arcs:
-            return labels
-        a = arcs[0]
-        if a.ilabel:
-            labels.append(a.ilabel)
-        s = a.nextstate
+    return [a.ilabel for a in path_arcs(f) if a.ilabel]
 
 
 def _paths(f) -> list[tuple[tuple[int, ...], float]]:

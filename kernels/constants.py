@@ -44,8 +44,11 @@ def hash_slots(capacity: int) -> int:
 
 def default_token_capacity(max_active: int) -> int:
     """Token slots per utterance and frame when not given: a frame's tokens before pruning
-    are a few times max_active (the survivors' arcs and their epsilon closure)."""
-    return max(1024, 4 * max_active)
+    are a few times max_active (the survivors' arcs and their epsilon closure).  Up to
+    65,536: where max_active does not bind (10^6), the beam does, far below that; the hash
+    table of a few million slots would cost cache misses on every token (a wide char decode
+    of the demo 1.6x slower), and a frame that needs more grows the capacity as any other."""
+    return max(1024, 4 * min(max_active, 16384))
 
 
 def backpointers_per_frame(capacity: int, max_active: int, min_active: int) -> int:

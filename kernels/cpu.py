@@ -554,9 +554,10 @@ def new_trace(frames: int, capacity: int) -> Trace:
 @njit(nogil=True, cache=True)
 def begin(graph, boosts, context, memo, ws, lat):
     """The start token and its epsilon closure, in ws.tl.  Returns (n, overflow).
-    lat: the search's lattice.Links, or None."""
-    ws.ht.key[:] = EMPTY_KEY  # a search that overflowed left keys behind
-    ws.sg.key[:] = EMPTY_KEY
+    lat: the search's lattice.Links, or None.  ws's hash tables must be empty: a search
+    empties them as it goes, but one that overflowed leaves keys behind, and the caller
+    empties them (clearing whole tables here would cost more than a short utterance does
+    at a wide max_active)."""
     if lat is not None:
         lat.count[:] = 0
     start_ctx = np.int32(0)
@@ -717,7 +718,8 @@ def search(graph, boosts, context, memo, log_probs, num_frames, settings, ws, la
     """Viterbi beam search of one utterance: log_probs (T, V), its first num_frames frames.
 
     graph: groups.InterleavedGraph; settings: groups.Settings; ws: a Workspace, whose
-    capacity bounds the tokens of a frame.  boosts: each output label's word cost
+    capacity bounds the tokens of a frame (its hash tables empty, as every search leaves
+    them but one that overflowed).  boosts: each output label's word cost
     (-reward; 0 for words not boosted and at label 0), or None.  context: groups.Context
     of this utterance (row 0), or None; memo: its memo of context steps (new_memo).
     lat: lattice.Links to keep the utterance's lattice in (its block must hold

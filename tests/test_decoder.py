@@ -385,7 +385,7 @@ def test_torch_input_if_available(tiny_decoder):
 
 
 def test_memory_estimate_refuses_impossible_searches(tiny_decoder, tiny):
-    huge = Decoder(tiny_decoder.graph, max_active=2_000_000_000)
+    huge = Decoder(tiny_decoder.graph, max_active=2_000_000_000, token_capacity=2_000_000_000)
     x = random_log_probs(0, batch=1, frames=3, columns=5)
     with pytest.raises(DecoderMemoryError, match=r"GiB of host memory.*max_active=2000000000"):
         huge.decode(x)

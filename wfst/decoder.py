@@ -305,7 +305,7 @@ class Decoder:
             if n == 0:
                 raise DecoderMemoryError(
                     f"utterance {order[0]} ({frames} frames) alone needs about {need(1, frames) / 2**30:.2f} GiB of "
-                    f"{self._backend.memory} memory ({self._capacity.tokens} token slots per frame from max_active="
+                    f"{self._backend.memory} memory ({self._capacity.tokens} token slots per frame, max_active="
                     f"{c.max_active}) but {available / 2**30:.2f} GiB is available; lower max_active or "
                     f"token_capacity, or decode shorter utterances")
             groups.append(order[:n])

@@ -28,8 +28,9 @@ class DecoderConfig:
     cuda_graphs: bool = True  # device="cuda": replay each frame step as a CUDA graph (False: launch each kernel)
     lattice_beam: float | None = None  # keep a word lattice of the paths within it of the best (None: best path only)
     # with a lattice: frames between prunings of its links (Kaldi's prune-interval, 25 there;
-    # here 50 frames of raw links are ~8k links, 250 KB, and pruning half as often saves 10%)
-    prune_interval: int = 50
+    # here 100 frames of raw links are ~20k links on the char demo, 100k on BPE (0.5 / 2.4 MB),
+    # and each pruning walks back ~1.8 intervals: 25 -> 50 -> 100 saved 10% and then 4%)
+    prune_interval: int = 100
     # with a lattice: word confidences mapped by a calibration fitted on a dev set
     # (wfst.confidence.Calibration, or the path of its JSON file; None: lattice posteriors as they are)
     confidence_calibration: object = None

@@ -4,10 +4,12 @@
     dec = wfst.Decoder(g, beam=16.0, max_active=7000, device="cpu")   # or "cuda"
     results = dec.decode(log_probs, lengths)           # (B, T, V) float32 log-posteriors
     s = dec.stream(); dec.advance([s], [chunk]); dec.finish([s])   # live streams (wfst.stream)
+    beam = wfst.CtcBeamDecoder(tokens="tokens.txt", lm="token_lm.arpa")  # lexicon-free, no graph
 
 Graph compilation lives in :mod:`wfst.graphs`.  Importing this package compiles nothing:
 Numba comes in with the first decode.
 """
+from .beam_search import CtcBeamDecoder
 from .config import DecoderConfig
 from .decoder import Decoder
 from .errors import (
@@ -31,7 +33,7 @@ from .symbols import TokenTable, WordTable
 
 __version__ = "0.1.0"
 
-__all__ = ["BoostError", "DecodeInputError", "DecodeResult", "DecodeStats", "Decoder", "DecoderConfig",
-           "DecoderMemoryError", "EndpointConfig", "EndpointRule", "Graph", "GraphBuildError", "GraphFormatError",
-           "InputFileError", "LmStoreError", "MissingFileError", "OptionError", "OutputFileError", "Partial", "Stream",
-           "TokenTable", "VocabularyError", "WfstError", "WordTable", "load_graph", "__version__"]
+__all__ = ["BoostError", "CtcBeamDecoder", "DecodeInputError", "DecodeResult", "DecodeStats", "Decoder",
+           "DecoderConfig", "DecoderMemoryError", "EndpointConfig", "EndpointRule", "Graph", "GraphBuildError",
+           "GraphFormatError", "InputFileError", "LmStoreError", "MissingFileError", "OptionError", "OutputFileError",
+           "Partial", "Stream", "TokenTable", "VocabularyError", "WfstError", "WordTable", "load_graph", "__version__"]

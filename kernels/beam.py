@@ -1,0 +1,279 @@
+"""Lexicon-free CTC beam search on the CPU (FlexCTC / NeMo's beam_batch, Flashlight's
+lexicon-free decoder): one utterance per call, Numba ``njit(nogil=True)``.
+
+A hypothesis is (collapsed token prefix, the label of its last frame): the prefix is
+known by a 64-bit rolling hash and, for the output, by backpointers; the last label
+(blank or the prefix's last token) decides whether a token is a repeat.  Each frame
+scores beam x V candidates: a blank or a repeat keeps the prefix; any other token extends
+it and pays lm_weight x the token LM's cost, minus the insertion bonus, plus the phrase
+boost.  Candidates equal in (prefix, last label) are recombined by their minimum cost
+(Viterbi: the LM and phrase states are functions of the prefix, so recombination is exact
+up to a hash collision).  Those more than `threshold` above the frame's best are dropped
+and the best `beam_size` kept, ties broken by the order candidates were made in.  At the
+end each hypothesis pays lm_weight x the LM's end-of-sentence cost and the refund of its
+open phrase match.
+
+Costs are negated natural logs (lower is better), as everywhere in wfst.  The token LM
+and the phrase automaton are groups.Automata walked with common.automaton_step; the LM's
+costs for every token of a state (an NGPU-LM style dense row) are kept in a small cache
+of rows keyed by LM state, so that a state's backoff chain is resolved once per frame
+at most, not once per candidate.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from .common import INF, automaton_step, hash_slot, pack
+from .constants import EMPTY_KEY
+
+
+class BeamSettings(NamedTuple):
+    beam_size: np.int64
+    threshold: np.float32  # drop candidates more than this above the frame's best
+    blank: np.int64  # the blank's column
+    lm_weight: np.float32
+    insertion: np.float32  # bonus (cost subtracted) per token emitted
+
+
+class TokenLmArrays(NamedTuple):
+    """The token LM as the search reads it."""
+
+    automata: object  # groups.Automata, one row; final = cost of </s>
+    label: np.ndarray  # int32 (V,): LM word id of each column (-1: the blank)
+    start: np.int32  # the state of <s>
+
+
+class BeamWork(NamedTuple):
+    """Scratch of one search, reused from utterance to utterance (new_beam_work)."""
+
+    cand_key: np.ndarray  # int64 (H,) candidate table: (prefix hash, last label) -> slot
+    cand_hash: np.ndarray  # uint64 (H,)
+    cand_cost: np.ndarray  # float32 (H,)
+    cand_from: np.ndarray  # int32 (H,): parent hypothesis
+    cand_label: np.ndarray  # int32 (H,): the label read
+    cand_order: np.ndarray  # uint64 (H,): pack(cost, order made) of the live slots
+    cand_slots: np.ndarray  # int32 (H,): slots in use
+    row_state: np.ndarray  # int32 (R,): LM state of each cached row (-1: none)
+    row_cost: np.ndarray  # float32 (R, V)
+    row_next: np.ndarray  # int32 (R, V)
+
+
+def new_beam_work(beam_size: int, num_columns: int, rows: int = 256) -> BeamWork:
+    H = 1 << max(2 * beam_size * num_columns - 1, 1).bit_length()
+    return BeamWork(np.full(H, EMPTY_KEY, np.int64), np.zeros(H, np.uint64), np.zeros(H, np.float32),
+                    np.zeros(H, np.int32), np.zeros(H, np.int32), np.zeros(H, np.uint64), np.zeros(H, np.int32),
+                    np.full(rows, -1, np.int32), np.zeros((rows, num_columns), np.float32),
+                    np.zeros((rows, num_columns), np.int32))
+
+
+_PRIME = np.uint64(1099511628211)
+
+
+@njit(inline="always")
+def _extend(h, label):
+    """The rolling hash of a prefix extended by `label` (FNV-style, odd multiplier)."""
+    return (h ^ np.uint64(label + 1)) * _PRIME + np.uint64(0x9E3779B97F4A7C15)
+
+
+@njit(inline="always")
+def _key(h, label):
+    """One int64 key of (prefix hash, last label); never EMPTY_KEY."""
+    k = np.int64((h ^ (np.uint64(label) << np.uint64(48))) & np.uint64(0x7FFFFFFFFFFFFFFF))
+    return k if k != EMPTY_KEY else np.int64(0)
+
+
+@njit(nogil=True, cache=True)
+def lm_row(lm, state, work):
+    """The cached row of the LM's costs and next states for every column from `state`."""
+    R = work.row_state.shape[0]
+    r = np.int64(hash_slot(np.int64(state), R - 1))
+    if work.row_state[r] != state:
+        for c in range(lm.label.shape[0]):
+            if lm.label[c] < 0:
+                work.row_cost[r, c] = 0.0
+                work.row_next[r, c] = state
+            else:
+                cost, nxt = automaton_step(lm.automata, 0, state, lm.label[c])
+                work.row_cost[r, c] = cost
+                work.row_next[r, c] = nxt
+        work.row_state[r] = state
+    return r
+
+
+@njit(nogil=True, cache=True)
+def _insert(work, n, key, h, cost, parent, label, order):
+    """Put a candidate in the table, keeping the cheaper of equal keys; returns n (slots used)."""
+    mask = work.cand_key.shape[0] - 1
+    slot = hash_slot(key, mask)
+    while True:
+        k = work.cand_key[slot]
+        if k == EMPTY_KEY:
+            work.cand_key[slot] = key
+            work.cand_hash[slot] = h
+            work.cand_cost[slot] = cost
+            work.cand_from[slot] = parent
+            work.cand_label[slot] = label
+            work.cand_order[slot] = pack(cost, order)
+            work.cand_slots[n] = slot
+            return n + 1
+        if k == key:
+            if cost < work.cand_cost[slot]:
+                work.cand_cost[slot] = cost
+                work.cand_from[slot] = parent
+                work.cand_label[slot] = label
+                work.cand_order[slot] = pack(cost, order)
+            return n
+        slot = (slot + 1) & mask
+
+
+class Beam(NamedTuple):
+    """The hypotheses of a frame (K = beam_size rows; the first `count` live)."""
+
+    cost: np.ndarray  # float32 (K,)
+    last: np.ndarray  # int32 (K,): the column of the last frame's label (blank at the start)
+    hash: np.ndarray  # uint64 (K,)
+    lm: np.ndarray  # int32 (K,): LM state
+    pb: np.ndarray  # int32 (K,): phrase automaton state
+    acoustic: np.ndarray  # float32 (K,) cost parts: acoustic
+    lm_cost: np.ndarray  # float32 (K,): LM costs (unweighted)
+    tokens: np.ndarray  # int32 (K,): tokens emitted
+    boost: np.ndarray  # float32 (K,): phrase boost costs
+
+
+@njit(cache=True)
+def new_beam(K):
+    return Beam(np.zeros(K, np.float32), np.zeros(K, np.int32), np.zeros(K, np.uint64), np.zeros(K, np.int32),
+                np.zeros(K, np.int32), np.zeros(K, np.float32), np.zeros(K, np.float32), np.zeros(K, np.int32),
+                np.zeros(K, np.float32))
+
+
+@njit(nogil=True, cache=True)
+def search(log_probs, num_frames, settings, lm, pb, pb_row, work, parents, labels):
+    """CTC beam search of one utterance: log_probs (T, V), its first num_frames frames.
+
+    lm: TokenLmArrays or None; pb: groups.Automata of phrase boosting (row pb_row) or None;
+    work: BeamWork; parents, labels: int32 (num_frames, K) backpointers, filled here
+    (labels[t, j]: the token hypothesis j emitted at frame t, -1: none).
+
+    Returns the last frame's Beam (its costs with the end-of-sentence LM cost and the
+    phrase refund added) and the order of its live hypotheses, best first (hypothesis j
+    of the beam is traced from column j of the backpointers)."""
+    K = settings.beam_size
+    V = log_probs.shape[1]
+    blank = settings.blank
+    cur, nxt = new_beam(K), new_beam(K)
+    count = 1
+    cur.last[0] = blank
+    cur.hash[0] = np.uint64(0)
+    if lm is not None:
+        cur.lm[0] = lm.start
+    for t in range(num_frames):
+        n = 0
+        best = INF
+        order = 0
+        for k in range(count):
+            base = cur.cost[k]
+            r = 0
+            if lm is not None:
+                r = lm_row(lm, cur.lm[k], work)
+            for v in range(V):
+                ac = np.float32(-log_probs[t, v])
+                c = np.float32(base + ac)
+                if v == blank or v == cur.last[k]:
+                    h = cur.hash[k]
+                    label = -1
+                else:
+                    if lm is not None:
+                        c = np.float32(c + settings.lm_weight * work.row_cost[r, v])
+                    c = np.float32(c - settings.insertion)
+                    if pb is not None:
+                        c = np.float32(c + automaton_step(pb, pb_row, cur.pb[k], v)[0])
+                    h = _extend(cur.hash[k], v)
+                    label = v
+                order += 1
+                if not c < best + settings.threshold:  # NaN-safe: never a candidate
+                    continue
+                best = min(best, c)
+                n = _insert(work, n, _key(h, v), h, c, k, v if label < 0 else label + V, order)
+        # the best beam_size of those within the threshold, in (cost, order made) order
+        live = 0
+        for i in range(n):
+            slot = work.cand_slots[i]
+            if work.cand_cost[slot] <= best + settings.threshold:
+                work.cand_slots[live] = slot
+                live += 1
+            else:
+                work.cand_key[slot] = EMPTY_KEY
+        keys = np.empty(live, np.uint64)
+        for i in range(live):
+            keys[i] = work.cand_order[work.cand_slots[i]]
+        ranked = np.argsort(keys)
+        count = min(live, K)
+        for j in range(count):
+            slot = work.cand_slots[ranked[j]]
+            k = work.cand_from[slot]
+            coded = work.cand_label[slot]
+            v = coded - V if coded >= V else coded
+            extended = coded >= V
+            nxt.cost[j] = work.cand_cost[slot]
+            nxt.last[j] = v
+            nxt.hash[j] = work.cand_hash[slot]
+            nxt.acoustic[j] = np.float32(cur.acoustic[k] - log_probs[t, v])
+            nxt.lm[j] = cur.lm[k]
+            nxt.pb[j] = cur.pb[k]
+            nxt.lm_cost[j] = cur.lm_cost[k]
+            nxt.boost[j] = cur.boost[k]
+            nxt.tokens[j] = cur.tokens[k]
+            parents[t, j] = k
+            labels[t, j] = -1
+            if extended:
+                labels[t, j] = v
+                nxt.tokens[j] += 1
+                if lm is not None:
+                    r = lm_row(lm, cur.lm[k], work)
+                    nxt.lm_cost[j] = np.float32(cur.lm_cost[k] + work.row_cost[r, v])
+                    nxt.lm[j] = work.row_next[r, v]
+                if pb is not None:
+                    cost, s = automaton_step(pb, pb_row, cur.pb[k], v)
+                    nxt.boost[j] = np.float32(cur.boost[k] + cost)
+                    nxt.pb[j] = s
+        for i in range(live):
+            work.cand_key[work.cand_slots[i]] = EMPTY_KEY
+        cur, nxt = nxt, cur
+    # the end: </s> and the refund of open phrase matches, then best first
+    for k in range(count):
+        if lm is not None:
+            f = lm.automata.final[0, cur.lm[k]]
+            cur.lm_cost[k] = np.float32(cur.lm_cost[k] + f)
+            cur.cost[k] = np.float32(cur.cost[k] + settings.lm_weight * f)
+        if pb is not None:
+            f = pb.final[pb_row, cur.pb[k]]
+            cur.boost[k] = np.float32(cur.boost[k] + f)
+            cur.cost[k] = np.float32(cur.cost[k] + f)
+    keys = np.empty(count, np.uint64)
+    for k in range(count):
+        keys[k] = pack(cur.cost[k], k)
+    return cur, np.argsort(keys).astype(np.int32)
+
+
+@njit(nogil=True, cache=True)
+def trace(parents, labels, num_frames, j):
+    """(tokens, the frame each was emitted at) of hypothesis j of the last frame."""
+    n = 0
+    k = j
+    for t in range(num_frames - 1, -1, -1):
+        n += labels[t, k] >= 0
+        k = parents[t, k]
+    tokens = np.empty(n, np.int32)
+    frames = np.empty(n, np.int32)
+    k = j
+    for t in range(num_frames - 1, -1, -1):
+        if labels[t, k] >= 0:
+            n -= 1
+            tokens[n] = labels[t, k]
+            frames[n] = t
+        k = parents[t, k]
+    return tokens, frames

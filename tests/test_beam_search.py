@@ -1,0 +1,196 @@
+"""The lexicon-free CTC beam search (wfst.beam_search): its token LM against kenlm, its
+search against an exhaustive search over every alignment, and its errors."""
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import numpy as np
+import pytest
+
+from wfst import BoostError, DecodeInputError, OptionError, TokenTable, VocabularyError
+from wfst.beam_search import CtcBeamDecoder, TokenLm
+
+kenlm = pytest.importorskip("kenlm", reason="kenlm is a test dependency: pip install -e '.[test]'")
+
+
+def random_arpa(path, symbols, order, seed, density=0.5):
+    """A random ARPA LM over `symbols` (log10 probabilities and backoffs drawn at random, not
+    normalised: kenlm scores by the file as it is).  Its n-grams are closed under prefixes and
+    suffixes and only contexts have backoffs, as an estimator's are; <s> only starts and </s>
+    only ends an n-gram."""
+    rng = random.Random(seed)
+    vocab = ["<unk>", "<s>", "</s>", *symbols]
+    grams = {1: {(w,) for w in vocab}}
+    for n in range(2, order + 1):
+        grams[n] = set()
+        for lower in sorted(grams[n - 1]):
+            for w in vocab:
+                g = (*lower, w)
+                if (w == "<s>" or "</s>" in g[:-1] or "<s>" in g[1:] or g[1:] not in grams[n - 1]
+                        or rng.random() > density):
+                    continue
+                grams[n].add(g)
+    lines = ["", "\\data\\"] + [f"ngram {n}={len(grams[n])}" for n in grams] + [""]
+    for n in grams:
+        lines.append(f"\\{n}-grams:")
+        for g in sorted(grams[n]):
+            logp = -99.0 if g == ("<s>",) else -rng.uniform(0.1, 2.5)
+            has_bo = n < order and any(h[:-1] == g for h in grams[n + 1])  # a context, as lmplz writes them
+            bo = f"\t{-rng.uniform(0.0, 1.0):.4f}" if has_bo else ""
+            lines.append(f"{logp:.4f}\t{' '.join(g)}{bo}")
+        lines.append("")
+    lines.append("\\end\\")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def token_table(symbols):
+    return TokenTable(("<blk>", *symbols), 0, 0)
+
+
+CHARS = ("|", "a", "b", "c")
+
+
+@pytest.mark.parametrize("order,seed", [(2, 0), (3, 1), (4, 2)])
+def test_token_lm_costs_equal_kenlm(tmp_path, order, seed):
+    """Random token sentences (random strings of the model's tokens, so backoffs everywhere),
+    and tokens the LM lacks scored as <unk> as kenlm does."""
+    table = token_table(CHARS + ("d",))  # "d" is not in the LM: <unk>
+    arpa = random_arpa(tmp_path / "tok.arpa", CHARS, order, seed)
+    lm, model = TokenLm(arpa, table), kenlm.Model(str(arpa))
+    rng = random.Random(seed)
+    assert lm.missing == ["d"]
+    for _ in range(300):
+        columns = [rng.randrange(1, table.num_columns) for _ in range(rng.randint(0, 9))]
+        ref = -model.score(" ".join(table.symbols[c] for c in columns), bos=True, eos=True) * math.log(10)
+        assert lm.cost(columns) == pytest.approx(ref, abs=1e-4), columns
+
+
+def exhaustive(x, blank, cost_of_prefix):
+    """The best (cost, token prefix) over every alignment of x (T, V): the acoustic cost of the
+    cheapest alignment of each collapsed prefix plus that prefix's cost_of_prefix."""
+    T, V = x.shape
+    best_ac: dict[tuple, float] = {}
+    for path in itertools.product(range(V), repeat=T):
+        ac = -float(sum(x[t, v] for t, v in enumerate(path)))
+        prefix, last = [], blank
+        for v in path:
+            if v != blank and v != last:
+                prefix.append(v)
+            last = v
+        key = tuple(prefix)
+        best_ac[key] = min(best_ac.get(key, math.inf), ac)
+    totals = {p: ac + cost_of_prefix(p) for p, ac in best_ac.items()}
+    prefix = min(totals, key=totals.get)
+    return totals[prefix], prefix, totals
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("with_lm,with_phrases", [(False, False), (True, False), (False, True), (True, True)])
+def test_wide_beam_equals_exhaustive_search(tmp_path, seed, with_lm, with_phrases):
+    """V = 4 (blank + 3 tokens), T <= 7: with a beam that holds every hypothesis the search
+    finds the cheapest prefix over all V^T alignments, LM (with </s>), insertion bonus and
+    phrase boosts included, at the exhaustive search's cost; its N-best list is the
+    exhaustive ranking's head."""
+    rng = np.random.default_rng(seed)
+    symbols = ("a", "b", "c")
+    table = token_table(symbols)
+    T = int(rng.integers(1, 8))
+    x = np.log(rng.dirichlet(np.full(4, 0.7), size=T)).astype(np.float32)[None]
+    lm = random_arpa(tmp_path / "tok.arpa", symbols, 3, seed) if with_lm else None
+    phrases = {"ab": 2.5, "ca": 1.5, "bab": 2.0} if with_phrases else None
+    dec = CtcBeamDecoder(table, lm, beam_size=4 ** 7, beam_threshold=1e6, lm_weight=0.7, token_insertion=0.3,
+                         word_boundary=None, num_threads=1)
+    token_lm = dec.lm
+    automaton = dec.phrase_automaton(phrases)
+
+    def cost_of_prefix(p):
+        c = -0.3 * len(p)
+        if token_lm is not None:
+            c += 0.7 * token_lm.cost(p)
+        if automaton is not None:
+            c += automaton.path_cost(p)
+        return c
+
+    ref_cost, ref_prefix, totals = exhaustive(x[0], 0, cost_of_prefix)
+    result = dec.decode(x, phrases=phrases)[0]
+    assert result.cost == pytest.approx(ref_cost, abs=1e-4)
+    assert "".join(result.words) == "".join(symbols[c - 1] for c in ref_prefix)
+    assert result.acoustic_cost + result.graph_cost + result.boost_cost == pytest.approx(result.cost, abs=1e-4)
+    ranked = sorted(totals.values())[:len(result.nbest)]
+    assert [e.cost for e in result.nbest] == pytest.approx(ranked, abs=1e-4)
+
+
+def test_narrow_beam_keeps_its_size_and_the_best_first():
+    rng = np.random.default_rng(3)
+    table = token_table(CHARS)
+    x = np.log(rng.dirichlet(np.full(5, 0.5), size=(2, 12))).astype(np.float32)
+    results = CtcBeamDecoder(table, beam_size=3, num_threads=1).decode(x, np.array([12, 5]))
+    for r in results:
+        assert 1 <= len(r.nbest) <= 3
+        assert [e.cost for e in r.nbest] == sorted(e.cost for e in r.nbest)
+        assert r.nbest[0].words == r.words and r.nbest[0].cost == r.cost
+
+
+def test_characters_split_into_words_with_their_first_frames():
+    table = token_table(CHARS)
+    x = np.full((1, 6, 5), math.log(1e-4), np.float32)
+    for t, c in enumerate([2, 2, 1, 3, 0, 4]):  # a a | b <blk> c  ->  "a bc"
+        x[0, t, c] = 0.0
+    r = CtcBeamDecoder(table, token_insertion=0.0, num_threads=1).decode(x)[0]
+    assert r.words == ("a", "bc") and r.word_frames == (0, 3) and r.word_ids == ()
+
+
+def test_empty_utterance_is_the_empty_prefix_with_its_end_cost(tmp_path):
+    table = token_table(CHARS)
+    arpa = random_arpa(tmp_path / "tok.arpa", CHARS, 2, 0)
+    dec = CtcBeamDecoder(table, arpa, lm_weight=0.5, num_threads=1)
+    r = dec.decode(np.zeros((1, 3, 5), np.float32), np.array([0]))[0]
+    assert r.words == () and r.cost == pytest.approx(0.5 * dec.lm.cost([]), abs=1e-5)
+
+
+# ---------------------------------------------------------------------- bad input
+
+def test_an_lm_over_other_tokens_is_refused_naming_them(tmp_path):
+    arpa = random_arpa(tmp_path / "words.arpa", ("the", "cat"), 2, 0)
+    with pytest.raises(VocabularyError, match=r"2 of its words are not tokens.*'cat'"):
+        CtcBeamDecoder(token_table(CHARS), arpa)
+
+
+def test_a_blank_inside_the_lm_is_refused(tmp_path):
+    arpa = random_arpa(tmp_path / "tok.arpa", ("a", "<blk>"), 2, 0)
+    with pytest.raises(VocabularyError, match=r"the blank '<blk>' is a word of the LM"):
+        CtcBeamDecoder(token_table(CHARS), arpa)
+
+
+@pytest.mark.parametrize("option,value,message", [
+    ("beam_size", 0, r"beam_size=0: must be an integer >= 1"),
+    ("beam_size", 2.5, r"beam_size=2.5"),
+    ("lm_weight", float("nan"), r"lm_weight=nan: must be a finite number"),
+    ("beam_threshold", 0.0, r"beam_threshold=0.0: must be > 0"),
+    ("device", "tpu", r"device='tpu'"),
+])
+def test_bad_options_name_the_option(option, value, message):
+    with pytest.raises(OptionError, match=message):
+        CtcBeamDecoder(token_table(CHARS), **{option: value})
+
+
+def test_phrases_outside_the_token_set_name_the_phrase_and_symbol():
+    dec = CtcBeamDecoder(token_table(CHARS), num_threads=1)
+    x = np.zeros((1, 2, 5), np.float32)
+    with pytest.raises(BoostError, match=r"phrase 'abz' cannot be spelled.*'z'"):
+        dec.decode(x, phrases=["abz"])
+    with pytest.raises(BoostError, match=r"reward inf"):
+        dec.decode(x, phrases={"ab": math.inf})
+
+
+def test_bad_emissions_are_refused_as_by_the_tlg_decoder():
+    dec = CtcBeamDecoder(token_table(CHARS), num_threads=1)
+    with pytest.raises(DecodeInputError, match=r"V=4 columns"):
+        dec.decode(np.zeros((1, 3, 4), np.float32))
+    x = np.zeros((2, 3, 5), np.float32)
+    x[1, 1, 2] = np.nan
+    with pytest.raises(DecodeInputError, match=r"utterance 1"):
+        dec.decode(x)

@@ -1,0 +1,251 @@
+"""The second decoder: lexicon-free CTC beam search with a token n-gram LM and phrase
+boosting (FlexCTC, NeMo's ``beam_batch``; the algorithm is in wfst.kernels.beam).
+
+It needs no graph: the model's tokens (tokens.txt), optionally a token-level ARPA LM
+(BPE pieces or characters, with <s> and </s>), and per call optional phrases to boost.
+It outputs any word its tokens can spell, including words no lexicon holds.
+
+    dec = CtcBeamDecoder(tokens="tokens.txt", lm="token_lm.arpa", beam_size=8, lm_weight=0.5,
+                         token_insertion=1.0, beam_threshold=20.0)
+    results = dec.decode(log_probs, lengths, phrases=["new york"])
+
+Results are DecodeResults: cost = acoustic_cost + graph_cost + boost_cost, where graph_cost
+is lm_weight x the LM's cost of the tokens (with </s>) minus token_insertion per token, and
+boost_cost the phrase boosts (-rewards); `nbest` holds the final beam's distinct token
+sequences, best first.  Words have no ids here (word_ids is empty): they are the text the
+tokens spell, split at the word boundary (`|` for characters) or at sentencepiece's "▁".
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import os
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from .errors import BoostError, OptionError, VocabularyError
+from .inputs import check_batch, check_finite, host_array, nonfinite_rows
+from .lm import LmStore, open_lm
+from .results import DecodeResult, DecodeStats
+from .symbols import TokenTable
+from .synthetic import detokenize, tokenize
+
+_SPECIALS = ("<s>", "</s>", "<unk>")
+
+
+class TokenLm:
+    """A token-level n-gram LM over a model's tokens: every LM word but <s>, </s> and <unk>
+    must be a token (the blank is never one); tokens the LM lacks are scored as <unk>."""
+
+    def __init__(self, source: str | os.PathLike | LmStore, tokens: TokenTable):
+        from wfst.kernels.beam import TokenLmArrays
+
+        store = open_lm(source)
+        name = source if not isinstance(source, LmStore) else store.source.get("path", "the token LM")
+        ids = store.word_ids()
+        symbols = set(tokens.symbols)
+        blank = tokens.symbols[tokens.blank]
+        if blank in ids:
+            raise VocabularyError(f"token LM {name}: the blank {blank!r} is a word of the LM; a CTC blank is "
+                                  f"never scored (build the LM from token text without blanks)")
+        foreign = [w for w in store.words if w not in symbols and w not in _SPECIALS]
+        if foreign:
+            shown = ", ".join(repr(w) for w in foreign[:10])
+            raise VocabularyError(f"token LM {name}: {len(foreign)} of its words are not tokens of the model "
+                                  f"({len(tokens.symbols)} tokens): {shown}{' ...' if len(foreign) > 10 else ''}; "
+                                  f"was it built over another model's tokens, or over words?")
+        if "<s>" not in ids or "</s>" not in ids:
+            raise VocabularyError(f"token LM {name}: it needs <s> and </s>")
+        unk = ids.get("<unk>")
+        label = np.full(tokens.num_columns, -1, np.int32)
+        self.missing = [s for c, s in enumerate(tokens.symbols) if c != tokens.blank and s not in ids]
+        if self.missing and unk is None:
+            raise VocabularyError(f"token LM {name}: tokens {self.missing[:10]} are not in the LM, which has no "
+                                  f"<unk> to score them")
+        for c, s in enumerate(tokens.symbols):
+            if c != tokens.blank:
+                label[c] = ids.get(s, unk if unk is not None else -1)
+        self.store, self.tokens = store, tokens
+        self.arrays = TokenLmArrays(store.automaton(), label, np.int32(store.start))
+
+    def cost(self, columns: Sequence[int]) -> float:
+        """The LM's natural-log cost of a token sequence from <s> to </s> (kenlm's full-sentence
+        score x ln 10, negated; tokens the LM lacks as <unk>)."""
+        return self.store.score([self.tokens.symbols[c] for c in columns])
+
+
+class CtcBeamDecoder:
+    """Lexicon-free CTC beam search (see the module doc).
+
+    tokens: the model's tokens.txt (or a TokenTable); lm: a token-level ARPA or LM store
+    file (None: no LM); beam_size: hypotheses kept per frame; lm_weight: the LM's weight;
+    token_insertion: a bonus per token emitted (subtracted from the cost); beam_threshold:
+    candidates more than this above the frame's best are dropped; phrase_reward: the
+    reward of a phrase given without one; spm: the sentencepiece model that cuts phrases
+    into the model's pieces (BPE tokens); word_boundary: the token between words of
+    per-character tokens (default: `|` when the table has it)."""
+
+    def __init__(self, tokens: str | os.PathLike | TokenTable, lm: str | os.PathLike | LmStore | None = None, *,
+                 beam_size: int = 8, lm_weight: float = 0.5, token_insertion: float = 1.0,
+                 beam_threshold: float = 20.0, phrase_reward: float = 3.0, spm: str | os.PathLike | None = None,
+                 word_boundary: str | None = None, blank: str | None = None, device: str = "cpu",
+                 num_threads: int | None = None):
+        from wfst.kernels.beam import BeamSettings
+
+        self.tokens = tokens if isinstance(tokens, TokenTable) else TokenTable.read(tokens, blank=blank)
+        if self.tokens.blank is None:
+            raise OptionError(f"the token table {tokens} has no blank (name it with blank=...)")
+        if not isinstance(beam_size, (int, np.integer)) or isinstance(beam_size, bool) or beam_size < 1:
+            raise OptionError(f"beam_size={beam_size!r}: must be an integer >= 1")
+        for name, value in (("lm_weight", lm_weight), ("token_insertion", token_insertion),
+                            ("beam_threshold", beam_threshold), ("phrase_reward", phrase_reward)):
+            if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value):
+                raise OptionError(f"{name}={value!r}: must be a finite number")
+        if beam_threshold <= 0:
+            raise OptionError(f"beam_threshold={beam_threshold!r}: must be > 0")
+        if lm_weight < 0:
+            raise OptionError(f"lm_weight={lm_weight!r}: must be >= 0")
+        if device != "cpu":
+            raise OptionError(f"device={device!r}: CtcBeamDecoder runs on the CPU for now (the CUDA search is not "
+                              f"built yet)")
+        if word_boundary is None and spm is None and "|" in self.tokens.symbols:
+            word_boundary = "|"
+        if word_boundary is not None and word_boundary not in self.tokens.symbols:
+            raise OptionError(f"word_boundary={word_boundary!r} is not a token of the model")
+        self.lm = None if lm is None else TokenLm(lm, self.tokens)
+        self.spm, self.word_boundary, self.phrase_reward = spm, word_boundary, float(phrase_reward)
+        self.settings = BeamSettings(np.int64(beam_size), np.float32(beam_threshold), np.int64(self.tokens.blank),
+                                     np.float32(lm_weight), np.float32(token_insertion))
+        self.num_threads = max(1, num_threads or os.cpu_count() or 1)
+        self.stats = DecodeStats()
+
+    # ------------------------------------------------------------------ phrases
+
+    def phrase_automaton(self, phrases):
+        """The Aho-Corasick automaton of phrases (a list, each rewarded phrase_reward, or a
+        mapping phrase -> reward) over the model's tokens; None without phrases."""
+        from .boost import phrase_automaton
+
+        if phrases is None or len(phrases) == 0:
+            return None
+        if isinstance(phrases, str):
+            raise BoostError("phrases must be a list of phrases or a mapping phrase -> reward, not one string")
+        items = phrases.items() if isinstance(phrases, Mapping) else ((p, self.phrase_reward) for p in phrases)
+        spelled: dict[tuple[int, ...], float] = {}
+        for phrase, reward in items:
+            if not isinstance(phrase, str) or not phrase.split():
+                raise BoostError(f"phrase {phrase!r}: must be a non-empty string")
+            if not isinstance(reward, numbers.Real) or isinstance(reward, bool) or not math.isfinite(reward):
+                raise BoostError(f"phrase {phrase!r}: reward {reward!r} must be a finite number")
+            try:
+                key = tuple(tokenize(phrase, self.tokens, spm=self.spm, word_boundary=self.word_boundary))
+            except OptionError as e:
+                raise BoostError(f"phrase {phrase!r} cannot be spelled with the model's tokens: {e}") from None
+            spelled[key] = spelled.get(key, 0.0) + float(reward)
+        return phrase_automaton(spelled)
+
+    # ------------------------------------------------------------------ decoding
+
+    def decode(self, log_probs, lengths=None, *, phrases=None) -> list[DecodeResult]:
+        """Decode a batch: log_probs (B, T, V) float32 log-posteriors (NumPy, torch or CuPy),
+        lengths (B,) (default: all T); phrases: one list or mapping for the whole batch, or
+        one per utterance (None: none)."""
+        from wfst.contexts import automata
+        from wfst.kernels import beam
+
+        start = time.perf_counter()
+        x = host_array(log_probs)
+        lengths = check_batch(x, lengths, self.tokens.num_columns)
+        check_finite(nonfinite_rows(np, x, lengths))
+        B = len(lengths)
+        per_utt = self._phrases_per_utterance(phrases, B)
+        built: dict[int, object] = {}
+        for p in per_utt:
+            if p is not None and id(p) not in built:
+                built[id(p)] = self.phrase_automaton(p)
+        parts = [a for a in built.values() if a is not None]
+        rows = {id(a): r for r, a in enumerate(parts)}
+        pb = automata([a.automaton() for a in parts]) if parts else None
+        lm = None if self.lm is None else self.lm.arrays
+        V = self.tokens.num_columns
+        K = int(self.settings.beam_size)
+
+        def one(b):
+            T = int(lengths[b])
+            a = built.get(id(per_utt[b])) if per_utt[b] is not None else None
+            work = beam.new_beam_work(K, V)
+            parents = np.zeros((max(T, 1), K), np.int32)
+            labels = np.full((max(T, 1), K), -1, np.int32)
+            final, order = beam.search(x[b], T, self.settings, lm, pb if a is not None else None,
+                                       rows.get(id(a), 0), work, parents, labels)
+            return self._result(final, order, parents, labels, T)
+
+        threads = min(self.num_threads, B)
+        if threads <= 1:
+            results = [one(b) for b in range(B)]
+        else:
+            with ThreadPoolExecutor(threads) as pool:
+                results = list(pool.map(one, range(B)))
+        frames = int(lengths.sum())
+        self.stats = DecodeStats(B, frames, time.perf_counter() - start)
+        return results
+
+    @staticmethod
+    def _phrases_per_utterance(phrases, B: int) -> list:
+        if phrases is None or isinstance(phrases, Mapping):
+            return [phrases] * B
+        if isinstance(phrases, Sequence) and not isinstance(phrases, str) and phrases and all(
+                p is None or isinstance(p, (Mapping, list, tuple)) for p in phrases):
+            if len(phrases) != B:
+                raise BoostError(f"phrases has {len(phrases)} entries but the batch has {B} utterances")
+            return list(phrases)
+        return [phrases] * B
+
+    def _result(self, final, order, parents, labels, T: int) -> DecodeResult:
+        from wfst.kernels import beam
+
+        entries, seen = [], set()
+        for j in order:
+            h = int(final.hash[j])
+            if h in seen:  # the same prefix with another last label, and a worse cost
+                continue
+            seen.add(h)
+            tokens, frames = beam.trace(parents, labels, T, j) if T else (np.empty(0, np.int32),) * 2
+            entries.append(self._entry(final, j, tokens, frames, T))
+        if not entries:  # no frames: the empty prefix
+            entries.append(self._entry(final, 0, np.empty(0, np.int32), np.empty(0, np.int32), T))
+        best = entries[0]
+        return DecodeResult(best.words, (), best.word_frames, best.cost, best.acoustic_cost, best.graph_cost, True,
+                            T, best.boost_cost, nbest=tuple(entries))
+
+    def _entry(self, final, j, tokens, frames, T) -> DecodeResult:
+        s = self.settings
+        words = tuple(detokenize(tokens, self.tokens, word_boundary=self.word_boundary).split())
+        graph = float(s.lm_weight) * float(final.lm_cost[j]) - float(s.insertion) * len(tokens)
+        return DecodeResult(words, (), self._word_frames(tokens, frames), float(final.cost[j]),
+                            float(final.acoustic[j]), graph, True, T, float(final.boost[j]))
+
+    def _word_frames(self, tokens, frames) -> tuple[int, ...]:
+        """The frame of each word's first token (a sentencepiece word from its "▁" piece)."""
+        out, in_word, start = [], False, None
+        for c, f in zip(tokens.tolist(), frames.tolist()):
+            sym = self.tokens.symbols[c]
+            if self.word_boundary is not None:
+                if sym == self.word_boundary:
+                    in_word = False
+                    continue
+                body = sym
+            else:
+                if sym.startswith("\u2581"):
+                    in_word = False
+                    start = f if start is None else start
+                body = sym.lstrip("\u2581")
+            if body and not in_word:
+                out.append(start if start is not None else f)
+                in_word = True
+            if body:
+                start = None
+        return tuple(out)

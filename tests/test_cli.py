@@ -100,3 +100,30 @@ def test_decode_cli_bad_options_are_one_line(tiny_setup, capsys, options, messag
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and err.startswith("wfst-decode: error: ")
     assert message in err and "Traceback" not in err
+
+
+def test_decode_cli_beam_search_without_a_graph(tiny_setup, tmp_path, capsys):
+    """--beam-search: the lexicon-free decoder on the same emissions, phrases from a file
+    (with and without a reward), N-best lists; and the options it refuses, in one line."""
+    _, em, texts = tiny_setup
+    tokens = tmp_path / "tokens.txt"  # the tiny fixture's, in the same folder
+    phrases = tmp_path / "phrases.txt"
+    phrases.write_text("ab ba\t2.0\n\ncab\n")
+    base = ["--beam-search", "--tokens", str(tokens), "--emissions", str(em), "--token-insertion", "0"]
+    out = tmp_path / "hyp.txt"
+    assert decode_main(base + ["--phrases", str(phrases), "--nbest", "2", "--output", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "beam search: beam_size=8" in text and "WER 0.00% (0/7" in text and "\t1. " in text
+    assert out.read_text().splitlines() == texts
+    for extra, message in ((["--graph", "g"], "decodes without a graph"), (["--stream"], "--stream: not available")):
+        with pytest.raises(SystemExit) as e:  # usage errors: argparse's exit, one line
+            decode_main(base + extra)
+        assert e.value.code == 2 and message in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        decode_main(["--emissions", str(em)])
+    assert "required: --graph (or --beam-search" in capsys.readouterr().err
+    assert decode_main(base + ["--beam-size", "0"]) == 2  # the decoder's own checks
+    assert "beam_size=0" in capsys.readouterr().err
+    phrases.write_text("ab\tlots\n")
+    assert decode_main(base + ["--phrases", str(phrases)]) == 2
+    assert "phrases.txt:1: reward 'lots' is not a number" in capsys.readouterr().err

@@ -4,6 +4,8 @@
     wfst-decode ... --stream --chunk-ms 320     # as live streams: partial results, then finals
     wfst-decode ... --lattice-beam 8 --nbest 5  # word lattices: N-best lists and word confidences
     wfst-decode ... --ctm out.ctm               # word times (and confidences with --lattice-beam) as CTM
+    wfst-decode --beam-search --tokens tokens.txt --lm token_lm.arpa --emissions emissions.npz
+                                                # lexicon-free CTC beam search (no graph)
 
 The emissions file is a NumPy .npz with `log_probs` (B, T, V) float32 and `lengths` (B,)
 (as written by wfst.synthetic.save_npz; a `texts` array, when present, serves as the
@@ -62,7 +64,7 @@ def _progress(total: int, enabled: bool):
 def decode_main(argv: list[str] | None = None) -> int:
     defaults = DecoderConfig()
     ap = CliParser(prog="wfst-decode", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--graph", required=True, help="graph directory (TLG.fst, tokens.txt, words.txt)")
+    ap.add_argument("--graph", help="graph directory (TLG.fst, tokens.txt, words.txt)")
     ap.add_argument("--emissions", required=True, help=".npz with log_probs (B, T, V) and lengths (B,)")
     ap.add_argument("--refs", help="reference transcripts, one line per utterance, for the WER")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
@@ -90,7 +92,24 @@ def decode_main(argv: list[str] | None = None) -> int:
                                   "duration in seconds (--frame-ms per frame), word, and with --lattice-beam its "
                                   "confidence")
     ap.add_argument("--quiet", action="store_true", help="print only the summary")
+    beam = ap.add_argument_group("lexicon-free CTC beam search (wfst.CtcBeamDecoder), instead of --graph")
+    beam.add_argument("--beam-search", action="store_true", help="decode with the token-level beam search")
+    beam.add_argument("--tokens", help="the model's tokens.txt")
+    beam.add_argument("--lm", help="a token-level ARPA LM (or LM store) over those tokens")
+    beam.add_argument("--beam-size", type=int, default=8)
+    beam.add_argument("--lm-weight", type=float, default=0.5)
+    beam.add_argument("--token-insertion", type=float, default=1.0, help="bonus per token emitted")
+    beam.add_argument("--beam-threshold", type=float, default=20.0)
+    beam.add_argument("--phrases", metavar="FILE", help="phrases to boost, one a line, optionally TAB reward")
+    beam.add_argument("--spm", help="sentencepiece model that spells phrases into BPE tokens")
     args = ap.parse_args(argv)
+    if args.beam_search:
+        return _beam_search_main(ap, args)
+    if args.graph is None:
+        ap.error("the following arguments are required: --graph (or --beam-search with --tokens)")
+    for option in ("tokens", "lm", "phrases", "spm"):
+        if getattr(args, option) is not None:
+            ap.error(f"argument --{option}: is for --beam-search")
     if args.confidence_calibration is not None and args.lattice_beam is None:
         ap.error("argument --confidence-calibration: confidences come from the lattice; give --lattice-beam too")
     try:
@@ -130,6 +149,43 @@ def decode_main(argv: list[str] | None = None) -> int:
         return fail("wfst-decode", e)
 
 
+def _beam_search_main(ap, args) -> int:
+    """wfst-decode --beam-search: the options that make sense there, then _decode."""
+    if args.graph is not None:
+        ap.error("argument --graph: --beam-search decodes without a graph (give --tokens and --lm)")
+    if args.tokens is None:
+        ap.error("argument --beam-search: needs --tokens")
+    for option, given in (("--stream", args.stream), ("--lattice-beam", args.lattice_beam is not None),
+                          ("--ctm", args.ctm is not None), ("--device", args.device != "cpu")):
+        if given:
+            ap.error(f"argument {option}: not available with --beam-search yet")
+    if args.nbest is not None and args.nbest < 1:
+        ap.error(f"argument --nbest: must be >= 1, got {args.nbest}")
+    problem = _unwritable(args.output) if args.output else None
+    if problem:
+        ap.error(f"argument --output: cannot write {args.output}: {problem}")
+    from .beam_search import CtcBeamDecoder
+
+    try:
+        decoder = CtcBeamDecoder(args.tokens, args.lm, beam_size=args.beam_size, lm_weight=args.lm_weight,
+                                 token_insertion=args.token_insertion, beam_threshold=args.beam_threshold,
+                                 spm=args.spm, num_threads=args.threads)
+        phrases = None
+        if args.phrases:
+            phrases = {}
+            for no, line in enumerate(read_lines(Path(args.phrases), "phrases"), 1):
+                phrase, _, reward = line.partition("\t")
+                if not phrase.strip():
+                    continue
+                try:
+                    phrases[phrase.strip()] = float(reward) if reward.strip() else decoder.phrase_reward
+                except ValueError:
+                    raise InputFileError(args.phrases, no, f"reward {reward!r} is not a number") from None
+        return _decode(args, None, decoder, phrases)
+    except WfstError as e:
+        return fail("wfst-decode", e)
+
+
 def _unwritable(path: str) -> str | None:
     """Why a file cannot be written at `path` (checked before decoding, not after), or None."""
     path = Path(path)
@@ -143,7 +199,7 @@ def _unwritable(path: str) -> str | None:
     return None
 
 
-def _decode(args, config: DecoderConfig) -> int:
+def _decode(args, config: DecoderConfig | None, beam_decoder=None, phrases=None) -> int:
     em = load_npz(args.emissions)
     refs = None
     if args.refs:
@@ -153,7 +209,7 @@ def _decode(args, config: DecoderConfig) -> int:
                                                   f"{len(em.lengths)} utterances")
     elif em.texts is not None:
         refs = list(em.texts)
-    decoder = Decoder(args.graph, config, device=args.device)
+    decoder = beam_decoder or Decoder(args.graph, config, device=args.device)
     results, seconds = [], 0.0
     B = len(em.lengths)
     with _progress(B, B > args.batch_size and not args.stream) as bar:
@@ -167,7 +223,10 @@ def _decode(args, config: DecoderConfig) -> int:
             T = int(em.lengths[lo:hi].max(initial=0))
             batch = np.ascontiguousarray(em.log_probs[lo:hi, :T])
             start = time.perf_counter()
-            results += decoder.decode(batch, em.lengths[lo:hi], nbest=args.nbest)
+            if beam_decoder is not None:
+                results += decoder.decode(batch, em.lengths[lo:hi], phrases=phrases)
+            else:
+                results += decoder.decode(batch, em.lengths[lo:hi], nbest=args.nbest)
             seconds += time.perf_counter() - start
             bar.update(hi - lo)
     if args.stream and not args.quiet:
@@ -177,7 +236,7 @@ def _decode(args, config: DecoderConfig) -> int:
             print(f"{i}\t{r.text}" + ("" if r.reached_final else "\t(no final state reached)"))
             if r.lattice is not None:
                 print("\tconfidences " + " ".join(f"{w}:{c:.2f}" for w, c in zip(r.words, r.word_confidences)))
-            for k, e in enumerate(r.nbest):
+            for k, e in enumerate(r.nbest[:args.nbest or 0]):
                 print(f"\t{k + 1}. {e.cost:.3f}\t{e.text}")
     if args.output:
         write_text_atomic(args.output, "".join(r.text + "\n" for r in results))
@@ -185,16 +244,17 @@ def _decode(args, config: DecoderConfig) -> int:
         write_text_atomic(args.ctm, "".join(ctm_lines(str(i), r, args.frame_ms / 1000) for i, r in enumerate(results)))
     frames = int(em.lengths.sum())
     label = " (SYNTHETIC emissions)" if em.synthetic else ""
+    search = (f"beam search: beam_size={args.beam_size}, lm_weight={args.lm_weight}" if beam_decoder is not None
+              else f"beam={args.beam}, max_active={args.max_active}")
     print(f"\n{B} utterances, {frames} frames ({frames * args.frame_ms / 1000:.1f} s of audio at "
-          f"{args.frame_ms:g} ms/frame){label}; device={args.device}, beam={args.beam}, "
-          f"max_active={args.max_active}")
+          f"{args.frame_ms:g} ms/frame){label}; device={args.device}, {search}")
     if refs is not None:
         print(word_errors(refs, [r.words for r in results]))
     if args.stream:
         print(f"streams of {args.chunk_ms:g} ms chunks, {args.batch_size} at a time")
+    tokens = "" if beam_decoder is not None else f", {decoder.stats.tokens_per_frame:.0f} tokens/frame (last batch)"
     print(f"decode {seconds:.3f} s, RTFx {rtfx(frames, seconds, args.frame_ms / 1000):.1f}, "
-          f"{frames / seconds if seconds else 0:.0f} frames/s, "
-          f"{decoder.stats.tokens_per_frame:.0f} tokens/frame (last batch)")
+          f"{frames / seconds if seconds else 0:.0f} frames/s{tokens}")
     return 0
 
 

@@ -1,18 +1,7 @@
 #!/usr/bin/env bash
 # Regenerate data/lm.arpa: a 3-gram estimated by KenLM's lmplz (modified Kneser-Ney)
-# from data/lm_train.txt (no pruning).  lmplz is not in the kenlm wheel;
-# this builds it from the PyPI sdist into a cache directory (a few minutes, once).
-# Needs: cmake g++ libboost-program-options-dev libboost-system-dev libboost-thread-dev
-#        libboost-test-dev libeigen3-dev zlib1g-dev libbz2-dev liblzma-dev
+# from data/lm_train.txt (no pruning).  lmplz.sh builds lmplz once (see there for what it needs).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-cache="${KENLM_CACHE:-$HOME/.cache/wfst-kenlm}"
-lmplz="$cache/kenlm-0.3.0/build/bin/lmplz"
-if [ ! -x "$lmplz" ]; then
-  mkdir -p "$cache"
-  (cd "$cache" && python3 -m pip download --quiet --no-deps --no-binary :all: kenlm==0.3.0 -d . \
-     && tar xzf kenlm-0.3.0.tar.gz)
-  mkdir -p "$cache/kenlm-0.3.0/build"
-  (cd "$cache/kenlm-0.3.0/build" && cmake .. -DCMAKE_BUILD_TYPE=Release > /dev/null && make -j2 lmplz > /dev/null)
-fi
+lmplz="$("$here/lmplz.sh")"
 "$lmplz" -o 3 --text "$here/data/lm_train.txt" --arpa "$here/data/lm.arpa" -S 20% -T /tmp

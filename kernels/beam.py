@@ -26,7 +26,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from .common import INF, automaton_step, hash_slot, pack
+from .common import INF, automaton_step, hash_slot, pack, packed_cost, payload_next, payload_weight
 from .constants import EMPTY_KEY
 
 
@@ -36,6 +36,7 @@ class BeamSettings(NamedTuple):
     blank: np.int64  # the blank's column
     lm_weight: np.float32
     insertion: np.float32  # bonus (cost subtracted) per token emitted
+    floor: np.float32  # a lower bound (<= 0) of what a candidate costs beyond its acoustic cost
 
 
 class TokenLmArrays(NamedTuple):
@@ -51,20 +52,28 @@ class BeamWork(NamedTuple):
 
     cand_key: np.ndarray  # int64 (H,) candidate table: (prefix hash, last label) -> slot
     cand_hash: np.ndarray  # uint64 (H,)
-    cand_cost: np.ndarray  # float32 (H,)
+    cand_packed: np.ndarray  # uint64 (H,): pack(cost, order made); order = hypothesis x V + column
     cand_from: np.ndarray  # int32 (H,): parent hypothesis
-    cand_label: np.ndarray  # int32 (H,): the label read
-    cand_order: np.ndarray  # uint64 (H,): pack(cost, order made) of the live slots
+    cand_label: np.ndarray  # int32 (H,): the label read (+ V when it extends the prefix)
+    cand_pos: np.ndarray  # int32 (H,): the slot's place in the heap (-1: not there)
     cand_slots: np.ndarray  # int32 (H,): slots in use
+    heap_key: np.ndarray  # uint64 (K,): max-heap of pack(cost, order) of the best K distinct candidates
+    heap_slot: np.ndarray  # int32 (K,)
+    columns: np.ndarray  # int64 (V,): the frame's columns by acoustic cost
+    word_cost: np.ndarray  # float32 (W,): lm_row's scratch by LM word id
+    word_next: np.ndarray  # int32 (W,)
+    word_seen: np.ndarray  # int32 (W,): the row being made that set the word (its state + 1)
     row_state: np.ndarray  # int32 (R,): LM state of each cached row (-1: none)
     row_cost: np.ndarray  # float32 (R, V)
     row_next: np.ndarray  # int32 (R, V)
 
 
-def new_beam_work(beam_size: int, num_columns: int, rows: int = 256) -> BeamWork:
+def new_beam_work(beam_size: int, num_columns: int, lm_words: int = 1, rows: int = 256) -> BeamWork:
     H = 1 << max(2 * beam_size * num_columns - 1, 1).bit_length()
-    return BeamWork(np.full(H, EMPTY_KEY, np.int64), np.zeros(H, np.uint64), np.zeros(H, np.float32),
-                    np.zeros(H, np.int32), np.zeros(H, np.int32), np.zeros(H, np.uint64), np.zeros(H, np.int32),
+    return BeamWork(np.full(H, EMPTY_KEY, np.int64), np.zeros(H, np.uint64), np.zeros(H, np.uint64),
+                    np.zeros(H, np.int32), np.zeros(H, np.int32), np.full(H, -1, np.int32), np.zeros(H, np.int32),
+                    np.zeros(beam_size, np.uint64), np.zeros(beam_size, np.int32), np.zeros(num_columns, np.int64),
+                    np.zeros(lm_words, np.float32), np.zeros(lm_words, np.int32), np.zeros(lm_words, np.int32),
                     np.full(rows, -1, np.int32), np.zeros((rows, num_columns), np.float32),
                     np.zeros((rows, num_columns), np.int32))
 
@@ -87,25 +96,42 @@ def _key(h, label):
 
 @njit(nogil=True, cache=True)
 def lm_row(lm, state, work):
-    """The cached row of the LM's costs and next states for every column from `state`."""
+    """The cached row of the LM's costs and next states for every column from `state`
+    (NGPU-LM's dense advance): the backoff chain is walked once from `state` to the root,
+    each word taking its cost at the deepest state that has it (exact backoff semantics)."""
     R = work.row_state.shape[0]
     r = np.int64(hash_slot(np.int64(state), R - 1))
     if work.row_state[r] != state:
+        a = lm.automata
+        tag = state + 1  # a state's row sets the same costs each time it is made: a stale tag is harmless
+        acc = np.float32(0.0)
+        q = state
+        while q >= 0:
+            for pos in range(a.offsets[0, q], a.offsets[0, q + 1]):
+                w = a.labels[0, pos]
+                if work.word_seen[w] != tag:
+                    work.word_seen[w] = tag
+                    work.word_cost[w] = np.float32(acc + payload_weight(a.payload[0, pos]))
+                    work.word_next[w] = payload_next(a.payload[0, pos])
+            acc = np.float32(acc + a.bo_weight[0, q])
+            q = a.backoff[0, q]
         for c in range(lm.label.shape[0]):
-            if lm.label[c] < 0:
-                work.row_cost[r, c] = 0.0
+            w = lm.label[c]
+            if w < 0 or work.word_seen[w] != tag:  # the blank (or a word of no state: cannot be read)
+                work.row_cost[r, c] = 0.0 if w < 0 else INF
                 work.row_next[r, c] = state
             else:
-                cost, nxt = automaton_step(lm.automata, 0, state, lm.label[c])
-                work.row_cost[r, c] = cost
-                work.row_next[r, c] = nxt
+                work.row_cost[r, c] = work.word_cost[w]
+                work.row_next[r, c] = work.word_next[w]
         work.row_state[r] = state
     return r
 
 
-@njit(nogil=True, cache=True)
-def _insert(work, n, key, h, cost, parent, label, order):
-    """Put a candidate in the table, keeping the cheaper of equal keys; returns n (slots used)."""
+@njit(inline="always")
+def _insert(work, n, key, h, packed, parent, label):
+    """Put a candidate (packed: pack(cost, order made)) in the table, keeping the smaller
+    packed value of equal keys, so that the result does not depend on the order candidates
+    come in.  Returns (slots used, its slot, whether the slot's value is new or lower)."""
     mask = work.cand_key.shape[0] - 1
     slot = hash_slot(key, mask)
     while True:
@@ -113,20 +139,67 @@ def _insert(work, n, key, h, cost, parent, label, order):
         if k == EMPTY_KEY:
             work.cand_key[slot] = key
             work.cand_hash[slot] = h
-            work.cand_cost[slot] = cost
+            work.cand_packed[slot] = packed
             work.cand_from[slot] = parent
             work.cand_label[slot] = label
-            work.cand_order[slot] = pack(cost, order)
             work.cand_slots[n] = slot
-            return n + 1
+            return n + 1, slot, True
         if k == key:
-            if cost < work.cand_cost[slot]:
-                work.cand_cost[slot] = cost
+            if packed < work.cand_packed[slot]:
+                work.cand_packed[slot] = packed
                 work.cand_from[slot] = parent
                 work.cand_label[slot] = label
-                work.cand_order[slot] = pack(cost, order)
-            return n
+                return n, slot, True
+            return n, slot, False
         slot = (slot + 1) & mask
+
+
+@njit(inline="always")
+def _heap_place(work, i, key, slot):
+    work.heap_key[i] = key
+    work.heap_slot[i] = slot
+    work.cand_pos[slot] = i
+
+
+@njit(nogil=True, cache=True)
+def _sift_down(work, i, size):
+    """Move entry i of the max-heap down to its place."""
+    key, slot = work.heap_key[i], work.heap_slot[i]
+    while True:
+        c = 2 * i + 1
+        if c >= size:
+            break
+        if c + 1 < size and work.heap_key[c + 1] > work.heap_key[c]:
+            c += 1
+        if work.heap_key[c] <= key:
+            break
+        _heap_place(work, i, work.heap_key[c], work.heap_slot[c])
+        i = c
+    _heap_place(work, i, key, slot)
+
+
+@njit(nogil=True, cache=True)
+def _heap_offer(work, size, key, slot):
+    """Keep the K smallest keys of distinct slots: `slot`'s key is new or lower.  Returns the size."""
+    K = work.heap_key.shape[0]
+    i = work.cand_pos[slot]
+    if i >= 0:  # lowered in place: down the max-heap
+        work.heap_key[i] = key
+        _sift_down(work, i, size)
+        return size
+    if size < K:  # up from the end
+        i = size
+        while i > 0 and work.heap_key[(i - 1) // 2] < key:
+            p = (i - 1) // 2
+            _heap_place(work, i, work.heap_key[p], work.heap_slot[p])
+            i = p
+        _heap_place(work, i, key, slot)
+        return size + 1
+    if key < work.heap_key[0]:  # replaces the worst
+        work.cand_pos[work.heap_slot[0]] = -1
+        _heap_place(work, 0, key, slot)
+        _sift_down(work, 0, size)
+    return size
 
 
 class Beam(NamedTuple):
@@ -170,21 +243,30 @@ def search(log_probs, num_frames, settings, lm, pb, pb_row, work, parents, label
     cur.hash[0] = np.uint64(0)
     if lm is not None:
         cur.lm[0] = lm.start
+    ac = np.empty(V, np.float32)
     for t in range(num_frames):
+        for v in range(V):
+            ac[v] = -log_probs[t, v]
+        work.columns[:] = np.argsort(ac)
         n = 0
+        size = 0
         best = INF
-        order = 0
         for k in range(count):
             base = cur.cost[k]
             r = 0
             if lm is not None:
                 r = lm_row(lm, cur.lm[k], work)
-            for v in range(V):
-                ac = np.float32(-log_probs[t, v])
-                c = np.float32(base + ac)
+            for i in range(V):
+                v = work.columns[i]
+                limit = np.float32(best + settings.threshold)
+                if size == K:
+                    limit = min(limit, packed_cost(work.heap_key[0]))
+                if np.float32(base + ac[v]) + settings.floor > limit:
+                    break  # the columns come by acoustic cost: the rest cannot enter the beam either
+                c = np.float32(base + ac[v])
                 if v == blank or v == cur.last[k]:
                     h = cur.hash[k]
-                    label = -1
+                    coded = v
                 else:
                     if lm is not None:
                         c = np.float32(c + settings.lm_weight * work.row_cost[r, v])
@@ -192,36 +274,33 @@ def search(log_probs, num_frames, settings, lm, pb, pb_row, work, parents, label
                     if pb is not None:
                         c = np.float32(c + automaton_step(pb, pb_row, cur.pb[k], v)[0])
                     h = _extend(cur.hash[k], v)
-                    label = v
-                order += 1
-                if not c < best + settings.threshold:  # NaN-safe: never a candidate
+                    coded = v + V
+                if not c <= limit:  # NaN-safe
                     continue
                 best = min(best, c)
-                n = _insert(work, n, _key(h, v), h, c, k, v if label < 0 else label + V, order)
-        # the best beam_size of those within the threshold, in (cost, order made) order
+                packed = pack(c, k * V + v)
+                n, slot, lower = _insert(work, n, _key(h, v), h, packed, k, coded)
+                if lower:
+                    size = _heap_offer(work, size, packed, slot)
+        # the heap holds the best K distinct candidates: those within the threshold, best first
         live = 0
-        for i in range(n):
-            slot = work.cand_slots[i]
-            if work.cand_cost[slot] <= best + settings.threshold:
-                work.cand_slots[live] = slot
+        for i in range(size):
+            if packed_cost(work.heap_key[i]) <= best + settings.threshold:
+                work.heap_key[live] = work.heap_key[i]
+                work.heap_slot[live] = work.heap_slot[i]
                 live += 1
-            else:
-                work.cand_key[slot] = EMPTY_KEY
-        keys = np.empty(live, np.uint64)
-        for i in range(live):
-            keys[i] = work.cand_order[work.cand_slots[i]]
-        ranked = np.argsort(keys)
-        count = min(live, K)
+        ranked = np.argsort(work.heap_key[:live])
+        count = live
         for j in range(count):
-            slot = work.cand_slots[ranked[j]]
+            slot = work.heap_slot[ranked[j]]
             k = work.cand_from[slot]
             coded = work.cand_label[slot]
             v = coded - V if coded >= V else coded
             extended = coded >= V
-            nxt.cost[j] = work.cand_cost[slot]
+            nxt.cost[j] = packed_cost(work.cand_packed[slot])
             nxt.last[j] = v
             nxt.hash[j] = work.cand_hash[slot]
-            nxt.acoustic[j] = np.float32(cur.acoustic[k] - log_probs[t, v])
+            nxt.acoustic[j] = np.float32(cur.acoustic[k] + ac[v])
             nxt.lm[j] = cur.lm[k]
             nxt.pb[j] = cur.pb[k]
             nxt.lm_cost[j] = cur.lm_cost[k]
@@ -240,8 +319,9 @@ def search(log_probs, num_frames, settings, lm, pb, pb_row, work, parents, label
                     cost, s = automaton_step(pb, pb_row, cur.pb[k], v)
                     nxt.boost[j] = np.float32(cur.boost[k] + cost)
                     nxt.pb[j] = s
-        for i in range(live):
+        for i in range(n):
             work.cand_key[work.cand_slots[i]] = EMPTY_KEY
+            work.cand_pos[work.cand_slots[i]] = -1
         cur, nxt = nxt, cur
     # the end: </s> and the refund of open phrase matches, then best first
     for k in range(count):

@@ -123,6 +123,72 @@ def test_wide_beam_equals_exhaustive_search(tmp_path, seed, with_lm, with_phrase
     assert [e.cost for e in result.nbest] == pytest.approx(ranked, abs=1e-4)
 
 
+def reference_beam(x, K, threshold, lm_weight, insertion, lm=None, automaton=None):
+    """The beam search written plainly: every candidate of every hypothesis, recombined by
+    (prefix, last label) keeping the smallest (cost, hypothesis x V + column), the best K
+    within the threshold kept.  Returns the final (cost, prefix) list, best first."""
+    from wfst.kernels.common import automaton_step
+
+    T, V = x.shape
+    pb = automaton and __import__("wfst.contexts", fromlist=["automata"]).automata([automaton.automaton()])
+    beam = [(0.0, (), 0, lm.store.start if lm else 0, 0)]  # cost, prefix, last, lm state, pb state
+    for t in range(T):
+        cands = {}
+        for k, (cost, prefix, last, ls, ps) in enumerate(beam):
+            for v in range(V):
+                c = np.float32(cost + np.float32(-x[t, v]))
+                new = (prefix, v, ls, ps)
+                if v != 0 and v != last:
+                    if lm is not None:
+                        step, ls2 = automaton_step(lm.arrays.automata, 0, ls, lm.arrays.label[v])
+                        c = np.float32(c + np.float32(lm_weight) * step)
+                    else:
+                        ls2 = ls
+                    c = np.float32(c - np.float32(insertion))
+                    ps2 = ps
+                    if pb is not None:
+                        step, ps2 = automaton_step(pb, 0, ps, v)
+                        c = np.float32(c + step)
+                    new = ((*prefix, v), v, ls2, ps2)
+                key = new[:2]
+                if key not in cands or (c, k * V + v) < cands[key][0]:
+                    cands[key] = ((c, k * V + v), new)
+        best = min(c for (c, _), _ in cands.values())
+        kept = sorted(v for v in cands.values() if v[0][0] <= best + np.float32(threshold))[:K]
+        beam = [(c, *new) for (c, _), new in kept]
+    final = []
+    for cost, prefix, last, ls, ps in beam:
+        if lm is not None:
+            cost += lm_weight * float(lm.arrays.automata.final[0, ls])
+        if pb is not None:
+            cost += float(automaton.final[ps])
+        final.append((cost, prefix))
+    return sorted(final)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_narrow_beam_equals_the_plain_beam_search(tmp_path, seed):
+    """At a narrow beam (3 of up to 5 x 5 candidates) the kernel's short cuts (columns by
+    acoustic cost, left at the first that cannot enter; a heap of the best K) keep exactly
+    the hypotheses the plain search keeps, LM and phrases on."""
+    rng = np.random.default_rng(seed)
+    symbols = ("a", "b", "c", "d")
+    table = token_table(symbols)
+    x = np.log(rng.dirichlet(np.full(5, 0.4), size=14)).astype(np.float32)
+    lm = random_arpa(tmp_path / "tok.arpa", symbols, 3, seed)
+    phrases = {"ab": 2.0, "dca": 3.0}
+    threshold = (6.0, 1e6)[seed % 2]
+    dec = CtcBeamDecoder(table, lm, beam_size=3, beam_threshold=threshold, lm_weight=0.6, token_insertion=0.5,
+                         word_boundary=None, num_threads=1)
+    result = dec.decode(x[None], phrases=phrases)[0]
+    ref = reference_beam(x, 3, threshold, 0.6, 0.5, dec.lm, dec.phrase_automaton(phrases))
+    distinct = {}
+    for cost, prefix in ref:
+        distinct.setdefault(prefix, cost)
+    assert [e.cost for e in result.nbest] == pytest.approx(list(distinct.values()), abs=1e-4)
+    assert ["".join(e.words) for e in result.nbest] == ["".join(symbols[c - 1] for c in p) for p in distinct]
+
+
 def test_narrow_beam_keeps_its_size_and_the_best_first():
     rng = np.random.default_rng(3)
     table = token_table(CHARS)

@@ -8,7 +8,7 @@ cache="${KENLM_CACHE:-$HOME/.cache/wfst-kenlm}"
 lmplz="$cache/kenlm-0.3.0/build/bin/lmplz"
 if [ ! -x "$lmplz" ]; then
   mkdir -p "$cache"
-  (cd "$cache" && python3 -m pip download --quiet --no-deps --no-binary :all: kenlm==0.3.0 -d . \
+  (cd "$cache" && python3 -m pip download --quiet --no-deps --no-binary kenlm kenlm==0.3.0 -d . \
      && tar xzf kenlm-0.3.0.tar.gz)
   mkdir -p "$cache/kenlm-0.3.0/build"
   (cd "$cache/kenlm-0.3.0/build" && cmake .. -DCMAKE_BUILD_TYPE=Release > /dev/null && make -j2 lmplz > /dev/null)

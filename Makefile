@@ -18,7 +18,7 @@ GRAPH_ARGS = --tokens '$(TOKENS)' --lm '$(LM)' --topo '$(TOPO)' --out '$(GRAPH_D
 	$(if $(SPM),--spm '$(SPM)') $(if $(BOUNDARY),--word-boundary '$(BOUNDARY)') \
 	$(if $(BLANK),--blank '$(BLANK)') $(if $(EPSILON_FREE),--epsilon-free)
 
-.PHONY: demo test gpu-check graph bench-graph bench-decode bench-fltop bench-boost bench-rescore bench-stream bench-lattice install install-test \
+.PHONY: demo test gpu-check graph bench-graph bench-decode bench-fltop bench-boost bench-rescore bench-stream bench-lattice bench-beam-search install install-test \
 	install-bench clean
 
 $(VENV)/.installed: setup.py pyproject.toml
@@ -109,6 +109,12 @@ bench-stream: install-bench
 bench-lattice: install-bench
 	$(PY) recipes/demo.py --graphs-only > /dev/null
 	$(PY) recipes/bench_lattice.py --json build/bench/lattice.json
+
+# The lexicon-free beam search against flashlight-text's LexiconFreeDecoder (same token LM) and
+# the TLG decoder (needs make demo's graphs).
+bench-beam-search: install-bench
+	$(PY) recipes/demo.py --graphs-only > /dev/null
+	$(PY) recipes/bench_beam_search.py --json build/bench/beam_search.json
 
 bench-rescore: install-bench
 	$(PY) recipes/demo.py --graphs-only > /dev/null

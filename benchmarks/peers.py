@@ -24,6 +24,7 @@ so there ``alpha = 1 / acoustic_scale``.  :func:`lm_weight_for` gives each decod
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -37,7 +38,7 @@ import numpy as np
 
 from wfst import TokenTable, WfstError
 from wfst.files import atomic_path
-from wfst.synthetic import tokenize
+from wfst.synthetic import detokenize, tokenize
 
 _WORKER = Path(__file__).resolve().parent / "pyctcdecode_worker.py"
 _WORD_SPECIALS = {"<eps>", "#0", "<s>", "</s>"}  # words.txt's entries that are not words
@@ -176,6 +177,52 @@ class FlashlightDecoder:
             seconds += time.perf_counter() - start
             best = results[0].words if results else []
             hyps.append([self.words.get_entry(i) for i in best if i >= 0 and i != self.unk])
+        return DecodeRun(hyps, seconds)
+
+
+class FlashlightLexiconFree:
+    """flashlight-text's LexiconFreeDecoder (CTC criterion, Viterbi: no log-add) with a
+    token-level KenLM: the lexicon-free peer of wfst.CtcBeamDecoder.  Its LM weight
+    multiplies log10 scores (lm_weight_for converts); it has no per-token bonus, only
+    `sil_score` (0 here) on its `silence` token.  Its search starts as if the last frame
+    had read `silence`, so a word-boundary `|` as silence would make leading `|` frames
+    free; the default, the blank, starts it where wfst's search starts."""
+
+    def __init__(self, arpa: str | os.PathLike, tokens: TokenTable, silence: int | None = None):
+        try:
+            from flashlight.lib.text import decoder as fld
+            from flashlight.lib.text.decoder.kenlm import KenLM
+            from flashlight.lib.text.dictionary import Dictionary
+        except ImportError as e:
+            raise PeerUnavailable(f"flashlight-text is not installed (pip install flashlight-text): {e}") from None
+        self._fld, self.tokens = fld, tokens
+        self.silence = tokens.blank if silence is None else int(silence)
+        symbols = Dictionary()
+        for s in tokens.symbols:
+            symbols.add_entry(s)
+        try:
+            self.lm = KenLM(os.fspath(arpa), symbols)
+        except RuntimeError as e:
+            raise PeerUnavailable(f"flashlight's KenLM cannot load {arpa}: {e}") from None
+
+    def decode(self, log_probs: np.ndarray, lengths: Sequence[int], *, beam_size: int, lm_weight: float,
+               beam_threshold: float, word_boundary: str | None = None) -> DecodeRun:
+        fld, V = self._fld, self.tokens.num_columns
+        opts = fld.LexiconFreeDecoderOptions(beam_size=int(beam_size), beam_size_token=V,
+                                             beam_threshold=float(beam_threshold),
+                                             lm_weight=lm_weight_for("flashlight", lm_weight), sil_score=0.0,
+                                             log_add=False, criterion_type=fld.CriterionType.CTC)
+        dec = fld.LexiconFreeDecoder(opts, self.lm, self.silence, self.tokens.blank, [])
+        hyps, seconds = [], 0.0
+        for b, T in enumerate(lengths):
+            T = int(T)
+            x = np.ascontiguousarray(log_probs[b, :T], dtype=np.float32)
+            start = time.perf_counter()
+            results = dec.decode(x.ctypes.data, T, V) if T else []
+            seconds += time.perf_counter() - start
+            frames = results[0].tokens if results else []
+            collapsed = [k for k, _ in itertools.groupby(frames) if k >= 0 and k != self.tokens.blank]
+            hyps.append(detokenize(collapsed, self.tokens, word_boundary=word_boundary).split())
         return DecodeRun(hyps, seconds)
 
 

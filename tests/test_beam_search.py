@@ -189,6 +189,26 @@ def test_narrow_beam_equals_the_plain_beam_search(tmp_path, seed):
     assert ["".join(e.words) for e in result.nbest] == ["".join(symbols[c - 1] for c in p) for p in distinct]
 
 
+@pytest.mark.parametrize("beam_size", [1, 4, 16])
+def test_same_words_as_flashlight_lexicon_free(tmp_path, beam_size):
+    """flashlight-text's LexiconFreeDecoder (Viterbi, the same token LM read by KenLM, no token
+    bonus, its LM weight x ln 10) on 40 random utterances over characters with a word
+    boundary: the same words on every one, at narrow and wide beams."""
+    from wfst_bench.peers import FlashlightLexiconFree
+
+    symbols = ("|", "a", "b", "c", "d")
+    table = token_table(symbols)
+    arpa = random_arpa(tmp_path / "tok.arpa", symbols, 3, beam_size)
+    rng = np.random.default_rng(beam_size)
+    x = np.log(rng.dirichlet(np.full(6, 0.3), size=(40, 16))).astype(np.float32)
+    lengths = rng.integers(1, 17, size=40)
+    ours = CtcBeamDecoder(table, arpa, beam_size=beam_size, lm_weight=0.7, token_insertion=0.0,
+                          beam_threshold=15.0, num_threads=1).decode(x, lengths)
+    peer = FlashlightLexiconFree(arpa, table)  # silence = the blank: its start state is then ours
+    theirs = peer.decode(x, lengths, beam_size=beam_size, lm_weight=0.7, beam_threshold=15.0, word_boundary="|")
+    assert [list(r.words) for r in ours] == theirs.hyps
+
+
 def test_narrow_beam_keeps_its_size_and_the_best_first():
     rng = np.random.default_rng(3)
     table = token_table(CHARS)

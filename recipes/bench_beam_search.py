@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""make bench-beam-search: the lexicon-free CTC beam search (wfst.CtcBeamDecoder) against
+flashlight-text's LexiconFreeDecoder with the same token LM, and against the TLG decoder.
+
+Decodes SYNTHETIC emissions (wfst.synthetic) of the demo's held-out sentences on one CPU
+thread, in the `demo` and `noisy` profiles (noisy: more confusion and noise, and a made-up
+word in half the sentences), with the demo's token LMs (chars_lm.arpa.gz, a 6-gram;
+bpe_lm.arpa.gz, a 4-gram).  Both beam searches run at the same beam size, beam threshold
+20 and LM weight (natural-log units; flashlight's is x ln 10), no token bonus (flashlight
+has none); the TLG rows decode the demo's compact graph (word 3-gram) at beam 16 / 7,000.
+Prints WER and seconds; --json writes the rows.  No weight is tuned here.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from demo_data import PROFILES, emission_options, sentences, with_unknown_words
+from wfst_bench.machine import machine
+from wfst_bench.peers import FlashlightLexiconFree
+
+import wfst
+from wfst import synthetic
+from wfst.scoring import word_errors
+
+DEMO = Path("recipes/demo/data")
+SETUPS = (("char", "chars_tokens.txt", "chars_lm.arpa.gz", "char_compact", dict(word_boundary="|")),
+          ("bpe", "bpe_tokens.txt", "bpe_lm.arpa.gz", "bpe_compact", dict(spm=str(DEMO / "bpe.model"))))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--utterances", type=int, default=100)
+    ap.add_argument("--beam-sizes", type=int, nargs="+", default=[8, 32])
+    ap.add_argument("--lm-weights", type=float, nargs="+", default=[0.5, 0.8])
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    rows = []
+    for token_set, table, lm, graph, spelling in SETUPS:
+        tokens = wfst.TokenTable.read(DEMO / table)
+        flashlight = FlashlightLexiconFree(DEMO / lm, tokens)
+        tlg = wfst.Decoder(wfst.load_graph(Path("build/demo") / graph), num_threads=1)
+        for profile, options in PROFILES.items():
+            texts = sentences("test", args.utterances)
+            if profile == "noisy":
+                texts = with_unknown_words(texts)
+            x, lengths = synthetic.from_texts(texts, tokens, seed=1, **emission_options(token_set), **options)
+            tlg.decode(x[:1], lengths[:1])
+            start = time.perf_counter()
+            tlg_wer = 100 * word_errors(texts, [r.words for r in tlg.decode(x, lengths)]).rate
+            tlg_s = time.perf_counter() - start
+            for beam_size in args.beam_sizes:
+                for weight in args.lm_weights:
+                    ours = wfst.CtcBeamDecoder(tokens, DEMO / lm, beam_size=beam_size, lm_weight=weight,
+                                               token_insertion=0.0, beam_threshold=20.0, num_threads=1, **spelling)
+                    ours.decode(x[:1], lengths[:1])
+                    start = time.perf_counter()
+                    hyps = [r.words for r in ours.decode(x, lengths)]
+                    ours_s = time.perf_counter() - start
+                    run = flashlight.decode(x, lengths, beam_size=beam_size, lm_weight=weight, beam_threshold=20.0,
+                                            word_boundary=spelling.get("word_boundary"))
+                    row = dict(tokens=token_set, profile=profile, frames=int(lengths.sum()), beam_size=beam_size,
+                               lm_weight=weight, ours_wer=100 * word_errors(texts, hyps).rate, ours_s=ours_s,
+                               flashlight_wer=100 * word_errors(texts, run.hyps).rate, flashlight_s=run.seconds,
+                               tlg_wer=tlg_wer, tlg_s=tlg_s)
+                    rows.append(row)
+                    print(f"{token_set:4s} {profile:5s} beam {beam_size:3d} lm_weight {weight:.2f}: ours WER "
+                          f"{row['ours_wer']:5.2f} {ours_s:6.2f} s | flashlight lexicon-free WER "
+                          f"{row['flashlight_wer']:5.2f} {run.seconds:6.2f} s ({run.seconds / ours_s:4.1f}x) | "
+                          f"TLG WER {tlg_wer:5.2f} {tlg_s:5.2f} s | {row['frames']} frames", flush=True)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(dict(machine=machine(), rows=rows), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -227,6 +227,8 @@ def test_characters_split_into_words_with_their_first_frames():
         x[0, t, c] = 0.0
     r = CtcBeamDecoder(table, token_insertion=0.0, num_threads=1).decode(x)[0]
     assert r.words == ("a", "bc") and r.word_frames == (0, 3) and r.word_ids == ()
+    with pytest.raises(OptionError, match="not yet for streams or CtcBeamDecoder"):
+        r.word_times  # noqa: B018
 
 
 def test_empty_utterance_is_the_empty_prefix_with_its_end_cost(tmp_path):

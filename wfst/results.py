@@ -51,7 +51,8 @@ class DecodeResult:
         if self.frame_tokens is None:
             from .errors import OptionError
 
-            raise OptionError("word times are kept for decode() results, not yet for streams")
+            raise OptionError("word times are kept for Decoder.decode() results, not yet for streams or "
+                              "CtcBeamDecoder")
         from .align import word_aligner
 
         if "word_times" not in self._computed:

@@ -58,7 +58,9 @@ from wfst.synthetic import from_texts
 from .machine import machine_info
 from .peers import PYCTCDECODE_VENV, DecodeRun, PeerUnavailable, lm_weight_for
 from .systems import (
+    BeamSearchSystem,
     EmissionSet,
+    FlashlightLexiconFreeSystem,
     FlashlightSystem,
     GreedySystem,
     KaldiSystem,
@@ -178,12 +180,16 @@ def _fmt_params(params: dict) -> str:
 
 def _result(em: EmissionSet, run: DecodeRun, code: dict | None) -> dict:
     e = word_errors(em.texts, run.hyps)
-    iv_wer = None
+    iv_wer = oov_wer = None
     if em.in_vocabulary is not None and em.in_vocabulary.any():
         keep = np.flatnonzero(em.in_vocabulary)
         iv_wer = word_errors([em.texts[i] for i in keep], [run.hyps[i] for i in keep]).rate
-    return {"wer": e.rate, "iv_wer": iv_wer, "errors": e.errors, "words": e.words, "sub": e.substitutions,
-            "ins": e.insertions, "del": e.deletions, "seconds": run.seconds, "frames": em.frames,
+    if em.in_vocabulary is not None and not em.in_vocabulary.all():
+        keep = np.flatnonzero(~em.in_vocabulary)
+        oov_wer = word_errors([em.texts[i] for i in keep], [run.hyps[i] for i in keep]).rate
+    return {"wer": e.rate, "iv_wer": iv_wer, "oov_wer": oov_wer, "errors": e.errors, "words": e.words,
+            "sub": e.substitutions, "ins": e.insertions, "del": e.deletions, "seconds": run.seconds,
+            "frames": em.frames,
             "rtfx": rtfx(em.frames, run.seconds) if run.seconds > 0 else None,
             "tokens_per_frame": run.tokens_per_frame, "peak_mb": run.peak_mb,
             "load_average": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
@@ -546,10 +552,26 @@ def decoder_goals(rows: Sequence[dict], ours: Sequence[str], cpu_peers: Sequence
     return out
 
 
+def oov_goal(rows: Sequence[dict], lexicon_free: str, tlg: str) -> list[str]:
+    """The lexicon-free decoder's best WER on the sentences with out-of-vocabulary words
+    against the TLG decoder's best there."""
+    out = []
+    ok_rows = [r for r in rows if r.get("status") == "ok" and r.get("oov_wer") is not None]
+    for ts, prof in sorted({(r["token_set"], r["profile"]) for r in ok_rows}):
+        here = [r for r in ok_rows if (r["token_set"], r["profile"]) == (ts, prof)]
+        free = [r["oov_wer"] for r in here if r["system"] == lexicon_free]
+        graph = [r["oov_wer"] for r in here if r["system"] == tlg]
+        if free and graph:
+            good = min(free) < min(graph)
+            out.append(f"- {ts}, {prof}: WER on the sentences with out-of-vocabulary words, lexicon-free "
+                       f"{100 * min(free):.2f}% vs TLG {100 * min(graph):.2f}%: **{'met' if good else 'not met'}**")
+    return out
+
+
 # --------------------------------------------------------------------------- writing results
 
 RESULT_KEYS = ["target", "token_set", "topology", "profile", "system", "label", "status", "setting", "tuned",
-               "dev_wer", "wer", "iv_wer", "sub", "ins", "del", "words", "rtfx", "seconds", "frames",
+               "dev_wer", "wer", "iv_wer", "oov_wer", "sub", "ins", "del", "words", "rtfx", "seconds", "frames",
                "tokens_per_frame", "peak_mb", "load_average"]
 TUNING_KEYS = ["target", "token_set", "profile", "system", "label", "setting", "params", "wer", "sub", "ins", "del",
                "seconds"]
@@ -603,6 +625,9 @@ OURS_POINTS = ({"beam": 16.0, "max_active": 7000}, {"beam": 12.0, "max_active": 
 BLANK_PENALTIES = (0.0, 1.0, 2.0, 3.0)  # ours and Kaldi: cost per blank frame (fewer deletions)
 WORD_SCORES = (-1.0, 0.0, 1.5, 3.0)  # flashlight: score per word
 BETAS = (0.0, 1.0, 2.0, 3.0)  # pyctcdecode: score per word
+TOKEN_INSERTIONS = (0.0, 0.5, 1.0, 2.0)  # our beam search: bonus per token
+BEAM_POINTS = ({"beam_size": 32, "beam_threshold": 20.0}, {"beam_size": 16, "beam_threshold": 20.0},
+               {"beam_size": 8, "beam_threshold": 20.0}, {"beam_size": 4, "beam_threshold": 20.0})
 FLASHLIGHT_POINTS = ({"beam_size": 100, "beam_size_token": 16, "beam_threshold": 25.0},
                      {"beam_size": 50, "beam_size_token": 16, "beam_threshold": 25.0},
                      {"beam_size": 20, "beam_size_token": 8, "beam_threshold": 20.0},
@@ -666,6 +691,18 @@ def decoder_systems(quick: bool = False, venv: str | os.PathLike = PYCTCDECODE_V
                                    "word_score": list(_ins(WORD_SCORES, quick))},
                              tune_point=FLASHLIGHT_POINTS[1], points=_pts(FLASHLIGHT_POINTS, quick),
                              **_tuning(quick, "lm_weight", "word_score")),
+            BeamSearchSystem("ours-beam", "ours, lexicon-free beam search + token LM (1 thread)",
+                             grid={"lm_weight": list(_weights(quick)),
+                                   "token_insertion": list(_ins(TOKEN_INSERTIONS, quick))},
+                             tune_point=BEAM_POINTS[1], points=_pts(BEAM_POINTS, quick),
+                             **_tuning(quick, "lm_weight", "token_insertion")),
+            FlashlightLexiconFreeSystem("flashlight-lexicon-free",
+                                        "flashlight-text LexiconFreeDecoder + token KenLM (1 thread)",
+                                        grid={"lm_weight": list(_weights(quick)),
+                                              "sil_score": list(_ins(WORD_SCORES, quick)) if target.word_boundary
+                                              else [0.0]},
+                                        tune_point=BEAM_POINTS[1], points=_pts(BEAM_POINTS, quick),
+                                        **_tuning(quick, "lm_weight", "sil_score")),
             PyctcdecodeSystem("pyctcdecode", "pyctcdecode 0.5.0 + kenlm (1 thread)", venv=venv,
                               grid={"alpha": [round(lm_weight_for("pyctcdecode", w), 4) for w in _weights(quick)],
                                     "beta": list(_ins(BETAS, quick))},
@@ -734,7 +771,7 @@ TUNED_COLUMNS = [Column("target", "graph"), Column("profile", "emissions"), Colu
 
 def _pct(rows):
     for r in rows:
-        for k in ("wer", "dev_wer", "iv_wer"):
+        for k in ("wer", "dev_wer", "iv_wer", "oov_wer"):
             if r.get(k) is not None:
                 r[k + "_pct"] = 100 * r[k]
     return rows
@@ -852,7 +889,8 @@ def compare_decoders(out: str | os.PathLike, targets: Sequence[Target], *, dev_t
     rows = _pct(res["rows"])
     cols = [Column("target", "graph"), Column("profile", "emissions"), Column("label", "decoder"),
             Column("setting", "setting"), Column("wer_pct", "WER %", "{:.2f}"),
-            Column("iv_wer_pct", "in-vocab WER %", "{:.2f}"), Column("rtfx", "RTFx", "{:,.0f}"),
+            Column("iv_wer_pct", "in-vocab WER %", "{:.2f}"), Column("oov_wer_pct", "OOV WER %", "{:.2f}"),
+            Column("rtfx", "RTFx", "{:,.0f}"),
             Column("tokens_per_frame", "tokens/frame", "{:,.0f}"), Column("peak_mb", "peak MB", "{:,.0f}"),
             Column("tuned", "tuned on dev"), Column("dev_wer_pct", "dev WER %", "{:.2f}")]
     best = _best_rows(rows)
@@ -871,6 +909,9 @@ def compare_decoders(out: str | os.PathLike, targets: Sequence[Target], *, dev_t
           markdown_table(best, cols, label_columns=3), "",
           "## Test, every setting", "", markdown_table(rows, cols, label_columns=3), "",
           "## Goals", "", *decoder_goals(rows, ours, cpu_peers), "",
+          "### Lexicon-free: our beam search against flashlight's LexiconFreeDecoder (same token LM)", "",
+          *decoder_goals(rows, ["ours-beam"], ["flashlight-lexicon-free"]),
+          *oov_goal(rows, "ours-beam", "ours-cpu1"), "",
           "![WER vs RTFx](wer_vs_rtfx.png)"]
     write_results(out, title="compare-decoders: our decoder and its peers on the same emissions",
                   markdown="\n".join(md), rows=rows, tuning=res["tuning"], run_info=run_info)

@@ -184,7 +184,7 @@ class FlashlightLexiconFree:
     """flashlight-text's LexiconFreeDecoder (CTC criterion, Viterbi: no log-add) with a
     token-level KenLM: the lexicon-free peer of wfst.CtcBeamDecoder.  Its LM weight
     multiplies log10 scores (lm_weight_for converts); it has no per-token bonus, only
-    `sil_score` (0 here) on its `silence` token.  Its search starts as if the last frame
+    `sil_score` on its `silence` token.  Its search starts as if the last frame
     had read `silence`, so a word-boundary `|` as silence would make leading `|` frames
     free; the default, the blank, starts it where wfst's search starts."""
 
@@ -206,11 +206,12 @@ class FlashlightLexiconFree:
             raise PeerUnavailable(f"flashlight's KenLM cannot load {arpa}: {e}") from None
 
     def decode(self, log_probs: np.ndarray, lengths: Sequence[int], *, beam_size: int, lm_weight: float,
-               beam_threshold: float, word_boundary: str | None = None) -> DecodeRun:
+               beam_threshold: float, sil_score: float = 0.0, word_boundary: str | None = None) -> DecodeRun:
         fld, V = self._fld, self.tokens.num_columns
         opts = fld.LexiconFreeDecoderOptions(beam_size=int(beam_size), beam_size_token=V,
                                              beam_threshold=float(beam_threshold),
-                                             lm_weight=lm_weight_for("flashlight", lm_weight), sil_score=0.0,
+                                             lm_weight=lm_weight_for("flashlight", lm_weight),
+                                             sil_score=float(sil_score),
                                              log_add=False, criterion_type=fld.CriterionType.CTC)
         dec = fld.LexiconFreeDecoder(opts, self.lm, self.silence, self.tokens.blank, [])
         hyps, seconds = [], 0.0

@@ -39,6 +39,7 @@ from .peers import (
     PYCTCDECODE_VENV,
     DecodeRun,
     FlashlightDecoder,
+    FlashlightLexiconFree,
     FlashlightSettings,
     PeerUnavailable,
     PyctcdecodeDecoder,
@@ -65,6 +66,7 @@ class Target:
     arpa: Path | None = None  # the LM the graph was built from (peers read it directly)
     spm: Path | None = None
     word_boundary: str | None = None
+    token_lm: Path | None = None  # a token-level ARPA of the same text, for the lexicon-free decoders
 
 
 @dataclasses.dataclass(eq=False)
@@ -355,6 +357,74 @@ class FlashlightSystem(System):
                 run = dec.decode(em.log_probs, em.lengths, s)
                 best = run.seconds if best is None else min(best, run.seconds)
             del dec
+        return DecodeRun(run.hyps, best, None, mem.mb, mem.process_mb)
+
+    def teardown(self):
+        self.decoder = None
+
+
+class BeamSearchSystem(System):
+    """Our lexicon-free CTC beam search (wfst.CtcBeamDecoder) with the target's token LM, on one thread."""
+
+    family = "ours-beam"
+
+    def setup(self, target, workdir):
+        if target.token_lm is None:
+            raise PeerUnavailable(f"no token LM given for {target.name}")
+        self.tokens = wfst.load_graph(target.graph_dir).tokens
+        self.spelling = dict(spm=target.spm, word_boundary=target.word_boundary)
+        self.token_lm = target.token_lm
+        self.fixed["token_lm"] = _file_digest(target.token_lm)
+
+    def identity(self):
+        return {**super().identity(), **versions("wfst-ctc", "numba")}
+
+    def decode(self, em, params, *, timed, repeat=1):
+        p = {**self.fixed, **params}
+        with _Peak() as mem:
+            dec = wfst.CtcBeamDecoder(self.tokens, self.token_lm, beam_size=int(p["beam_size"]),
+                                      lm_weight=p["lm_weight"], token_insertion=p["token_insertion"],
+                                      beam_threshold=p["beam_threshold"], num_threads=1, **self.spelling)
+            best = None
+            for _ in range(max(1, repeat)):
+                start = time.perf_counter()
+                out = dec.decode(em.log_probs, em.lengths)
+                seconds = time.perf_counter() - start
+                best = seconds if best is None else min(best, seconds)
+        return DecodeRun([list(r.words) for r in out], best, None, mem.mb, mem.process_mb)
+
+
+class FlashlightLexiconFreeSystem(System):
+    """flashlight-text's LexiconFreeDecoder + KenLM on the target's token LM; its silence is
+    the word boundary (characters, whose sil_score it tunes) or the blank (BPE)."""
+
+    family = "flashlight-lexicon-free"
+
+    def setup(self, target, workdir):
+        try:
+            import flashlight.lib.text.decoder  # noqa: F401
+        except ImportError as e:
+            raise PeerUnavailable(f"flashlight-text is not installed (pip install flashlight-text): {e}") from None
+        if target.token_lm is None:
+            raise PeerUnavailable(f"no token LM given for {target.name}")
+        tokens = wfst.load_graph(target.graph_dir).tokens
+        self.word_boundary = target.word_boundary
+        silence = tokens.symbols.index(target.word_boundary) if target.word_boundary else None
+        self.fixed["token_lm"] = _file_digest(target.token_lm)
+        self.decoder = FlashlightLexiconFree(target.token_lm, tokens, silence)
+
+    def identity(self):
+        return {**super().identity(), **versions("flashlight-text")}
+
+    def decode(self, em, params, *, timed, repeat=1):
+        p = {**self.fixed, **params}
+        with _Peak() as mem:
+            best = None
+            for _ in range(max(1, repeat)):
+                run = self.decoder.decode(em.log_probs, em.lengths, beam_size=int(p["beam_size"]),
+                                          lm_weight=p["lm_weight"], beam_threshold=p["beam_threshold"],
+                                          sil_score=p.get("sil_score", 0.0), word_boundary=self.word_boundary)
+                best = run.seconds if best is None else min(best, run.seconds)
         return DecodeRun(run.hyps, best, None, mem.mb, mem.process_mb)
 
     def teardown(self):

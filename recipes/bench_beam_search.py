@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from demo_data import PROFILES, emission_options, sentences, with_unknown_words
+from demo_data import PROFILES, TOKEN_LMS, emission_options, sentences, with_unknown_words
 from wfst_bench.machine import machine
 from wfst_bench.peers import FlashlightLexiconFree
 
@@ -27,8 +27,8 @@ from wfst import synthetic
 from wfst.scoring import word_errors
 
 DEMO = Path("recipes/demo/data")
-SETUPS = (("char", "chars_tokens.txt", "chars_lm.arpa.gz", "char_compact", dict(word_boundary="|")),
-          ("bpe", "bpe_tokens.txt", "bpe_lm.arpa.gz", "bpe_compact", dict(spm=str(DEMO / "bpe.model"))))
+SETUPS = (("char", "chars_tokens.txt", "char_compact", dict(word_boundary="|")),
+          ("bpe", "bpe_tokens.txt", "bpe_compact", dict(spm=str(DEMO / "bpe.model"))))
 
 
 def main(argv=None) -> int:
@@ -39,9 +39,10 @@ def main(argv=None) -> int:
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     rows = []
-    for token_set, table, lm, graph, spelling in SETUPS:
+    for token_set, table, graph, spelling in SETUPS:
+        lm = TOKEN_LMS[token_set]
         tokens = wfst.TokenTable.read(DEMO / table)
-        flashlight = FlashlightLexiconFree(DEMO / lm, tokens)
+        flashlight = FlashlightLexiconFree(lm, tokens)
         tlg = wfst.Decoder(wfst.load_graph(Path("build/demo") / graph), num_threads=1)
         for profile, options in PROFILES.items():
             texts = sentences("test", args.utterances)
@@ -54,7 +55,7 @@ def main(argv=None) -> int:
             tlg_s = time.perf_counter() - start
             for beam_size in args.beam_sizes:
                 for weight in args.lm_weights:
-                    ours = wfst.CtcBeamDecoder(tokens, DEMO / lm, beam_size=beam_size, lm_weight=weight,
+                    ours = wfst.CtcBeamDecoder(tokens, lm, beam_size=beam_size, lm_weight=weight,
                                                token_insertion=0.0, beam_threshold=20.0, num_threads=1, **spelling)
                     ours.decode(x[:1], lengths[:1])
                     start = time.perf_counter()

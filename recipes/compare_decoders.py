@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""make compare-decoders: greedy, ours (CPU, CUDA), Kaldi, flashlight-text and pyctcdecode side by side.
+"""make compare-decoders: greedy, ours (CPU, CUDA), Kaldi, flashlight-text and pyctcdecode side by side,
+and the lexicon-free ones: our CTC beam search and flashlight's LexiconFreeDecoder on the demo's token LMs.
 
 Uses the demo's compact graphs (built as make demo builds them; skipped when up to
 date), the demo's ARPA and the graphs' lexicons, and SYNTHETIC emissions (wfst.synthetic)
@@ -19,7 +20,7 @@ import sys
 from pathlib import Path
 
 from code_state import code_state
-from demo_data import LM, TOKEN_SETS, emission_options, sentences
+from demo_data import LM, TOKEN_LMS, TOKEN_SETS, emission_options, sentences
 from wfst.graphs import compile_graph
 from wfst_bench import compare
 from wfst_bench.peers import PYCTCDECODE_VENV
@@ -33,7 +34,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="a few sentences, a 2x2 grid, 2 settings: a smoke test")
     ap.add_argument("--profiles", default=",".join(compare.PROFILES), help="emission profiles (demo,peaky)")
     ap.add_argument("--decoders", help="comma-separated subset of: greedy, ours-cpu1, ours-cpu1-top4, ours-cpu, "
-                                       "ours-cuda, kaldi, flashlight, pyctcdecode")
+                                       "ours-cuda, kaldi, flashlight, ours-beam, flashlight-lexicon-free, "
+                                       "pyctcdecode")
     ap.add_argument("--dev-sentences", type=int, help="first N of dev.txt (default: all; --quick: 20)")
     ap.add_argument("--test-sentences", type=int, help="first N of test.txt (default: all; --quick: 20)")
     ap.add_argument("--repeat", type=int, default=2, help="timed passes per test cell (best is kept)")
@@ -55,7 +57,7 @@ def main() -> int:
         r = compile_graph(graphs / f"{name}_{args.topology}", lm=LM, topology=args.topology,
                           cache_dir=graphs / ".wfst-cache", **kw)
         targets.append(compare.Target(f"{name}_{args.topology}", r.directory, name, args.topology, LM,
-                                      **emission_options(name)))
+                                      token_lm=TOKEN_LMS[name], **emission_options(name)))
     res = compare.compare_decoders(args.out, targets, dev_texts=sentences("dev", n_dev),
                                    test_texts=sentences("test", n_test),
                                    profiles=args.profiles.split(","), seed=args.seed, repeat=args.repeat,

@@ -11,6 +11,12 @@ TOKEN_SETS = {  # compile_graph's options for each token set
 }
 
 
+TOKEN_LMS = {  # token-level LMs of the same text, for the lexicon-free beam search (make_token_lms.py)
+    "char": DATA / "chars_lm.arpa.gz",
+    "bpe": DATA / "bpe_lm.arpa.gz",
+}
+
+
 def emission_options(token_set: str) -> dict:
     """wfst.synthetic.from_texts' options for a token set: how its text becomes tokens."""
     return {k: v for k, v in TOKEN_SETS[token_set].items() if k != "tokens"}

@@ -8,42 +8,12 @@ import random
 
 import numpy as np
 import pytest
+from arpa_files import random_arpa
 
 from wfst import BoostError, DecodeInputError, OptionError, TokenTable, VocabularyError
 from wfst.beam_search import CtcBeamDecoder, TokenLm
 
 kenlm = pytest.importorskip("kenlm", reason="kenlm is a test dependency: pip install -e '.[test]'")
-
-
-def random_arpa(path, symbols, order, seed, density=0.5):
-    """A random ARPA LM over `symbols` (log10 probabilities and backoffs drawn at random, not
-    normalised: kenlm scores by the file as it is).  Its n-grams are closed under prefixes and
-    suffixes and only contexts have backoffs, as an estimator's are; <s> only starts and </s>
-    only ends an n-gram."""
-    rng = random.Random(seed)
-    vocab = ["<unk>", "<s>", "</s>", *symbols]
-    grams = {1: {(w,) for w in vocab}}
-    for n in range(2, order + 1):
-        grams[n] = set()
-        for lower in sorted(grams[n - 1]):
-            for w in vocab:
-                g = (*lower, w)
-                if (w == "<s>" or "</s>" in g[:-1] or "<s>" in g[1:] or g[1:] not in grams[n - 1]
-                        or rng.random() > density):
-                    continue
-                grams[n].add(g)
-    lines = ["", "\\data\\"] + [f"ngram {n}={len(grams[n])}" for n in grams] + [""]
-    for n in grams:
-        lines.append(f"\\{n}-grams:")
-        for g in sorted(grams[n]):
-            logp = -99.0 if g == ("<s>",) else -rng.uniform(0.1, 2.5)
-            has_bo = n < order and any(h[:-1] == g for h in grams[n + 1])  # a context, as lmplz writes them
-            bo = f"\t{-rng.uniform(0.0, 1.0):.4f}" if has_bo else ""
-            lines.append(f"{logp:.4f}\t{' '.join(g)}{bo}")
-        lines.append("")
-    lines.append("\\end\\")
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def token_table(symbols):

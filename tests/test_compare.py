@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from arpa_files import random_arpa
 from wfst.graphs import compile_graph
 from wfst_bench import compare, peers, systems
 from wfst_bench.machine import gpu_name
@@ -26,7 +27,9 @@ TEXTS = ["ab ba", "abc", "a cab", "ba abc"]
 def tiny_target(tiny, tmp_path):
     r = compile_graph(tmp_path / "g", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=tiny / "lexicon.txt",
                       word_boundary="|", topology="compact")
-    return systems.Target("tiny_compact", r.directory, "char", "compact", tiny / "lm.arpa", word_boundary="|")
+    token_lm = random_arpa(tmp_path / "tokens.arpa", ("|", "a", "b", "c"), 3, seed=0)
+    return systems.Target("tiny_compact", r.directory, "char", "compact", tiny / "lm.arpa", word_boundary="|",
+                          token_lm=token_lm)
 
 
 # --------------------------------------------------------------------------- cells and resume
@@ -293,7 +296,8 @@ def test_pyctcdecode_worker_decodes_the_right_words(tiny, tmp_path):
 # --------------------------------------------------------------------------- end to end
 
 def test_compare_decoders_end_to_end_on_the_tiny_graph(tiny_target, tmp_path):
-    include = ["greedy", "ours-cpu1", "ours-cuda", "kaldi", "flashlight", "pyctcdecode"]
+    include = ["greedy", "ours-cpu1", "ours-cuda", "kaldi", "flashlight", "ours-beam", "flashlight-lexicon-free",
+               "pyctcdecode"]
     out = tmp_path / "results"
     code = {"commit": "abc1234", "uncommitted": ["wfst/decoder.py"]}
     res = compare.compare_decoders(out, [tiny_target], dev_texts=TEXTS, test_texts=TEXTS, profiles=["peaky"],
@@ -308,12 +312,17 @@ def test_compare_decoders_end_to_end_on_the_tiny_graph(tiny_target, tmp_path):
     assert rows["pyctcdecode"]["status"].startswith("not measured: pyctcdecode's venv ")
     assert "make pyctcdecode-venv" in rows["pyctcdecode"]["status"]
     assert rows["ours-cpu1"]["code"] == code
+    beam = [r for r in res["rows"] if r["system"] == "ours-beam"]
+    assert beam and all(r["status"] == "ok" and r["tuned"].startswith("lm_weight=") for r in beam)
+    free = [r for r in res["rows"] if r["system"] == "flashlight-lexicon-free"]
+    assert free and all(r["status"] == "ok" for r in free)
     flash = [r for r in res["rows"] if r["system"] == "flashlight"]
     assert flash and all(r["status"] == "ok" or r["status"].startswith("not measured: ") for r in flash)
     for name in ("results.md", "results.csv", "tuning.csv", "run.json", "wer_vs_rtfx.png"):
         assert (out / name).is_file(), name
     md = (out / "results.md").read_text()
     assert "SYNTHETIC" in md and "## Goals" in md and "| ours, CPU, 1 thread |" in md
+    assert "### Lexicon-free: our beam search against flashlight's LexiconFreeDecoder" in md and "OOV WER %" in md
     if gpu_name() is None:
         assert "| ours, CUDA | not measured: no GPU on this machine |" in md
     assert "commit abc1234;" in md and "Code of the cells: abc1234 + uncommitted changes to wfst/decoder.py (" in md

@@ -261,8 +261,10 @@ def search(log_probs, num_frames, settings, lm, pb, pb_row, work, parents, label
                 limit = np.float32(best + settings.threshold)
                 if size == K:
                     limit = min(limit, packed_cost(work.heap_key[0]))
-                if np.float32(base + ac[v]) + settings.floor > limit:
-                    break  # the columns come by acoustic cost: the rest cannot enter the beam either
+                # the columns come by acoustic cost: once even the cheapest extension cannot enter the
+                # beam, the rest cannot either (with slack for the float32 rounding of the sums)
+                if np.float32(base + ac[v]) + settings.floor > limit + np.float32(1e-3) + np.float32(1e-5) * abs(limit):
+                    break
                 c = np.float32(base + ac[v])
                 if v == blank or v == cur.last[k]:
                     h = cur.hash[k]

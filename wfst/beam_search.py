@@ -185,7 +185,7 @@ class CtcBeamDecoder:
         # hypothesis' columns (by acoustic cost) once even that cannot enter the beam
         extension = -float(self.settings.insertion) + float(self.settings.lm_weight) * (self.lm.floor if self.lm else 0)
         extension += min((_step_floor(a) for a in parts), default=0.0)
-        settings = self.settings._replace(floor=np.float32(min(0.0, extension) - 1e-3))
+        settings = self.settings._replace(floor=np.float32(min(0.0, extension)))
         V = self.tokens.num_columns
         K = int(self.settings.beam_size)
 

@@ -545,10 +545,12 @@ def decoder_goals(rows: Sequence[dict], ours: Sequence[str], cpu_peers: Sequence
                 all_r &= good
                 parts_r.append(f"{p['label']} {p['setting']} ({100 * p['wer']:.2f}%, {p['rtfx']:.0f}): ours "
                                + (f"{mr:.0f}" if mr is not None else "no setting that good") + ("" if good else " ✗"))
-        out.append(f"- {ts}, {prof}: our best WER {100 * best_ours:.2f}% vs peers' best: "
-                   f"**{'met' if all_w else 'not met'}** — " + "; ".join(parts_w))
-        out.append(f"- {ts}, {prof}: our single-thread CPU RTFx at equal or better WER vs each CPU peer setting: "
-                   f"**{'met' if all_r else 'not met'}** — " + "; ".join(parts_r))
+        if parts_w:  # (a run without these peers says nothing of them)
+            out.append(f"- {ts}, {prof}: our best WER {100 * best_ours:.2f}% vs peers' best: "
+                       f"**{'met' if all_w else 'not met'}** — " + "; ".join(parts_w))
+        if parts_r:
+            out.append(f"- {ts}, {prof}: our single-thread CPU RTFx at equal or better WER vs each CPU peer "
+                       f"setting: **{'met' if all_r else 'not met'}** — " + "; ".join(parts_r))
     return out
 
 

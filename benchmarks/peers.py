@@ -113,6 +113,34 @@ class FlashlightSettings:
     unk_score: float = -math.inf  # -inf: no out-of-lexicon words, like a TLG
 
 
+def _flashlight():
+    """flashlight-text's decoder module, its KenLM wrapper and its Dictionary, or PeerUnavailable."""
+    try:
+        from flashlight.lib.text import decoder as fld
+        from flashlight.lib.text.dictionary import Dictionary
+    except ImportError as e:
+        raise PeerUnavailable(f"flashlight-text is not installed (pip install flashlight-text): {e}") from None
+    try:
+        from flashlight.lib.text.decoder.kenlm import KenLM
+    except ImportError:  # older flashlight-text: KenLM sits in the decoder module
+        KenLM = fld.KenLM
+    return fld, KenLM, Dictionary
+
+
+def _decode_each(dec, log_probs: np.ndarray, lengths: Sequence[int], num_columns: int):
+    """A flashlight decoder over each utterance: (its best result or None, per utterance; the
+    decoding seconds)."""
+    best, seconds = [], 0.0
+    for b, T in enumerate(lengths):
+        T = int(T)
+        x = np.ascontiguousarray(log_probs[b, :T], dtype=np.float32)
+        start = time.perf_counter()
+        results = dec.decode(x.ctypes.data, T, num_columns) if T else []
+        seconds += time.perf_counter() - start
+        best.append(results[0] if results else None)
+    return best, seconds
+
+
 class FlashlightDecoder:
     """flashlight-text's LexiconDecoder (CTC criterion, Viterbi: no log-add) with KenLM.
 
@@ -125,15 +153,7 @@ class FlashlightDecoder:
 
     def __init__(self, arpa: str | os.PathLike, lexicon: dict[str, Sequence[int]], num_columns: int, blank: int,
                  silence: int | None = None):
-        try:
-            from flashlight.lib.text import decoder as fld
-            from flashlight.lib.text.dictionary import Dictionary
-        except ImportError as e:
-            raise PeerUnavailable(f"flashlight-text is not installed (pip install flashlight-text): {e}") from None
-        try:
-            from flashlight.lib.text.decoder.kenlm import KenLM
-        except ImportError:  # older flashlight-text: KenLM sits in the decoder module
-            KenLM = fld.KenLM
+        fld, KenLM, Dictionary = _flashlight()
         if not lexicon:
             raise ValueError("empty lexicon")
         self._fld = fld
@@ -168,15 +188,8 @@ class FlashlightDecoder:
         log_probs = np.asarray(log_probs)
         if log_probs.ndim != 3 or log_probs.shape[2] != V:
             raise ValueError(f"log_probs must be (B, T, {V}), got {log_probs.shape}")
-        hyps, seconds = [], 0.0
-        for b, T in enumerate(lengths):
-            T = int(T)
-            x = np.ascontiguousarray(log_probs[b, :T], dtype=np.float32)
-            start = time.perf_counter()
-            results = dec.decode(x.ctypes.data, T, V) if T else []
-            seconds += time.perf_counter() - start
-            best = results[0].words if results else []
-            hyps.append([self.words.get_entry(i) for i in best if i >= 0 and i != self.unk])
+        best, seconds = _decode_each(dec, log_probs, lengths, V)
+        hyps = [[self.words.get_entry(i) for i in (r.words if r else []) if i >= 0 and i != self.unk] for r in best]
         return DecodeRun(hyps, seconds)
 
 
@@ -189,12 +202,7 @@ class FlashlightLexiconFree:
     free; the default, the blank, starts it where wfst's search starts."""
 
     def __init__(self, arpa: str | os.PathLike, tokens: TokenTable, silence: int | None = None):
-        try:
-            from flashlight.lib.text import decoder as fld
-            from flashlight.lib.text.decoder.kenlm import KenLM
-            from flashlight.lib.text.dictionary import Dictionary
-        except ImportError as e:
-            raise PeerUnavailable(f"flashlight-text is not installed (pip install flashlight-text): {e}") from None
+        fld, KenLM, Dictionary = _flashlight()
         self._fld, self.tokens = fld, tokens
         self.silence = tokens.blank if silence is None else int(silence)
         symbols = Dictionary()
@@ -214,15 +222,10 @@ class FlashlightLexiconFree:
                                              sil_score=float(sil_score),
                                              log_add=False, criterion_type=fld.CriterionType.CTC)
         dec = fld.LexiconFreeDecoder(opts, self.lm, self.silence, self.tokens.blank, [])
-        hyps, seconds = [], 0.0
-        for b, T in enumerate(lengths):
-            T = int(T)
-            x = np.ascontiguousarray(log_probs[b, :T], dtype=np.float32)
-            start = time.perf_counter()
-            results = dec.decode(x.ctypes.data, T, V) if T else []
-            seconds += time.perf_counter() - start
-            frames = results[0].tokens if results else []
-            collapsed = [k for k, _ in itertools.groupby(frames) if k >= 0 and k != self.tokens.blank]
+        best, seconds = _decode_each(dec, log_probs, lengths, V)
+        hyps = []
+        for r in best:
+            collapsed = [k for k, _ in itertools.groupby(r.tokens if r else []) if k >= 0 and k != self.tokens.blank]
             hyps.append(detokenize(collapsed, self.tokens, word_boundary=word_boundary).split())
         return DecodeRun(hyps, seconds)
 

@@ -401,10 +401,6 @@ class FlashlightLexiconFreeSystem(System):
     family = "flashlight-lexicon-free"
 
     def setup(self, target, workdir):
-        try:
-            import flashlight.lib.text.decoder  # noqa: F401
-        except ImportError as e:
-            raise PeerUnavailable(f"flashlight-text is not installed (pip install flashlight-text): {e}") from None
         if target.token_lm is None:
             raise PeerUnavailable(f"no token LM given for {target.name}")
         tokens = wfst.load_graph(target.graph_dir).tokens

@@ -212,15 +212,13 @@ class Beam(NamedTuple):
     pb: np.ndarray  # int32 (K,): phrase automaton state
     acoustic: np.ndarray  # float32 (K,) cost parts: acoustic
     lm_cost: np.ndarray  # float32 (K,): LM costs (unweighted)
-    tokens: np.ndarray  # int32 (K,): tokens emitted
     boost: np.ndarray  # float32 (K,): phrase boost costs
 
 
 @njit(cache=True)
 def new_beam(K):
     return Beam(np.zeros(K, np.float32), np.zeros(K, np.int32), np.zeros(K, np.uint64), np.zeros(K, np.int32),
-                np.zeros(K, np.int32), np.zeros(K, np.float32), np.zeros(K, np.float32), np.zeros(K, np.int32),
-                np.zeros(K, np.float32))
+                np.zeros(K, np.int32), np.zeros(K, np.float32), np.zeros(K, np.float32), np.zeros(K, np.float32))
 
 
 @njit(nogil=True, cache=True)
@@ -307,12 +305,10 @@ def search(log_probs, num_frames, settings, lm, pb, pb_row, work, parents, label
             nxt.pb[j] = cur.pb[k]
             nxt.lm_cost[j] = cur.lm_cost[k]
             nxt.boost[j] = cur.boost[k]
-            nxt.tokens[j] = cur.tokens[k]
             parents[t, j] = k
             labels[t, j] = -1
             if extended:
                 labels[t, j] = v
-                nxt.tokens[j] += 1
                 if lm is not None:
                     r = lm_row(lm, cur.lm[k], work)
                     nxt.lm_cost[j] = np.float32(cur.lm_cost[k] + work.row_cost[r, v])

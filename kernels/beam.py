@@ -321,7 +321,13 @@ def search(log_probs, num_frames, settings, lm, pb, pb_row, work, parents, label
             work.cand_key[work.cand_slots[i]] = EMPTY_KEY
             work.cand_pos[work.cand_slots[i]] = -1
         cur, nxt = nxt, cur
-    # the end: </s> and the refund of open phrase matches, then best first
+    return cur, close_beam(cur, count, settings, lm, pb, pb_row)
+
+
+@njit(nogil=True, cache=True)
+def close_beam(cur, count, settings, lm, pb, pb_row):
+    """The end of a search: each of the beam's `count` hypotheses pays the LM's </s> and the
+    refund of its open phrase match (in place); returns their order, best first."""
     for k in range(count):
         if lm is not None:
             f = lm.automata.final[0, cur.lm[k]]
@@ -334,7 +340,7 @@ def search(log_probs, num_frames, settings, lm, pb, pb_row, work, parents, label
     keys = np.empty(count, np.uint64)
     for k in range(count):
         keys[k] = pack(cur.cost[k], k)
-    return cur, np.argsort(keys).astype(np.int32)
+    return np.argsort(keys).astype(np.int32)
 
 
 @njit(nogil=True, cache=True)

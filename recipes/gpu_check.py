@@ -18,7 +18,9 @@
    thread, with both WERs; 16, 128 and 512 live streams (bpe_compact, 320 ms chunks):
    their results against the CPU's offline decode, aggregate RTFx and advance() latency
    (the goal: 512 streams within 40 ms a call); word lattices (lattice beam 8) on the GPU:
-   the same as the CPU's, and their cost against the GPU's best path.
+   the same as the CPU's, and their cost against the GPU's best path; the lexicon-free beam
+   search (CtcBeamDecoder, beam 8 and 32, the demo's token LMs): the same as on the CPU,
+   with and without a boosted phrase, and its RTFx by batch against the CPU on one thread.
 5. build/gpu-check/report.md and report.json; the exit status is 1 if any check failed.
 
 Synthetic emissions (wfst.synthetic) of the demo's held-out sentences; 40 ms frames.  A
@@ -76,12 +78,13 @@ class Scale:
     topologies: tuple = ("normal", "compact", "minimal")  # of the equality check's demo graphs
     options: dict = dataclasses.field(default_factory=dict)  # more Decoder options of the benchmark
     token_sets: tuple = ("char", "bpe")
+    beam_sizes: tuple = (8, 32)  # of the lexicon-free beam search
 
 
 FULL = Scale(None, 5, 256, dict(beam=16.0, max_active=7000), ((16.0, 7000), (12.0, 3000)), (1, 8, 64, 256, 1024),
              128, 64, 4)
 TINY = Scale(1, 1, 1, dict(beam=8.0, max_active=16, min_active=4, token_capacity=64), ((8.0, 16),), (1, 2), 1, 1, 1,
-             (1,), ("compact",), dict(token_capacity=64), ("bpe",))
+             (1,), ("compact",), dict(token_capacity=64), ("bpe",), (2,))
 
 
 # ---------------------------------------------------------------------- the report
@@ -354,7 +357,46 @@ def benchmark(report: Report, scale: Scale, graphs: dict, dirs: dict, texts: lis
     for name in [f"{s}_compact" for s in scale.token_sets]:
         extras[f"Lattices ({name}, lattice beam 8)"] = lattices(report, scale, graphs[name], name, texts, beam,
                                                                 max_active, xp)
+    for token_set in scale.token_sets:
+        extras[f"Lexicon-free beam search ({token_set}, the demo's token LM)"] = beam_search(
+            report, scale, graphs[f"{token_set}_compact"], token_set, texts, xp)
     return rows, extras
+
+
+def beam_search(report, scale, g, token_set, texts, xp) -> dict:
+    """CtcBeamDecoder (the second decoder) on the GPU: the same results as on the CPU (words,
+    frames, costs to 1e-4, N-best sizes), with a phrase boosted as well; RTFx by batch
+    against the CPU on one thread."""
+    from demo_data import TOKEN_LMS
+
+    import wfst
+
+    x, lengths = utterances(g, token_set, texts, scale.seeds)
+    n = min(len(lengths), 256 if not SIMULATE else 1)
+    x, lengths = x[:n], lengths[:n]
+    spm = TOKEN_SETS[token_set].get("spm")
+    phrases = ["of the"]
+    out = {}
+    for beam_size in scale.beam_sizes:
+        config = dict(lm=TOKEN_LMS[token_set], beam_size=beam_size, lm_weight=0.5, token_insertion=1.0, spm=spm)
+        cpu = wfst.CtcBeamDecoder(g.tokens, num_threads=1, **config)
+        gpu = wfst.CtcBeamDecoder(g.tokens, device="cuda", **config)
+        cpu_wall, _, _, want = timed(cpu, x, lengths, n)
+        for kw in ({}, dict(phrases=phrases)):
+            got = gpu.decode(xp.asarray(x), lengths, **kw)
+            ref = want if not kw else cpu.decode(x, lengths, **kw)
+            same = sum(not differences(a, b) and len(a.nbest) == len(b.nbest) for a, b in zip(got, ref))
+            report.check(f"beam search {token_set}, beam {beam_size}{', a phrase' if kw else ''}: CUDA == CPU",
+                         same == n, f"{same}/{n} identical")
+        frames = int(lengths.sum())
+        row = [f"CPU (1 thread) RTFx {FRAME_SECONDS * frames / cpu_wall:,.0f}"]
+        for batch in scale.batches:
+            if batch <= n and not SIMULATE:
+                wall, device, _, _ = timed(gpu, xp.asarray(x), lengths, batch)
+                row.append(f"batch {batch} RTFx {FRAME_SECONDS * frames / wall:,.0f} "
+                           f"(GPU busy {100 * device / wall:.0f}%)")
+        out[f"beam {beam_size}, {n} utterances"] = "; ".join(row)
+    return out
 
 
 def lattices(report, scale, g, name, texts, beam, max_active, xp) -> dict:

@@ -9,6 +9,7 @@ one line per kernel.
 """
 import sys
 import types
+from pathlib import Path
 
 import numba.cuda.dispatcher as dispatcher
 import numpy as np
@@ -17,7 +18,9 @@ import numpy as np
 # compute capability; there is none here, so name the target: sm_90.
 dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
 
+from arpa_files import random_arpa  # noqa: E402
 from numba import cuda, typeof  # noqa: E402
+from wfst.kernels import beam_cuda as BK  # noqa: E402
 from wfst.kernels import cuda as K  # noqa: E402
 
 import wfst  # noqa: E402
@@ -29,6 +32,7 @@ KERNELS = ["init_kernel", "prune_store_kernel", "batch_scan_kernel", "frame_cost
            "expand_min_kernel", "fltop_redo_kernel", "expand_kernel", "expand_ties_kernel", "resolve_kernel",
            "closure_kernel", "traceback_kernel", "tick_kernel", "readings_kernel", "adopt_kernel",
            "lattice_arcs_kernel", "lattice_epsilons_kernel", "lattice_store_kernel"]
+BEAM_KERNELS = ["beam_init_kernel", "beam_step_kernel", "beam_tick_kernel"]  # CtcBeamDecoder's
 compiled: dict[str, set] = {}
 problems: list[str] = []
 
@@ -45,8 +49,8 @@ def leaves(value, where):
 class CompileOnLaunch:
     """Stands in for a kernel: a launch compiles it for the launch's argument types."""
 
-    def __init__(self, name):
-        self.name, self.kernel = name, getattr(K, name)
+    def __init__(self, module, name):
+        self.name, self.kernel = name, getattr(module, name)
 
     def __getitem__(self, launch_config):
         return self
@@ -63,8 +67,9 @@ class CompileOnLaunch:
 
 
 def main(graph_dir: str) -> int:
-    for name in KERNELS:
-        setattr(K, name, CompileOnLaunch(name))
+    for module, names in ((K, KERNELS), (BK, BEAM_KERNELS)):
+        for name in names:
+            setattr(module, name, CompileOnLaunch(module, name))
     # host arrays stand in for device arrays and pinned memory: only their types matter
     for module in (arrays, backend):  # cuda_backend holds its own names of the two
         module.on_device = lambda a: a
@@ -96,11 +101,22 @@ def main(graph_dir: str) -> int:
         dec.advance(streams, [x[0]] * 5)
         streams[0].partial()
         dec.finish(streams)
-    for name in KERNELS:
+    # the lexicon-free beam search, with and without its token LM and phrases
+    import wfst.cuda_beam as beam_backend
+
+    beam_backend.on_device = lambda a: a
+    beam_backend.array_module = lambda: np
+    beam_backend.SIMULATOR = True  # no stream, no graph capture
+    tokens = [s for s in g.tokens.symbols if s != g.tokens.symbols[g.tokens.blank]]
+    token_lm = random_arpa(Path(graph_dir) / "token_lm.arpa", tokens, 3, 0)
+    for lm_path, phrases in ((None, None), (token_lm, [f"{words[0]} {words[1]}"])):
+        beam = wfst.CtcBeamDecoder(g.tokens, lm_path, beam_size=4, device="cuda", word_boundary="|")
+        beam.decode(x, np.array([4, 3]), phrases=phrases)
+    for name in KERNELS + BEAM_KERNELS:
         print(f"{name}: {len(compiled.get(name, ()))} signature(s) compiled to PTX for sm_90")
     for p in dict.fromkeys(problems):
         print(p)
-    return 0 if set(compiled) == set(KERNELS) and not problems else 1
+    return 0 if set(compiled) == set(KERNELS + BEAM_KERNELS) and not problems else 1
 
 
 if __name__ == "__main__":

@@ -252,3 +252,36 @@ def test_bad_emissions_are_refused_as_by_the_tlg_decoder():
     x[1, 1, 2] = np.nan
     with pytest.raises(DecodeInputError, match=r"utterance 1"):
         dec.decode(x)
+
+
+# ---------------------------------------------------------------------- device="cuda"
+
+CUDA_CASES = {  # (LM, phrases per utterance, beam_size, beam_threshold, emissions)
+    "no LM, wide": (False, None, 6, 50.0, "random"),
+    "LM, beam binds": (True, None, 2, 50.0, "random"),
+    "LM + phrases, threshold binds": (True, [{"ab": 2.0, "ca b": 1.0}, None, ["bab"]], 3, 2.5, "random"),
+    "ties everywhere": (True, ["ab"], 3, 50.0, "uniform"),
+}
+
+
+@pytest.mark.parametrize("case", CUDA_CASES)
+def test_cuda_equals_cpu(tmp_path, case):
+    """device="cuda" (the simulator without a GPU) gives the CPU's results exactly: the same
+    words, frames, cost parts and N-best lists, for a batch of different lengths (one empty)
+    with per-utterance phrases; uniform emissions make every candidate cost tie, which the
+    packed (cost, candidate) order must settle as the CPU's heap does."""
+    pytest.importorskip("numba.cuda")
+    with_lm, phrases, beam_size, threshold, emissions = CUDA_CASES[case]
+    table = token_table(CHARS)
+    lm = random_arpa(tmp_path / "tok.arpa", CHARS, 3, 4) if with_lm else None
+    rng = np.random.default_rng(len(case))
+    shape = (3, 6, table.num_columns)
+    x = (np.full(shape, -np.log(shape[2])) if emissions == "uniform"
+         else np.log(rng.dirichlet(np.full(shape[2], 0.6), size=shape[:2]))).astype(np.float32)
+    lengths = np.array([6, 3, 0])
+    options = dict(beam_size=beam_size, beam_threshold=threshold, lm_weight=0.8, token_insertion=0.4)
+    cpu = CtcBeamDecoder(table, lm, num_threads=1, **options)
+    gpu = CtcBeamDecoder(table, lm, device="cuda", **options)
+    expected = cpu.decode(x, lengths, phrases=phrases)
+    assert gpu.decode(x, lengths, phrases=phrases) == expected
+    assert max(len(r.nbest) for r in expected) > 1  # (distinct prefixes: fewer than beam_size may be)

@@ -104,7 +104,8 @@ def test_decode_cli_bad_options_are_one_line(tiny_setup, capsys, options, messag
 
 def test_decode_cli_beam_search_without_a_graph(tiny_setup, tmp_path, capsys):
     """--beam-search: the lexicon-free decoder on the same emissions, phrases from a file
-    (with and without a reward), N-best lists; and the options it refuses, in one line."""
+    (with and without a reward), N-best lists, on either device; and the options it
+    refuses, in one line."""
     _, em, texts = tiny_setup
     tokens = tmp_path / "tokens.txt"  # the tiny fixture's, in the same folder
     phrases = tmp_path / "phrases.txt"
@@ -115,6 +116,9 @@ def test_decode_cli_beam_search_without_a_graph(tiny_setup, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "beam search: beam_size=8" in text and "WER 0.00% (0/7" in text and "\t1. " in text
     assert out.read_text().splitlines() == texts
+    on_gpu = tmp_path / "hyp_cuda.txt"  # (the simulator without a GPU)
+    assert decode_main(base + ["--phrases", str(phrases), "--device", "cuda", "--quiet", "--output", str(on_gpu)]) == 0
+    assert on_gpu.read_text() == out.read_text()
     for extra, message in ((["--graph", "g"], "decodes without a graph"), (["--stream"], "--stream: not available")):
         with pytest.raises(SystemExit) as e:  # usage errors: argparse's exit, one line
             decode_main(base + extra)

@@ -119,9 +119,8 @@ class CtcBeamDecoder:
             raise OptionError(f"beam_threshold={beam_threshold!r}: must be > 0")
         if lm_weight < 0:
             raise OptionError(f"lm_weight={lm_weight!r}: must be >= 0")
-        if device != "cpu":
-            raise OptionError(f"device={device!r}: CtcBeamDecoder runs on the CPU for now (the CUDA search is not "
-                              f"built yet)")
+        if device not in ("cpu", "cuda"):
+            raise OptionError(f"device={device!r}: must be 'cpu' or 'cuda'")
         if word_boundary is None and spm is None and "|" in self.tokens.symbols:
             word_boundary = "|"
         if word_boundary is not None and word_boundary not in self.tokens.symbols:
@@ -131,6 +130,12 @@ class CtcBeamDecoder:
         self.settings = BeamSettings(np.int64(beam_size), np.float32(beam_threshold), np.int64(self.tokens.blank),
                                      np.float32(lm_weight), np.float32(token_insertion), np.float32(0.0))
         self.num_threads = max(1, num_threads or os.cpu_count() or 1)
+        self.device = device
+        self._gpu = None
+        if device == "cuda":
+            from .cuda_beam import CudaBeamSearch
+
+            self._gpu = CudaBeamSearch(self.lm.arrays if self.lm else None, self.tokens.num_columns)
         self.stats = DecodeStats()
 
     # ------------------------------------------------------------------ phrases
@@ -168,9 +173,10 @@ class CtcBeamDecoder:
         from wfst.kernels import beam
 
         start = time.perf_counter()
-        x = host_array(log_probs)
+        gpu = self._gpu
+        x = gpu.to_batch(log_probs) if gpu else host_array(log_probs)
         lengths = check_batch(x, lengths, self.tokens.num_columns)
-        check_finite(nonfinite_rows(np, x, lengths))
+        check_finite(gpu.nonfinite_rows(x, lengths) if gpu else nonfinite_rows(np, x, lengths))
         B = len(lengths)
         per_utt = self._phrases_per_utterance(phrases, B)
         built: dict[int, object] = {}
@@ -181,6 +187,17 @@ class CtcBeamDecoder:
         rows = {id(a): r for r, a in enumerate(parts)}
         pb = automata([a.automaton() for a in parts]) if parts else None
         lm = None if self.lm is None else self.lm.arrays
+        if gpu:
+            row_of = np.array([rows[id(built[id(p)])] if p is not None and built[id(p)] is not None else -1
+                               for p in per_utt], np.int32)
+            results = []
+            for b, (final, count, parents, labels) in enumerate(gpu.search(x, lengths, self.settings, pb, row_of)):
+                row = int(row_of[b])
+                order = beam.close_beam(final, count, self.settings, lm, pb if row >= 0 else None, max(row, 0))
+                results.append(self._result(final, order, parents, labels, int(lengths[b])))
+            self.stats = DecodeStats(B, int(lengths.sum()), time.perf_counter() - start,
+                                     device_seconds=gpu.device_seconds)
+            return results
         # what an extension can cost beyond its acoustic cost, at least: the search leaves a
         # hypothesis' columns (by acoustic cost) once even that cannot enter the beam
         extension = -float(self.settings.insertion) + float(self.settings.lm_weight) * (self.lm.floor if self.lm else 0)

@@ -156,7 +156,7 @@ def _beam_search_main(ap, args) -> int:
     if args.tokens is None:
         ap.error("argument --beam-search: needs --tokens")
     for option, given in (("--stream", args.stream), ("--lattice-beam", args.lattice_beam is not None),
-                          ("--ctm", args.ctm is not None), ("--device", args.device != "cpu")):
+                          ("--ctm", args.ctm is not None)):
         if given:
             ap.error(f"argument {option}: not available with --beam-search yet")
     if args.nbest is not None and args.nbest < 1:
@@ -169,7 +169,7 @@ def _beam_search_main(ap, args) -> int:
     try:
         decoder = CtcBeamDecoder(args.tokens, args.lm, beam_size=args.beam_size, lm_weight=args.lm_weight,
                                  token_insertion=args.token_insertion, beam_threshold=args.beam_threshold,
-                                 spm=args.spm, num_threads=args.threads)
+                                 spm=args.spm, num_threads=args.threads, device=args.device)
         phrases = None
         if args.phrases:
             phrases = {}

@@ -698,6 +698,8 @@ def decoder_systems(quick: bool = False, venv: str | os.PathLike = PYCTCDECODE_V
                                    "token_insertion": list(_ins(TOKEN_INSERTIONS, quick))},
                              tune_point=BEAM_POINTS[1], points=_pts(BEAM_POINTS, quick),
                              **_tuning(quick, "lm_weight", "token_insertion")),
+            BeamSearchSystem("ours-beam-cuda", "ours, lexicon-free beam search + token LM, CUDA", device="cuda",
+                             tuned_like="ours-beam", points=_pts(BEAM_POINTS, quick)),
             FlashlightLexiconFreeSystem("flashlight-lexicon-free",
                                         "flashlight-text LexiconFreeDecoder + token KenLM (1 thread)",
                                         grid={"lm_weight": list(_weights(quick)),

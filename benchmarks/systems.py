@@ -364,11 +364,24 @@ class FlashlightSystem(System):
 
 
 class BeamSearchSystem(System):
-    """Our lexicon-free CTC beam search (wfst.CtcBeamDecoder) with the target's token LM, on one thread."""
+    """Our lexicon-free CTC beam search (wfst.CtcBeamDecoder) with the target's token LM, on one
+    CPU thread or on the GPU (batches of `batch_size`)."""
 
     family = "ours-beam"
 
+    def __init__(self, key, label, *, device: str = "cpu", batch_size: int = 64, **kw):
+        super().__init__(key, label, **kw)
+        self.device, self.batch_size = device, batch_size
+        self.fixed.update(device=device, **({"batch_size": batch_size} if device == "cuda" else {}))
+
     def setup(self, target, workdir):
+        if self.device == "cuda":
+            if gpu_name() is None:
+                raise PeerUnavailable("no GPU on this machine")
+            try:
+                import cupy  # noqa: F401
+            except ImportError as e:
+                raise PeerUnavailable(f"CuPy is not installed (pip install '.[cuda]'): {e}") from None
         if target.token_lm is None:
             raise PeerUnavailable(f"no token LM given for {target.name}")
         self.tokens = wfst.load_graph(target.graph_dir).tokens
@@ -381,17 +394,33 @@ class BeamSearchSystem(System):
 
     def decode(self, em, params, *, timed, repeat=1):
         p = {**self.fixed, **params}
+        x, n = em.log_probs, em.lengths
+        step = self.batch_size if self.device == "cuda" else len(n)
+        batches = [(x[lo:lo + step], n[lo:lo + step]) for lo in range(0, len(n), max(step, 1))]
+        if self.device == "cuda":
+            import cupy
+
+            batches = [(cupy.asarray(xb), nb) for xb, nb in batches]
         with _Peak() as mem:
             dec = wfst.CtcBeamDecoder(self.tokens, self.token_lm, beam_size=int(p["beam_size"]),
                                       lm_weight=p["lm_weight"], token_insertion=p["token_insertion"],
-                                      beam_threshold=p["beam_threshold"], num_threads=1, **self.spelling)
+                                      beam_threshold=p["beam_threshold"], num_threads=1, device=self.device,
+                                      **self.spelling)
+            dec.decode(batches[0][0][:1], batches[0][1][:1])  # compile / warm up outside the timing
             best = None
             for _ in range(max(1, repeat)):
-                start = time.perf_counter()
-                out = dec.decode(em.log_probs, em.lengths)
-                seconds = time.perf_counter() - start
+                out, seconds = [], 0.0
+                for xb, nb in batches:
+                    start = time.perf_counter()
+                    out += dec.decode(xb, nb)
+                    seconds += time.perf_counter() - start
                 best = seconds if best is None else min(best, seconds)
-        return DecodeRun([list(r.words) for r in out], best, None, mem.mb, mem.process_mb)
+        peak = mem.mb
+        if self.device == "cuda":
+            import cupy
+
+            peak = cupy.get_default_memory_pool().total_bytes() / 2**20
+        return DecodeRun([list(r.words) for r in out], best, None, peak, mem.process_mb)
 
 
 class FlashlightLexiconFreeSystem(System):

@@ -34,7 +34,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="a few sentences, a 2x2 grid, 2 settings: a smoke test")
     ap.add_argument("--profiles", default=",".join(compare.PROFILES), help="emission profiles (demo,peaky)")
     ap.add_argument("--decoders", help="comma-separated subset of: greedy, ours-cpu1, ours-cpu1-top4, ours-cpu, "
-                                       "ours-cuda, kaldi, flashlight, ours-beam, flashlight-lexicon-free, "
+                                       "ours-cuda, kaldi, flashlight, ours-beam, ours-beam-cuda, "
+                                       "flashlight-lexicon-free, "
                                        "pyctcdecode")
     ap.add_argument("--dev-sentences", type=int, help="first N of dev.txt (default: all; --quick: 20)")
     ap.add_argument("--test-sentences", type=int, help="first N of test.txt (default: all; --quick: 20)")

@@ -3,7 +3,7 @@
 
 1. The machine: GPU, driver, CUDA runtime, CuPy (and which wheel: cupy-cuda12x or -13x),
    numba, numba-cuda, NumPy, Python; a tiny kernel must compile and run.
-2. The CUDA tests (tests/test_cuda.py) on the GPU, not the simulator.
+2. The CUDA tests (tests/test_cuda.py and the beam search's) on the GPU, not the simulator.
 3. CUDA == CPU on the six demo graphs, for every held-out sentence (seed 0) and 1,128 more
    synthetic utterances (seeds 1-4): the same words, word frames and reached_final, costs
    to 1e-4.  Then, on 256 of them, with 20 boosted words, a phrase and FLToP switched on;
@@ -193,13 +193,15 @@ def cuda_tests(report: Report):
     if not tests.is_file():
         report.check("CUDA tests", False, f"{tests} not found: run gpu-check from a source checkout")
         return
-    cmd = [sys.executable, "-m", "pytest", str(tests), "-q", "-p", "no:cacheprovider"]
+    beam = f"{ROOT / 'tests' / 'test_beam_search.py'}::test_cuda_equals_cpu"  # the lexicon-free decoder's
+    cmd = [sys.executable, "-m", "pytest", str(tests), beam, "-q", "-p", "no:cacheprovider"]
     if SIMULATE:
-        cmd += ["-k", "random_graphs and 0-wide"]
+        cmd += ["-k", "random_graphs and 0-wide or cuda_equals_cpu and ties"]
     t0 = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=dict(os.environ))
     summary = (out.stdout.strip().splitlines() or [""])[-1]
-    report.check(f"CUDA tests on the {'simulator' if SIMULATE else 'GPU'} (tests/test_cuda.py)", out.returncode == 0,
+    report.check(f"CUDA tests on the {'simulator' if SIMULATE else 'GPU'} (tests/test_cuda.py, the beam search's)",
+                 out.returncode == 0,
                  f"{summary.strip('= ')}, {time.perf_counter() - t0:.0f} s")
     if out.returncode != 0:
         print(out.stdout[-4000:], out.stderr[-2000:])

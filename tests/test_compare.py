@@ -296,8 +296,8 @@ def test_pyctcdecode_worker_decodes_the_right_words(tiny, tmp_path):
 # --------------------------------------------------------------------------- end to end
 
 def test_compare_decoders_end_to_end_on_the_tiny_graph(tiny_target, tmp_path):
-    include = ["greedy", "ours-cpu1", "ours-cuda", "kaldi", "flashlight", "ours-beam", "flashlight-lexicon-free",
-               "pyctcdecode"]
+    include = ["greedy", "ours-cpu1", "ours-cuda", "kaldi", "flashlight", "ours-beam", "ours-beam-cuda",
+               "flashlight-lexicon-free", "pyctcdecode"]
     out = tmp_path / "results"
     code = {"commit": "abc1234", "uncommitted": ["wfst/decoder.py"]}
     res = compare.compare_decoders(out, [tiny_target], dev_texts=TEXTS, test_texts=TEXTS, profiles=["peaky"],
@@ -309,6 +309,7 @@ def test_compare_decoders_end_to_end_on_the_tiny_graph(tiny_target, tmp_path):
         assert rows["kaldi"]["wer"] == 0.0
     if gpu_name() is None:
         assert rows["ours-cuda"]["status"] == "not measured: no GPU on this machine"
+        assert rows["ours-beam-cuda"]["status"] == "not measured: no GPU on this machine"
     assert rows["pyctcdecode"]["status"].startswith("not measured: pyctcdecode's venv ")
     assert "make pyctcdecode-venv" in rows["pyctcdecode"]["status"]
     assert rows["ours-cpu1"]["code"] == code

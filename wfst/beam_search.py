@@ -131,6 +131,7 @@ class CtcBeamDecoder:
                                      np.float32(lm_weight), np.float32(token_insertion), np.float32(0.0))
         self.num_threads = max(1, num_threads or os.cpu_count() or 1)
         self.device = device
+        self._works = []  # the CPU searches' scratch (kernels.beam.BeamWork), one per thread at most
         self._gpu = None
         if device == "cuda":
             from .cuda_beam import CudaBeamSearch
@@ -209,11 +210,15 @@ class CtcBeamDecoder:
         def one(b):
             T = int(lengths[b])
             a = built.get(id(per_utt[b])) if per_utt[b] is not None else None
-            work = beam.new_beam_work(K, V, len(self.lm.store.words) if self.lm else 1)
+            try:  # a search leaves its scratch clean, and the cached LM rows stay right: reused
+                work = self._works.pop()
+            except IndexError:
+                work = beam.new_beam_work(K, V, len(self.lm.store.words) if self.lm else 1)
             parents = np.zeros((max(T, 1), K), np.int32)
             labels = np.full((max(T, 1), K), -1, np.int32)
             final, order = beam.search(x[b], T, settings, lm, pb if a is not None else None,
                                        rows.get(id(a), 0), work, parents, labels)
+            self._works.append(work)
             return self._result(final, order, parents, labels, T)
 
         threads = min(self.num_threads, B)

@@ -227,7 +227,8 @@ def search(log_probs, num_frames, settings, lm, pb, pb_row, work, parents, label
 
     lm: TokenLmArrays or None; pb: groups.Automata of phrase boosting (row pb_row) or None;
     work: BeamWork; parents, labels: int32 (num_frames, K) backpointers, filled here
-    (labels[t, j]: the token hypothesis j emitted at frame t, -1: none).
+    (labels[t, j]: the token hypothesis j emitted at frame t, or -2 - the column it read
+    there when it emitted none: a blank or a repeat).
 
     Returns the last frame's Beam (its costs with the end-of-sentence LM cost and the
     phrase refund added) and the order of its live hypotheses, best first (hypothesis j
@@ -306,7 +307,7 @@ def search(log_probs, num_frames, settings, lm, pb, pb_row, work, parents, label
             nxt.lm_cost[j] = cur.lm_cost[k]
             nxt.boost[j] = cur.boost[k]
             parents[t, j] = k
-            labels[t, j] = -1
+            labels[t, j] = -2 - v
             if extended:
                 labels[t, j] = v
                 if lm is not None:
@@ -344,8 +345,9 @@ def close_beam(cur, count, settings, lm, pb, pb_row):
 
 
 @njit(nogil=True, cache=True)
-def trace(parents, labels, num_frames, j):
-    """(tokens, the frame each was emitted at) of hypothesis j of the last frame."""
+def trace(parents, labels, num_frames, j, blank):
+    """(tokens, the frame each was emitted at, the last frame of its run: its repeats) of
+    hypothesis j of the last frame."""
     n = 0
     k = j
     for t in range(num_frames - 1, -1, -1):
@@ -353,11 +355,20 @@ def trace(parents, labels, num_frames, j):
         k = parents[t, k]
     tokens = np.empty(n, np.int32)
     frames = np.empty(n, np.int32)
+    ends = np.empty(n, np.int32)
     k = j
+    after = -1  # the column read at frame t + 1
+    end = -1
     for t in range(num_frames - 1, -1, -1):
-        if labels[t, k] >= 0:
+        label = labels[t, k]
+        column = label if label >= 0 else -2 - label
+        if column != blank and column != after:  # a run of a token's frames ends at t
+            end = t
+        if label >= 0:
             n -= 1
-            tokens[n] = labels[t, k]
+            tokens[n] = label
             frames[n] = t
+            ends[n] = end
+        after = column  # (a token emitted at t + 1 reads another column than t's: never a repeat)
         k = parents[t, k]
-    return tokens, frames
+    return tokens, frames, ends

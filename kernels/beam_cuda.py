@@ -33,7 +33,6 @@ from .common import INF, automaton_arrive, automaton_locate, automaton_step, has
 from .constants import EMPTY_KEY, MAX_PACKED
 from .select import RADIX_BINS, pick_bin
 
-
 if config.ENABLE_CUDASIM:
     @cuda.jit(device=True)
     def _product(a, b):
@@ -69,7 +68,7 @@ class BeamBatchWork(NamedTuple):
     lengths: np.ndarray  # int32 (B,)
     pb_row: np.ndarray  # int32 (B,): the utterance's row of the phrase automata (-1: no phrases)
     parents: np.ndarray  # int32 (B, T, K)
-    labels: np.ndarray  # int32 (B, T, K): the token emitted (-1: none)
+    labels: np.ndarray  # int32 (B, T, K): the token emitted, or -2 - the column read (beam.search's)
     cand_cost: np.ndarray  # float32 (B, K * V): candidate k * V + v's cost
     table_key: np.ndarray  # int64 (B * H): (prefix hash, last label) keys, EMPTY_KEY when free
     table_packed: np.ndarray  # uint64 (B * H): the smallest pack(cost, candidate) of each key
@@ -289,7 +288,7 @@ def beam_step_kernel(clock, beams, work, settings, lm, use_lm, pb, log_probs):
         beams.lm_cost[nxt, b, j] = beams.lm_cost[cur, b, k]
         beams.boost[nxt, b, j] = beams.boost[cur, b, k]
         work.parents[b, t, j] = k
-        work.labels[b, t, j] = -1
+        work.labels[b, t, j] = -2 - v
         if extends:
             work.labels[b, t, j] = v
             if use_lm:

@@ -190,15 +190,53 @@ def test_narrow_beam_keeps_its_size_and_the_best_first():
         assert r.nbest[0].words == r.words and r.nbest[0].cost == r.cost
 
 
-def test_characters_split_into_words_with_their_first_frames():
+def test_characters_split_into_words_with_their_first_frames_and_times():
+    """A word runs from its first token's first frame to its last token's last frame: the
+    boundary and blank frames around it are not part of it, a repeat is."""
     table = token_table(CHARS)
-    x = np.full((1, 6, 5), math.log(1e-4), np.float32)
-    for t, c in enumerate([2, 2, 1, 3, 0, 4]):  # a a | b <blk> c  ->  "a bc"
+    x = np.full((1, 8, 5), math.log(1e-4), np.float32)
+    for t, c in enumerate([0, 2, 2, 1, 3, 0, 4, 0]):  # <blk> a a | b <blk> c <blk>  ->  "a bc"
         x[0, t, c] = 0.0
     r = CtcBeamDecoder(table, token_insertion=0.0, num_threads=1).decode(x)[0]
-    assert r.words == ("a", "bc") and r.word_frames == (0, 3) and r.word_ids == ()
-    with pytest.raises(OptionError, match="not yet for streams or CtcBeamDecoder"):
-        r.word_times  # noqa: B018
+    assert r.words == ("a", "bc") and r.word_frames == (1, 4) and r.word_ids == ()
+    assert r.word_times == ((1, 2), (4, 6))
+    assert all(len(e.word_times) == len(e.words) for e in r.nbest)
+
+
+def test_bpe_words_start_at_their_word_piece():
+    """Sentencepiece words: a word starts at its "▁" piece (alone or not) and runs to its last piece."""
+    table = TokenTable(("<blk>", "\u2581", "\u2581a", "b", "c"), 0, 0)
+    x = np.full((1, 9, 5), math.log(1e-4), np.float32)
+    for t, c in enumerate([2, 3, 3, 0, 1, 0, 4, 4, 0]):  # ▁a b b <blk> ▁ <blk> c c <blk>  ->  "ab c"
+        x[0, t, c] = 0.0
+    r = CtcBeamDecoder(table, token_insertion=0.0, num_threads=1).decode(x)[0]
+    assert r.words == ("ab", "c") and r.word_frames == (0, 4) and r.word_times == ((0, 2), (4, 7))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_traced_token_runs_read_the_hypothesis_acoustic_cost(seed):
+    """Every hypothesis of the last beam, traced: its tokens read their columns from their
+    first frame to the end of their run and every other frame reads the blank, an alignment
+    whose acoustic cost is the hypothesis' own (so the runs' ends, which word times come
+    from, are right)."""
+    from wfst.kernels import beam
+
+    rng = np.random.default_rng(seed)
+    table = token_table(CHARS)
+    T = 20
+    x = np.log(rng.dirichlet(np.full(5, 0.3), size=T)).astype(np.float32)
+    dec = CtcBeamDecoder(table, beam_size=6, beam_threshold=1e4, num_threads=1)
+    work = beam.new_beam_work(6, 5)
+    parents, labels = np.zeros((T, 6), np.int32), np.full((T, 6), -1, np.int32)
+    final, order = beam.search(x, T, dec.settings, None, None, 0, work, parents, labels)
+    assert len(order) == 6
+    for j in order:
+        tokens, frames, ends = beam.trace(parents, labels, T, j, 0)
+        columns = np.zeros(T, np.int64)
+        for c, f, e in zip(tokens, frames, ends):
+            assert f <= e and (columns[f:e + 1] == 0).all()
+            columns[f:e + 1] = c
+        assert -x[np.arange(T), columns].sum() == pytest.approx(final.acoustic[j], abs=1e-4)
 
 
 def test_empty_utterance_is_the_empty_prefix_with_its_end_cost(tmp_path):

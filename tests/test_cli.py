@@ -116,9 +116,12 @@ def test_decode_cli_beam_search_without_a_graph(tiny_setup, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "beam search: beam_size=8" in text and "WER 0.00% (0/7" in text and "\t1. " in text
     assert out.read_text().splitlines() == texts
-    on_gpu = tmp_path / "hyp_cuda.txt"  # (the simulator without a GPU)
-    assert decode_main(base + ["--phrases", str(phrases), "--device", "cuda", "--quiet", "--output", str(on_gpu)]) == 0
+    on_gpu, ctm = tmp_path / "hyp_cuda.txt", tmp_path / "out.ctm"  # (the simulator without a GPU)
+    assert decode_main(base + ["--phrases", str(phrases), "--device", "cuda", "--quiet", "--output", str(on_gpu),
+                               "--ctm", str(ctm)]) == 0
     assert on_gpu.read_text() == out.read_text()
+    lines = [line.split() for line in ctm.read_text().splitlines()]
+    assert [w[4] for w in lines] == " ".join(texts).split() and all(float(w[3]) > 0 for w in lines)
     for extra, message in ((["--graph", "g"], "decodes without a graph"), (["--stream"], "--stream: not available")):
         with pytest.raises(SystemExit) as e:  # usage errors: argparse's exit, one line
             decode_main(base + extra)

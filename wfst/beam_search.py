@@ -251,25 +251,28 @@ class CtcBeamDecoder:
             if h in seen:  # the same prefix with another last label, and a worse cost
                 continue
             seen.add(h)
-            tokens, frames = beam.trace(parents, labels, T, j) if T else (np.empty(0, np.int32),) * 2
-            entries.append(self._entry(final, j, tokens, frames, T))
+            path = beam.trace(parents, labels, T, j, self.tokens.blank) if T else (np.empty(0, np.int32),) * 3
+            entries.append(self._entry(final, j, *path, T))
         if not entries:  # no frames: the empty prefix
-            entries.append(self._entry(final, 0, np.empty(0, np.int32), np.empty(0, np.int32), T))
+            entries.append(self._entry(final, 0, *(np.empty(0, np.int32),) * 3, T))
         best = entries[0]
         return DecodeResult(best.words, (), best.word_frames, best.cost, best.acoustic_cost, best.graph_cost, True,
-                            T, best.boost_cost, nbest=tuple(entries))
+                            T, best.boost_cost, nbest=tuple(entries), _computed=best._computed)
 
-    def _entry(self, final, j, tokens, frames, T) -> DecodeResult:
+    def _entry(self, final, j, tokens, frames, ends, T) -> DecodeResult:
         s = self.settings
         words = tuple(detokenize(tokens, self.tokens, word_boundary=self.word_boundary).split())
         graph = float(s.lm_weight) * float(final.lm_cost[j]) - float(s.insertion) * len(tokens)
-        return DecodeResult(words, (), self._word_frames(tokens, frames), float(final.cost[j]),
-                            float(final.acoustic[j]), graph, True, T, float(final.boost[j]))
+        spans = self._word_spans(tokens, frames, ends)
+        return DecodeResult(words, (), tuple(start for start, _ in spans), float(final.cost[j]),
+                            float(final.acoustic[j]), graph, True, T, float(final.boost[j]),
+                            _computed={"word_times": spans})
 
-    def _word_frames(self, tokens, frames) -> tuple[int, ...]:
-        """The frame of each word's first token (a sentencepiece word from its "▁" piece)."""
+    def _word_spans(self, tokens, frames, ends) -> tuple[tuple[int, int], ...]:
+        """(start, end) frames of each word: from its first token's first frame (a sentencepiece
+        word from its "▁" piece) to its last token's last frame, both inclusive."""
         out, in_word, start = [], False, None
-        for c, f in zip(tokens.tolist(), frames.tolist()):
+        for c, f, e in zip(tokens.tolist(), frames.tolist(), ends.tolist()):
             sym = self.tokens.symbols[c]
             if self.word_boundary is not None:
                 if sym == self.word_boundary:
@@ -282,8 +285,9 @@ class CtcBeamDecoder:
                     start = f if start is None else start
                 body = sym.lstrip("\u2581")
             if body and not in_word:
-                out.append(start if start is not None else f)
+                out.append([start if start is not None else f, e])
                 in_word = True
             if body:
                 start = None
-        return tuple(out)
+                out[-1][1] = e
+        return tuple((s, e) for s, e in out)

@@ -155,8 +155,7 @@ def _beam_search_main(ap, args) -> int:
         ap.error("argument --graph: --beam-search decodes without a graph (give --tokens and --lm)")
     if args.tokens is None:
         ap.error("argument --beam-search: needs --tokens")
-    for option, given in (("--stream", args.stream), ("--lattice-beam", args.lattice_beam is not None),
-                          ("--ctm", args.ctm is not None)):
+    for option, given in (("--stream", args.stream), ("--lattice-beam", args.lattice_beam is not None)):
         if given:
             ap.error(f"argument {option}: not available with --beam-search yet")
     if args.nbest is not None and args.nbest < 1:

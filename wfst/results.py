@@ -45,14 +45,17 @@ class DecodeResult:
         """(start, end) frame of each word, both inclusive: from the first frame of the word's
         first token to the last frame of its last (blank and word-boundary frames around it
         are not part of it).  Seconds: start * frame_shift, (end + 1) * frame_shift.  Computed
-        on first use by aligning the path's frames with the graph's lexicon (wfst.align)."""
+        on first use by aligning the path's frames with the graph's lexicon (wfst.align);
+        CtcBeamDecoder's come with the result."""
         if not self.words:
             return ()
+        if "word_times" in self._computed:  # (CtcBeamDecoder's: from its own traceback)
+            return self._computed["word_times"]
         if self.frame_tokens is None:
             from .errors import OptionError
 
-            raise OptionError("word times are kept for Decoder.decode() results, not yet for streams or "
-                              "CtcBeamDecoder")
+            raise OptionError("word times are kept for Decoder.decode() and CtcBeamDecoder results, not yet for "
+                              "streams")
         from .align import word_aligner
 
         if "word_times" not in self._computed:

@@ -17,7 +17,7 @@ Costs are negated natural logs (lower is better), as everywhere in wfst.  The to
 and the phrase automaton are groups.Automata walked with common.automaton_step; the LM's
 costs for every token of a state (an NGPU-LM style dense row) are kept in a small cache
 of rows keyed by LM state, so that a state's backoff chain is resolved once per frame
-at most, not once per candidate.
+at most, not once per candidate; the phrase automaton's steps likewise.
 """
 from __future__ import annotations
 
@@ -36,7 +36,6 @@ class BeamSettings(NamedTuple):
     blank: np.int64  # the blank's column
     lm_weight: np.float32
     insertion: np.float32  # bonus (cost subtracted) per token emitted
-    floor: np.float32  # a lower bound (<= 0) of what a candidate costs beyond its acoustic cost
 
 
 class TokenLmArrays(NamedTuple):
@@ -59,13 +58,19 @@ class BeamWork(NamedTuple):
     cand_slots: np.ndarray  # int32 (H,): slots in use
     heap_key: np.ndarray  # uint64 (K,): max-heap of pack(cost, order) of the best K distinct candidates
     heap_slot: np.ndarray  # int32 (K,)
-    columns: np.ndarray  # int64 (V,): the frame's columns by acoustic cost
+    columns: np.ndarray  # int64 (V,): the frame's columns by acoustic cost, as far as the search asked
+    column_heap: np.ndarray  # int64 (V,): min-heap by acoustic cost of the columns not in `columns` yet
     word_cost: np.ndarray  # float32 (W,): lm_row's scratch by LM word id
     word_next: np.ndarray  # int32 (W,)
     word_seen: np.ndarray  # int32 (W,): the row being made that set the word (its state + 1)
     row_state: np.ndarray  # int32 (R,): LM state of each cached row (-1: none)
     row_cost: np.ndarray  # float32 (R, V)
     row_next: np.ndarray  # int32 (R, V)
+    row_min: np.ndarray  # float32 (R,): the least cost of a token in the row
+    pb_state: np.ndarray  # int32 (R,): the same cache for the phrase automaton's states (emptied each search)
+    pb_cost: np.ndarray  # float32 (R, V)
+    pb_next: np.ndarray  # int32 (R, V)
+    pb_min: np.ndarray  # float32 (R,)
 
 
 def new_beam_work(beam_size: int, num_columns: int, lm_words: int = 1, rows: int = 256) -> BeamWork:
@@ -73,9 +78,12 @@ def new_beam_work(beam_size: int, num_columns: int, lm_words: int = 1, rows: int
     return BeamWork(np.full(H, EMPTY_KEY, np.int64), np.zeros(H, np.uint64), np.zeros(H, np.uint64),
                     np.zeros(H, np.int32), np.zeros(H, np.int32), np.full(H, -1, np.int32), np.zeros(H, np.int32),
                     np.zeros(beam_size, np.uint64), np.zeros(beam_size, np.int32), np.zeros(num_columns, np.int64),
+                    np.zeros(num_columns, np.int64),
                     np.zeros(lm_words, np.float32), np.zeros(lm_words, np.int32), np.zeros(lm_words, np.int32),
                     np.full(rows, -1, np.int32), np.zeros((rows, num_columns), np.float32),
-                    np.zeros((rows, num_columns), np.int32))
+                    np.zeros((rows, num_columns), np.int32), np.zeros(rows, np.float32), np.full(rows, -1, np.int32),
+                    np.zeros((rows, num_columns), np.float32), np.zeros((rows, num_columns), np.int32),
+                    np.zeros(rows, np.float32))
 
 
 _PRIME = np.uint64(1099511628211)
@@ -115,6 +123,7 @@ def lm_row(lm, state, work):
                     work.word_next[w] = payload_next(a.payload[0, pos])
             acc = np.float32(acc + a.bo_weight[0, q])
             q = a.backoff[0, q]
+        least = INF
         for c in range(lm.label.shape[0]):
             w = lm.label[c]
             if w < 0 or work.word_seen[w] != tag:  # the blank (or a word of no state: cannot be read)
@@ -123,7 +132,57 @@ def lm_row(lm, state, work):
             else:
                 work.row_cost[r, c] = work.word_cost[w]
                 work.row_next[r, c] = work.word_next[w]
+                least = min(least, work.word_cost[w])
+        work.row_min[r] = least
         work.row_state[r] = state
+    return r
+
+
+@njit(inline="always")
+def _sift_column(ac, heap, i, size):
+    """Move heap[i] down the min-heap of columns (by acoustic cost ac) to its place."""
+    v = heap[i]
+    key = ac[v]
+    while True:
+        c = 2 * i + 1
+        if c >= size:
+            break
+        if c + 1 < size and ac[heap[c + 1]] < ac[heap[c]]:
+            c += 1
+        if ac[heap[c]] >= key:
+            break
+        heap[i] = heap[c]
+        i = c
+    heap[i] = v
+
+
+@njit(inline="always")
+def _next_column(ac, columns, heap, size):
+    """Pop the cheapest column left into columns[V - size]; returns the heap's new size."""
+    columns[ac.shape[0] - size] = heap[0]
+    size -= 1
+    if size > 0:
+        heap[0] = heap[size]
+        _sift_column(ac, heap, 0, size)
+    return size
+
+
+@njit(nogil=True, cache=True)
+def phrase_row(pb, pb_row, state, blank, work):
+    """The cached row of the phrase automaton's (cost, next state) for every column from
+    `state` (failure arcs resolved once per state, not once per candidate)."""
+    R = work.pb_state.shape[0]
+    r = np.int64(hash_slot(np.int64(state), R - 1))
+    if work.pb_state[r] != state:
+        least = INF
+        for c in range(work.pb_cost.shape[1]):
+            cost, s = automaton_step(pb, pb_row, state, c)
+            work.pb_cost[r, c] = cost
+            work.pb_next[r, c] = s
+            if c != blank:
+                least = min(least, cost)
+        work.pb_min[r] = least
+        work.pb_state[r] = state
     return r
 
 
@@ -243,44 +302,76 @@ def search(log_probs, num_frames, settings, lm, pb, pb_row, work, parents, label
     if lm is not None:
         cur.lm[0] = lm.start
     ac = np.empty(V, np.float32)
+    work.pb_state[:] = -1  # (another search's phrases)
     for t in range(num_frames):
         for v in range(V):
             ac[v] = -log_probs[t, v]
-        work.columns[:] = np.argsort(ac)
+        # the columns in acoustic order, sorted only as far as some hypothesis reads them (the
+        # early exit below leaves most of them unread): a heap, popped on demand
+        for v in range(V):
+            work.column_heap[v] = v
+        for i in range(V // 2 - 1, -1, -1):
+            _sift_column(ac, work.column_heap, i, V)
+        left = V
         n = 0
         size = 0
         best = INF
+        # first the candidates that keep their prefix (the blank, a repeat): no LM step, and in a
+        # CTC frame usually the best, so that the beam's bound is tight before extensions are read
+        for k in range(count):
+            for second in range(2):
+                v = np.int64(cur.last[k]) if second else blank
+                c = np.float32(cur.cost[k] + ac[v])
+                limit = np.float32(best + settings.threshold)
+                if size == K:
+                    limit = min(limit, packed_cost(work.heap_key[0]))
+                if c <= limit:
+                    best = min(best, c)
+                    packed = pack(c, k * V + v)
+                    n, slot, lower = _insert(work, n, _key(cur.hash[k], v), cur.hash[k], packed, k, v)
+                    if lower:
+                        size = _heap_offer(work, size, packed, slot)
+                if v == cur.last[k]:  # (the blank was the last label)
+                    break
+        # then the extensions, hypothesis by hypothesis
         for k in range(count):
             base = cur.cost[k]
+            # what an extension of k costs beyond its acoustic cost, at least: the bonus and the
+            # cheapest LM and phrase steps out of k's states
+            extension = -settings.insertion
             r = 0
             if lm is not None:
                 r = lm_row(lm, cur.lm[k], work)
+                extension = np.float32(extension + settings.lm_weight * work.row_min[r])
+            rp = 0
+            if pb is not None:
+                rp = phrase_row(pb, pb_row, cur.pb[k], blank, work)
+                extension = np.float32(extension + work.pb_min[rp])
             for i in range(V):
+                if i == V - left:
+                    left = _next_column(ac, work.columns, work.column_heap, left)
                 v = work.columns[i]
                 limit = np.float32(best + settings.threshold)
                 if size == K:
                     limit = min(limit, packed_cost(work.heap_key[0]))
                 # the columns come by acoustic cost: once even the cheapest extension cannot enter the
                 # beam, the rest cannot either (with slack for the float32 rounding of the sums)
-                if np.float32(base + ac[v]) + settings.floor > limit + np.float32(1e-3) + np.float32(1e-5) * abs(limit):
+                if np.float32(base + ac[v]) + extension > limit + np.float32(1e-3) + np.float32(1e-5) * abs(limit):
                     break
+                if v == blank or v == cur.last[k]:  # (offered above)
+                    continue
                 c = np.float32(base + ac[v])
-                if v == blank or v == cur.last[k]:
-                    h = cur.hash[k]
-                    coded = v
-                else:
-                    if lm is not None:
-                        c = np.float32(c + settings.lm_weight * work.row_cost[r, v])
-                    c = np.float32(c - settings.insertion)
-                    if pb is not None:
-                        c = np.float32(c + automaton_step(pb, pb_row, cur.pb[k], v)[0])
-                    h = _extend(cur.hash[k], v)
-                    coded = v + V
+                if lm is not None:
+                    c = np.float32(c + settings.lm_weight * work.row_cost[r, v])
+                c = np.float32(c - settings.insertion)
+                if pb is not None:
+                    c = np.float32(c + work.pb_cost[rp, v])
                 if not c <= limit:  # NaN-safe
                     continue
                 best = min(best, c)
                 packed = pack(c, k * V + v)
-                n, slot, lower = _insert(work, n, _key(h, v), h, packed, k, coded)
+                h = _extend(cur.hash[k], v)
+                n, slot, lower = _insert(work, n, _key(h, v), h, packed, k, v + V)
                 if lower:
                     size = _heap_offer(work, size, packed, slot)
         # the heap holds the best K distinct candidates: those within the threshold, best first
@@ -315,9 +406,9 @@ def search(log_probs, num_frames, settings, lm, pb, pb_row, work, parents, label
                     nxt.lm_cost[j] = np.float32(cur.lm_cost[k] + work.row_cost[r, v])
                     nxt.lm[j] = work.row_next[r, v]
                 if pb is not None:
-                    cost, s = automaton_step(pb, pb_row, cur.pb[k], v)
-                    nxt.boost[j] = np.float32(cur.boost[k] + cost)
-                    nxt.pb[j] = s
+                    rp = phrase_row(pb, pb_row, cur.pb[k], blank, work)
+                    nxt.boost[j] = np.float32(cur.boost[k] + work.pb_cost[rp, v])
+                    nxt.pb[j] = work.pb_next[rp, v]
         for i in range(n):
             work.cand_key[work.cand_slots[i]] = EMPTY_KEY
             work.cand_pos[work.cand_slots[i]] = -1

@@ -323,7 +323,7 @@ def test_compare_decoders_end_to_end_on_the_tiny_graph(tiny_target, tmp_path):
         assert (out / name).is_file(), name
     md = (out / "results.md").read_text()
     assert "SYNTHETIC" in md and "## Goals" in md and "| ours, CPU, 1 thread |" in md
-    assert "### Lexicon-free: our beam search against flashlight's LexiconFreeDecoder" in md and "OOV WER %" in md
+    assert "### Lexicon-free: our beam search against the lexicon-free peers" in md and "OOV WER %" in md
     if gpu_name() is None:
         assert "| ours, CUDA | not measured: no GPU on this machine |" in md
     assert "commit abc1234;" in md and "Code of the cells: abc1234 + uncommitted changes to wfst/decoder.py (" in md

@@ -70,22 +70,11 @@ class TokenLm:
                 label[c] = ids.get(s, unk if unk is not None else -1)
         self.store, self.tokens = store, tokens
         self.arrays = TokenLmArrays(store.automaton(), label, np.int32(store.start))
-        # no token costs less than this: the cheapest arc after the most backoff rewards a lookup can take
-        self.floor = float(np.min(store.weights, initial=0.0)) + (store.order - 1) * min(
-            0.0, float(np.min(store.bo_weight, initial=0.0)))
 
     def cost(self, columns: Sequence[int]) -> float:
         """The LM's natural-log cost of a token sequence from <s> to </s> (kenlm's full-sentence
         score x ln 10, negated; tokens the LM lacks as <unk>)."""
         return self.store.score([self.tokens.symbols[c] for c in columns])
-
-
-def _step_floor(automaton) -> float:
-    """No token step of a phrase automaton costs less: its cheapest arc after the most
-    negative failure arcs one step can take (at most one per level of the trie)."""
-    depth = max((len(p) for p in automaton.phrases), default=0)
-    return min(0.0, float(np.min(automaton.weights, initial=0.0))) + depth * min(
-        0.0, float(np.min(automaton.bo_weight, initial=0.0)))
 
 
 class CtcBeamDecoder:
@@ -128,7 +117,7 @@ class CtcBeamDecoder:
         self.lm = None if lm is None else TokenLm(lm, self.tokens)
         self.spm, self.word_boundary, self.phrase_reward = spm, word_boundary, float(phrase_reward)
         self.settings = BeamSettings(np.int64(beam_size), np.float32(beam_threshold), np.int64(self.tokens.blank),
-                                     np.float32(lm_weight), np.float32(token_insertion), np.float32(0.0))
+                                     np.float32(lm_weight), np.float32(token_insertion))
         self.num_threads = max(1, num_threads or os.cpu_count() or 1)
         self.device = device
         self._works = []  # the CPU searches' scratch (kernels.beam.BeamWork), one per thread at most
@@ -199,11 +188,6 @@ class CtcBeamDecoder:
             self.stats = DecodeStats(B, int(lengths.sum()), time.perf_counter() - start,
                                      device_seconds=gpu.device_seconds)
             return results
-        # what an extension can cost beyond its acoustic cost, at least: the search leaves a
-        # hypothesis' columns (by acoustic cost) once even that cannot enter the beam
-        extension = -float(self.settings.insertion) + float(self.settings.lm_weight) * (self.lm.floor if self.lm else 0)
-        extension += min((_step_floor(a) for a in parts), default=0.0)
-        settings = self.settings._replace(floor=np.float32(min(0.0, extension)))
         V = self.tokens.num_columns
         K = int(self.settings.beam_size)
 
@@ -216,7 +200,7 @@ class CtcBeamDecoder:
                 work = beam.new_beam_work(K, V, len(self.lm.store.words) if self.lm else 1)
             parents = np.zeros((max(T, 1), K), np.int32)
             labels = np.full((max(T, 1), K), -1, np.int32)
-            final, order = beam.search(x[b], T, settings, lm, pb if a is not None else None,
+            final, order = beam.search(x[b], T, self.settings, lm, pb if a is not None else None,
                                        rows.get(id(a), 0), work, parents, labels)
             self._works.append(work)
             return self._result(final, order, parents, labels, T)

@@ -629,7 +629,8 @@ WORD_SCORES = (-1.0, 0.0, 1.5, 3.0)  # flashlight: score per word
 BETAS = (0.0, 1.0, 2.0, 3.0)  # pyctcdecode: score per word
 TOKEN_INSERTIONS = (0.0, 0.5, 1.0, 2.0)  # our beam search: bonus per token
 BEAM_POINTS = ({"beam_size": 32, "beam_threshold": 20.0}, {"beam_size": 16, "beam_threshold": 20.0},
-               {"beam_size": 8, "beam_threshold": 20.0}, {"beam_size": 4, "beam_threshold": 20.0})
+               {"beam_size": 8, "beam_threshold": 20.0}, {"beam_size": 4, "beam_threshold": 20.0},
+               {"beam_size": 2, "beam_threshold": 20.0})
 FLASHLIGHT_POINTS = ({"beam_size": 100, "beam_size_token": 16, "beam_threshold": 25.0},
                      {"beam_size": 50, "beam_size_token": 16, "beam_threshold": 25.0},
                      {"beam_size": 20, "beam_size_token": 8, "beam_threshold": 20.0},

@@ -110,26 +110,24 @@ def _lm_cost(lm, state, v):
 
 
 @cuda.jit(device=True)
+def _extends(beams, cur, b, k, v, blank):
+    """Whether hypothesis k reading column v extends its prefix (not a blank, not a repeat)."""
+    return not (v == blank or v == beams.last[cur, b, k])
+
+
+@cuda.jit(device=True)
 def _candidate(beams, cur, b, k, v, a, settings, lm, use_lm, pb, row):
     """Cost of hypothesis k reading column v (acoustic cost a), in beam.search's float32
-    operations, and whether it extends the prefix."""
+    operations."""
     c = float32(beams.cost[cur, b, k] + a)
-    if v == settings.blank or v == beams.last[cur, b, k]:
-        return c, False
+    if not _extends(beams, cur, b, k, v, settings.blank):
+        return c
     if use_lm:
         c = float32(c + _product(settings.lm_weight, _lm_cost(lm, beams.lm[cur, b, k], v)[0]))
     c = float32(c - settings.insertion)
     if row >= 0:
         c = float32(c + automaton_step(pb, row, beams.pb[cur, b, k], v)[0])
-    return c, True
-
-
-@cuda.jit(device=True)
-def _candidate_key(beams, cur, b, k, v, extends):
-    h = beams.hash[cur, b, k]
-    if extends:
-        h = uint64(_extend(h, v))  # (the simulator's njit call returns a Python int)
-    return _key(h, v)
+    return c
 
 
 @cuda.jit(device=True)
@@ -144,6 +142,18 @@ def _slot(table_key, base, mask, key, insert):
         if old == key or (insert and old == EMPTY_KEY):
             return slot
         slot = (slot + 1) & mask
+
+
+@cuda.jit(device=True)
+def _candidate_slot(beams, cur, b, i, V, blank, table_key, base, mask, insert):
+    """The table slot of candidate i's key (its prefix hash, its last label), inserted when
+    `insert`."""
+    k = i // V
+    v = i - k * V
+    h = beams.hash[cur, b, k]
+    if _extends(beams, cur, b, k, v, blank):
+        h = uint64(_extend(h, v))  # (the simulator's njit call returns a Python int)
+    return _slot(table_key, base, mask, _key(h, v), insert)
 
 
 @cuda.jit(device=True)
@@ -227,7 +237,7 @@ def beam_step_kernel(clock, beams, work, settings, lm, use_lm, pb, log_probs):
     for i in range(tid, n, nthreads):
         k = i // V
         v = i - k * V
-        c, _ = _candidate(beams, cur, b, k, v, float32(-log_probs[b, t, v]), settings, lm, use_lm, pb, row)
+        c = _candidate(beams, cur, b, k, v, float32(-log_probs[b, t, v]), settings, lm, use_lm, pb, row)
         work.cand_cost[b, i] = c
         best = min(best, c)
     cuda.atomic.min(sh_best, 0, best)
@@ -237,20 +247,14 @@ def beam_step_kernel(clock, beams, work, settings, lm, use_lm, pb, log_probs):
     for i in range(tid, n, nthreads):
         c = work.cand_cost[b, i]
         if c <= limit:
-            k = i // V
-            v = i - k * V
-            extends = not (v == settings.blank or v == beams.last[cur, b, k])
-            slot = _slot(work.table_key, base, mask, _candidate_key(beams, cur, b, k, v, extends), True)
+            slot = _candidate_slot(beams, cur, b, i, V, settings.blank, work.table_key, base, mask, True)
             cuda.atomic.min(work.table_packed, base + slot, pack(c, i))
     cuda.syncthreads()
     # 3. list the winners, select the best K of them
     for i in range(tid, n, nthreads):
         c = work.cand_cost[b, i]
         if c <= limit:
-            k = i // V
-            v = i - k * V
-            extends = not (v == settings.blank or v == beams.last[cur, b, k])
-            slot = _slot(work.table_key, base, mask, _candidate_key(beams, cur, b, k, v, extends), False)
+            slot = _candidate_slot(beams, cur, b, i, V, settings.blank, work.table_key, base, mask, False)
             packed = pack(c, i)
             if work.table_packed[base + slot] == packed:
                 j = cuda.atomic.add(sh_n, 0, 1)
@@ -277,7 +281,7 @@ def beam_step_kernel(clock, beams, work, settings, lm, use_lm, pb, log_probs):
         i = packed_arc(packed)
         k = i // V
         v = i - k * V
-        extends = not (v == settings.blank or v == beams.last[cur, b, k])
+        extends = _extends(beams, cur, b, k, v, settings.blank)
         h = beams.hash[cur, b, k]
         beams.cost[nxt, b, j] = packed_cost(packed)
         beams.last[nxt, b, j] = v

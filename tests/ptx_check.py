@@ -33,6 +33,7 @@ KERNELS = ["init_kernel", "prune_store_kernel", "batch_scan_kernel", "frame_cost
            "closure_kernel", "traceback_kernel", "tick_kernel", "readings_kernel", "adopt_kernel",
            "lattice_arcs_kernel", "lattice_epsilons_kernel", "lattice_store_kernel"]
 BEAM_KERNELS = ["beam_init_kernel", "beam_step_kernel", "beam_tick_kernel"]  # CtcBeamDecoder's
+NO_FMA = {"beam_step_kernel"}  # its costs must round as the CPU's (it ranks candidates by them)
 compiled: dict[str, set] = {}
 problems: list[str] = []
 
@@ -62,8 +63,10 @@ class CompileOnLaunch:
                     problems.append(f"{self.name}: {where} is {type(leaf).__name__}, which a real launch refuses")
         signature = tuple(typeof(a) for a in args)
         if signature not in compiled.setdefault(self.name, set()):
-            cuda.compile_ptx(self.kernel.py_func, signature, cc=(9, 0))
+            ptx = cuda.compile_ptx(self.kernel.py_func, signature, cc=(9, 0))[0]
             compiled[self.name].add(signature)
+            if self.name in NO_FMA and "fma." in ptx:
+                problems.append(f"{self.name}: its PTX fuses a product into an FMA, which the CPU's float32 does not")
 
 
 def main(graph_dir: str) -> int:

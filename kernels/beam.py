@@ -73,8 +73,13 @@ class BeamWork(NamedTuple):
     pb_min: np.ndarray  # float32 (R,)
 
 
+def table_size(beam_size: int, num_columns: int) -> int:
+    """Slots of a frame's candidate table: a power of two at least twice the candidates."""
+    return 1 << max(2 * beam_size * num_columns - 1, 1).bit_length()
+
+
 def new_beam_work(beam_size: int, num_columns: int, lm_words: int = 1, rows: int = 256) -> BeamWork:
-    H = 1 << max(2 * beam_size * num_columns - 1, 1).bit_length()
+    H = table_size(beam_size, num_columns)
     return BeamWork(np.full(H, EMPTY_KEY, np.int64), np.zeros(H, np.uint64), np.zeros(H, np.uint64),
                     np.zeros(H, np.int32), np.zeros(H, np.int32), np.full(H, -1, np.int32), np.zeros(H, np.int32),
                     np.zeros(beam_size, np.uint64), np.zeros(beam_size, np.int32), np.zeros(num_columns, np.int64),

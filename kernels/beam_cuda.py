@@ -28,7 +28,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import config, cuda, float32, int32, int64, uint64
 
-from .beam import _extend, _key
+from .beam import _extend, _key, table_size
 from .common import INF, automaton_arrive, automaton_locate, automaton_step, hash_slot, pack, packed_arc, packed_cost
 from .constants import EMPTY_KEY, MAX_PACKED
 from .select import RADIX_BINS, pick_bin
@@ -70,6 +70,7 @@ class BeamBatchWork(NamedTuple):
     parents: np.ndarray  # int32 (B, T, K)
     labels: np.ndarray  # int32 (B, T, K): the token emitted, or -2 - the column read (beam.search's)
     cand_cost: np.ndarray  # float32 (B, K * V): candidate k * V + v's cost
+    cand_slot: np.ndarray  # int32 (B, K * V): its key's table slot (those within the threshold)
     table_key: np.ndarray  # int64 (B * H): (prefix hash, last label) keys, EMPTY_KEY when free
     table_packed: np.ndarray  # uint64 (B * H): the smallest pack(cost, candidate) of each key
     win_packed: np.ndarray  # uint64 (B, K * V): the listed winners
@@ -85,17 +86,13 @@ def new_buffers(xp, B: int, K: int) -> BeamBuffers:
                        z(np.float32), z(np.float32), xp.zeros((2, B), np.int32))
 
 
-def table_size(K: int, V: int) -> int:
-    """Slots per utterance: a power of two at least twice the candidates."""
-    return 1 << max(2 * K * V - 1, 1).bit_length()
-
-
 def new_work(xp, lengths: np.ndarray, pb_row: np.ndarray, T: int, K: int, V: int) -> BeamBatchWork:
     B = len(lengths)
     H = table_size(K, V)
     return BeamBatchWork(xp.asarray(lengths.astype(np.int32)), xp.asarray(pb_row.astype(np.int32)),
                          xp.zeros((B, max(T, 1), K), np.int32), xp.full((B, max(T, 1), K), -1, np.int32),
-                         xp.zeros((B, K * V), np.float32), xp.full(B * H, EMPTY_KEY, np.int64),
+                         xp.zeros((B, K * V), np.float32), xp.zeros((B, K * V), np.int32),
+                         xp.full(B * H, EMPTY_KEY, np.int64),
                          xp.full(B * H, MAX_PACKED, np.uint64), xp.zeros((B, K * V), np.uint64),
                          xp.zeros((B, K * V), np.int32), xp.zeros((B, K), np.uint64))
 
@@ -131,29 +128,25 @@ def _candidate(beams, cur, b, k, v, a, settings, lm, use_lm, pb, row):
 
 
 @cuda.jit(device=True)
-def _slot(table_key, base, mask, key, insert):
-    """The slot of `key` in the table at `base`, inserted (atomicCAS) when `insert`."""
+def _insert(table_key, base, mask, key):
+    """The slot of `key` in the table at `base`, inserted (atomicCAS) if new."""
     slot = hash_slot(key, mask)
     while True:
-        if insert:
-            old = cuda.atomic.cas(table_key, base + slot, int64(EMPTY_KEY), key)
-        else:
-            old = table_key[base + slot]
-        if old == key or (insert and old == EMPTY_KEY):
+        old = cuda.atomic.cas(table_key, base + slot, int64(EMPTY_KEY), key)
+        if old == key or old == EMPTY_KEY:
             return slot
         slot = (slot + 1) & mask
 
 
 @cuda.jit(device=True)
-def _candidate_slot(beams, cur, b, i, V, blank, table_key, base, mask, insert):
-    """The table slot of candidate i's key (its prefix hash, its last label), inserted when
-    `insert`."""
+def _candidate_slot(beams, cur, b, i, V, blank, table_key, base, mask):
+    """The table slot of candidate i's key (its prefix hash, its last label), inserted if new."""
     k = i // V
     v = i - k * V
     h = beams.hash[cur, b, k]
     if _extends(beams, cur, b, k, v, blank):
         h = uint64(_extend(h, v))  # (the simulator's njit call returns a Python int)
-    return _slot(table_key, base, mask, _key(h, v), insert)
+    return _insert(table_key, base, mask, _key(h, v))
 
 
 @cuda.jit(device=True)
@@ -247,14 +240,15 @@ def beam_step_kernel(clock, beams, work, settings, lm, use_lm, pb, log_probs):
     for i in range(tid, n, nthreads):
         c = work.cand_cost[b, i]
         if c <= limit:
-            slot = _candidate_slot(beams, cur, b, i, V, settings.blank, work.table_key, base, mask, True)
+            slot = _candidate_slot(beams, cur, b, i, V, settings.blank, work.table_key, base, mask)
+            work.cand_slot[b, i] = slot
             cuda.atomic.min(work.table_packed, base + slot, pack(c, i))
     cuda.syncthreads()
     # 3. list the winners, select the best K of them
     for i in range(tid, n, nthreads):
         c = work.cand_cost[b, i]
         if c <= limit:
-            slot = _candidate_slot(beams, cur, b, i, V, settings.blank, work.table_key, base, mask, False)
+            slot = work.cand_slot[b, i]
             packed = pack(c, i)
             if work.table_packed[base + slot] == packed:
                 j = cuda.atomic.add(sh_n, 0, 1)

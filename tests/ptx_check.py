@@ -109,7 +109,8 @@ def main(graph_dir: str) -> int:
 
     beam_backend.on_device = lambda a: a
     beam_backend.array_module = lambda: np
-    beam_backend.SIMULATOR = True  # no stream, no graph capture
+    beam_backend.SIMULATOR = True  # the simulator's launch shapes
+    beam_backend.CudaBeamSearch._run = lambda self, search: search(0, None)  # no stream, no graph capture
     tokens = [s for s in g.tokens.symbols if s != g.tokens.symbols[g.tokens.blank]]
     token_lm = random_arpa(Path(graph_dir) / "token_lm.arpa", tokens, 3, 0)
     for lm_path, phrases in ((None, None), (token_lm, [f"{words[0]} {words[1]}"])):

@@ -39,3 +39,41 @@ def to_host(a) -> np.ndarray:
     if hasattr(a, "copy_to_host"):  # a Numba device array
         return a.copy_to_host()
     return a.get() if hasattr(a, "get") else np.asarray(a)
+
+
+class SearchStream:
+    """A search's own CUDA stream, made on first use.  run(search, cuda_graphs) calls
+    search(stream, capture) after the work queued on the default stream (the arrays the
+    search reads), waits for it and adds its GPU time (CUDA events, first kernel to last)
+    to `seconds`; `capture` turns a function that launches kernels into a replayable CUDA
+    graph (None without cuda_graphs).  The simulator calls search(0, None)."""
+
+    def __init__(self):
+        self.stream = None  # the CuPy stream
+        self.seconds = 0.0
+
+    def run(self, search, cuda_graphs: bool):
+        if SIMULATOR:
+            return search(0, None)
+        xp = array_module()
+        if self.stream is None:
+            self.stream = xp.cuda.Stream(non_blocking=True)
+        s = self.stream
+        s.wait_event(xp.cuda.Stream.null.record())
+        start = s.record()
+
+        def capture(launches):
+            nonlocal start
+            s.begin_capture()
+            try:
+                launches()
+            finally:
+                graph = s.end_capture()
+            start = s.record()  # the GPU idled while the host captured
+            return lambda: graph.launch(s)
+
+        result = search(cuda.external_stream(s.ptr), capture if cuda_graphs else None)
+        end = s.record()
+        end.synchronize()
+        self.seconds += xp.cuda.get_elapsed_time(start, end) / 1000
+        return result

@@ -32,7 +32,7 @@ from wfst.kernels.groups import (
 
 from . import contexts
 from .batch import BatchPlan, Outcome
-from .cuda_arrays import SIMULATOR, array_module, device_views, on_device
+from .cuda_arrays import SIMULATOR, SearchStream, array_module, device_views, on_device
 from .cuda_arrays import to_host as _to_host
 from .cuda_lattice import LatticeChunks, device_links
 from .errors import OptionError
@@ -96,9 +96,7 @@ class CudaBackend:
         self._bound = None  # the last search's arrays and CUDA graphs, reused by a search like it (_bind)
         self._lanes = None  # the streams' workspace (wfst.cuda_streams), made on the first stream
         # the search's stream, and whether frame steps are replayed as CUDA graphs (never in the simulator)
-        self._stream = None
-        self.device_seconds = 0.0  # summed over searches: first kernel to last (CUDA events)
-        self._start = None  # the event the GPU's work of the running search starts at
+        self._runner = SearchStream()
         self.cuda_graphs = cuda_graphs and not SIMULATOR
 
     def to_device(self, a):
@@ -146,7 +144,7 @@ class CudaBackend:
         def search(stream, capture):
             lattice = None
             if chunks is not None:
-                chunks.search_stream = self._stream
+                chunks.search_stream = self._runner.stream
                 lattice = (bound.lat, chunks.chunk)
             return K.search(launch, ws, plan.settings, self.csr, acoustics, boosts, context, bound.cache, capacity, T,
                             with_contexts, stream, capture, bound.graphs, lattice)
@@ -198,34 +196,15 @@ class CudaBackend:
     def finish_stream(self, state):
         return self._lanes.finish(state)
 
-    def _run(self, search):
-        """search(stream, capture) on the search's own stream, after the work queued on the
-        default stream (the workspace's set-up), and wait for it; what it returns (the
-        frame steps' CUDA graphs).  The simulator runs it as is."""
-        if SIMULATOR:
-            return search(0, None)
-        if self._stream is None:
-            self._stream = self.xp.cuda.Stream(non_blocking=True)
-        s = self._stream
-        s.wait_event(self.xp.cuda.Stream.null.record())
-        self._start = s.record()  # (a capture records it again: the GPU idles while the host captures)
-        graphs = search(cuda.external_stream(s.ptr), self._capture if self.cuda_graphs else None)
-        end = s.record()
-        end.synchronize()
-        self.device_seconds += self.xp.cuda.get_elapsed_time(self._start, end) / 1000
-        return graphs
+    @property
+    def device_seconds(self) -> float:
+        """GPU time summed over searches: first kernel to last (CUDA events)."""
+        return self._runner.seconds
 
-    def _capture(self, launches):
-        """The kernels that `launches` queues on the search's stream, as a CUDA graph: a callable
-        that replays them."""
-        s = self._stream
-        s.begin_capture()
-        try:
-            launches()
-        finally:
-            graph = s.end_capture()
-        self._start = s.record()
-        return lambda: graph.launch(s)
+    def _run(self, search):
+        """search(stream, capture) on the search's own stream; what it returns (the frame
+        steps' CUDA graphs)."""
+        return self._runner.run(search, self.cuda_graphs)
 
     # ------------------------------------------------------------------ workspace
 

@@ -12,7 +12,7 @@ from numba import cuda
 
 from wfst.kernels.groups import Automata
 
-from .cuda_arrays import SIMULATOR, array_module, on_device, to_host
+from .cuda_arrays import SIMULATOR, SearchStream, array_module, on_device, to_host
 from .errors import OptionError
 
 MAX_BATCH = 256  # utterances per search: the scratch is (batch, beam_size x V) candidates and their table
@@ -40,8 +40,8 @@ class CudaBeamSearch:
         self.lm = TokenLmArrays(self._automaton(lm.automata), self.to_device(lm.label), np.int32(lm.start))
         self.block = block or (4 if SIMULATOR else 128)
         self.cuda_graphs = cuda_graphs and not SIMULATOR
+        self._runner = SearchStream()
         self.device_seconds = 0.0  # the last search's GPU time (CUDA events)
-        self._stream = None
 
     def to_device(self, a):
         return on_device(self.xp.asarray(np.ascontiguousarray(a)))
@@ -72,7 +72,7 @@ class CudaBeamSearch:
         beam_size = int(settings.beam_size)
         pb = self._automaton(phrases if phrases is not None else _no_automaton())
         out = []
-        self.device_seconds = 0.0
+        before = self._runner.seconds
         for lo in range(0, B, MAX_BATCH):
             hi = min(B, lo + MAX_BATCH)
             T = int(lengths[lo:hi].max(initial=0))
@@ -92,36 +92,12 @@ class CudaBeamSearch:
                 last = int(lengths[lo + b]) % 2
                 out.append((Beam(*(a[last, b] for a in beams[:-1])), int(beams.count[last, b]), parents[b],
                             labels[b]))
+        self.device_seconds = self._runner.seconds - before  # this call's GPU time
         return out
 
     def _run(self, search):
         """search(stream, capture) on the decoder's own stream, and wait for it."""
-        if SIMULATOR:
-            search(0, None)
-            return
-        xp = self.xp
-        if self._stream is None:
-            self._stream = xp.cuda.Stream(non_blocking=True)
-        s = self._stream
-        s.wait_event(xp.cuda.Stream.null.record())  # the batch's arrays, made on the default stream
-
-        start = s.record()
-
-        def capture(launches):
-            nonlocal start
-            s.begin_capture()
-            try:
-                launches()
-            finally:
-                graph = s.end_capture()
-            start = s.record()  # the GPU idled while the host captured
-            return lambda: graph.launch(s)
-
-        search(cuda.external_stream(s.ptr), capture if self.cuda_graphs else None)
-        end = s.record()
-        end.synchronize()
-        self.device_seconds += xp.cuda.get_elapsed_time(start, end) / 1000
-
+        self._runner.run(search, self.cuda_graphs)
 
 def _views(group):
     return type(group)(*(on_device(a) for a in group))

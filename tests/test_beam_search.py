@@ -282,10 +282,15 @@ def test_phrases_outside_the_token_set_name_the_phrase_and_symbol():
         dec.decode(x, phrases={"ab": math.inf})
 
 
-def test_bad_emissions_are_refused_as_by_the_tlg_decoder():
-    dec = CtcBeamDecoder(token_table(CHARS), num_threads=1)
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_bad_emissions_are_refused_as_by_the_tlg_decoder(device):
+    dec = CtcBeamDecoder(token_table(CHARS), num_threads=1, device=device)
     with pytest.raises(DecodeInputError, match=r"V=4 columns"):
         dec.decode(np.zeros((1, 3, 4), np.float32))
+    with pytest.raises(DecodeInputError, match=r"float32"):
+        dec.decode(np.zeros((1, 3, 5), np.float64))
+    with pytest.raises(DecodeInputError, match=r"length 4 outside"):
+        dec.decode(np.zeros((1, 3, 5), np.float32), np.array([4]))
     x = np.zeros((2, 3, 5), np.float32)
     x[1, 1, 2] = np.nan
     with pytest.raises(DecodeInputError, match=r"utterance 1"):

@@ -83,3 +83,10 @@ def workspace_bytes(capacity: int, max_active: int, min_active: int, num_frames:
         lattice = 20 * (lattice_links // 4) + 2 * 24 * lattice_links + 4 * (num_frames + 1) * kept + 8 * capacity
     return (2 * (hash_slots(capacity) * HASH_SLOT_BYTES + capacity * TOKEN_BYTES) + capacity * SURVIVOR_BYTES
             + 8 * (num_frames + 1) * kept + lattice)
+
+# a CPU stream's numbers: its row of the backend's int64 array (kernels.cpu.advance_streams)
+(S_N, S_NS, S_STORED, S_FRAMES, S_BASE, S_FALLBACKS, S_SURVIVORS, S_TRAILING, S_LAST_VOICED,
+ S_NEXT_COMMIT) = range(10)
+STREAM_FIELDS = 10
+# advance_streams' flags per stream
+COMMIT_DUE, OVERFLOWED = 1, 2

@@ -60,12 +60,24 @@ from .common import (
     trailing_blanks,
 )
 from .constants import (
+    COMMIT_DUE,
     EMPTY_KEY,
     EPS_CYCLE,
     LINK_OVERFLOW,
     NO_ARC,
     NO_TOKEN,
     OK,
+    OVERFLOWED,
+    S_BASE,
+    S_FALLBACKS,
+    S_FRAMES,
+    S_LAST_VOICED,
+    S_N,
+    S_NEXT_COMMIT,
+    S_NS,
+    S_STORED,
+    S_SURVIVORS,
+    S_TRAILING,
     STEP_ARCS,
     STEP_BACKOFFS,
     STEP_CLOSURE_ARCS,
@@ -928,3 +940,96 @@ def advance_stream(graph, boosts, context, memo, log_probs, num_frames, settings
         trailing, voiced = trailing_blanks(keep, tl.prev, tl.arc, prev, arc, graph.ilabel, settings.blank_ilabel)
         relative = final_relative_cost(tl.cost, tl.state, tl.ctx, n, graph.final, context, 0)
     return status, done, n, ns, beam, prev, arc, stored, fallbacks, survivors, trailing, voiced, relative
+
+
+class StreamSlot(NamedTuple):
+    """A stream's own arrays, which the search of its chunks reads and writes: the tokens
+    of its last frame, its backpointers, its word costs (empty: no boost) and the log-probs
+    of its frames from `base` on.  The CPU backend keeps every live stream's slot in one
+    typed list, and its numbers in one array (a row of STREAM_FIELDS per slot), so that one
+    call searches a thread's share of the streams."""
+
+    tl: Tokens
+    trace: Trace
+    word_costs: np.ndarray  # float32
+    logp: np.ndarray  # float32 (frames kept, V): logp[r] is frame base + r
+
+
+@njit(nogil=True, cache=True)
+def append_chunk(slots, i, x, numbers):
+    """Stream slots[i] takes chunk x into its log-probs, and room in its trace.steps and
+    trace.survivors for x's frames and the last step; arrays too small are replaced by
+    larger ones (twice the size at least).  Returns the slot."""
+    s = slots[i]
+    kept = numbers[i, S_FRAMES] - numbers[i, S_BASE]
+    T = x.shape[0]
+    logp, trace = s.logp, s.trace
+    grown = False
+    if kept + T > logp.shape[0] or logp.shape[0] == 0:
+        logp = np.empty((max(kept + T, 2 * logp.shape[0]), s.logp.shape[1]), np.float32)
+        logp[:kept] = s.logp[:kept]
+        grown = True
+    logp[kept:kept + T] = x
+    need = kept + T + 2
+    if need > min(len(trace.steps), len(trace.survivors)):
+        size = max(need, 2 * len(trace.steps))
+        steps, survivors = np.zeros(size, np.int64), np.zeros(size, np.int32)
+        steps[:len(trace.steps)] = trace.steps
+        survivors[:len(trace.survivors)] = trace.survivors
+        trace = Trace(trace.prev, trace.arc, steps, survivors)
+        grown = True
+    if grown:
+        s = StreamSlot(s.tl, trace, s.word_costs, logp)
+        slots[i] = s
+    return s
+
+
+@njit(nogil=True, cache=True)
+def append_chunks(slots, which, chunks, offsets, numbers):
+    """append_chunk for several streams: stream k is slots[which[k]], its chunk
+    chunks[offsets[k]:offsets[k + 1]]."""
+    for k in range(len(which)):
+        append_chunk(slots, which[k], chunks[offsets[k]:offsets[k + 1]], numbers)
+
+
+@njit(nogil=True, cache=True)
+def advance_streams(graph, settings, ws, slots, numbers, relative, which, chunks, offsets, flags, beams):
+    """advance_stream for several streams without a context, in turn, in one call: stream k
+    is slots[which[k]], its numbers numbers[which[k]] (read and updated), its chunk
+    chunks[offsets[k]:offsets[k + 1]] (appended to its log-probs first).  Writes the final
+    relative cost of stream slot i at relative[i], and flags[k]: COMMIT_DUE (its
+    backpointers reached S_NEXT_COMMIT) or OVERFLOWED (a frame overflowed: S_FRAMES counts
+    the frames done before it, and its survivors are in ws.sv, pruned with beams[k]).
+    Returns how many streams were searched: it stops after one that overflowed, for the
+    caller to go on from its survivors in a larger workspace."""
+    for k in range(len(which)):
+        i = which[k]
+        x = chunks[offsets[k]:offsets[k + 1]]
+        s = append_chunk(slots, i, x, numbers)
+        v = numbers[i]
+        w = Workspace(ws.ht, s.tl, ws.sv, ws.gid, ws.mark, ws.stack, ws.hist, ws.sg)
+        first = v[S_FRAMES] - v[S_BASE]
+        if len(s.word_costs):
+            r = advance_stream(graph, s.word_costs, None, None, x, len(x), settings, w, v[S_N], v[S_NS], False,
+                               np.float32(0.0), s.trace, first, v[S_STORED])
+        else:
+            r = advance_stream(graph, None, None, None, x, len(x), settings, w, v[S_N], v[S_NS], False,
+                               np.float32(0.0), s.trace, first, v[S_STORED])
+        status, done, n, ns, beam, prev, arc, stored, fallbacks, survivors, trailing, voiced, rel = r
+        if len(prev) != len(s.trace.prev):  # the backpointers grew
+            slots[i] = StreamSlot(s.tl, Trace(prev, arc, s.trace.steps, s.trace.survivors), s.word_costs, s.logp)
+        v[S_N] = n
+        v[S_NS] = ns
+        v[S_STORED] = stored
+        v[S_FRAMES] += done
+        v[S_FALLBACKS] += fallbacks
+        v[S_SURVIVORS] += survivors
+        if status != OK:
+            flags[k] = OVERFLOWED
+            beams[k] = beam
+            return k + 1
+        # the endpoint rules' readings; blanks back to the commit point: the prefix's last speech decides
+        v[S_TRAILING] = trailing if voiced else v[S_FRAMES] - 1 - v[S_LAST_VOICED]
+        relative[i] = rel
+        flags[k] = COMMIT_DUE if stored >= v[S_NEXT_COMMIT] else 0
+    return len(which)

@@ -97,6 +97,34 @@ def test_a_stream_that_overflows_grows_and_stays_exact(demo, demo_graphs):
     assert dec._capacity.tokens > 16  # new streams start as large as a stream had to grow
 
 
+def test_streams_of_every_kind_in_one_batched_call(demo, demo_graphs):
+    """Plain, word-boosted and phrase-boosted streams advanced together on 2 threads (the
+    context-free ones in groups, one Numba call each) at a token capacity that overflows,
+    read-only chunks among them, and a stream dropped unfinished whose slot a new stream
+    takes: every stream as offline."""
+    path, kw = demo_graphs["bpe_compact"]
+    g = wfst.load_graph(path)
+    texts, x, lengths = demo_emissions(demo, g, kw, count=7, seed=8)
+    words = texts[0].split()
+    boosts = [None, {words[0]: 2.0}, None, {" ".join(words[:2]): 3.0}, None, {words[1]: 1.5}, None]
+    want = Decoder(g, beam=12.0, max_active=900, num_threads=1).decode(x, lengths, boost=boosts)
+    dec = Decoder(g, beam=12.0, max_active=900, token_capacity=24, num_threads=2)
+    dropped = dec.stream()
+    dec.advance([dropped], [x[0, :10]])
+    slot = dropped._state.slot
+    del dropped  # unfinished: its slot is given back when it is collected
+    streams = [dec.stream(boost=b) for b in boosts]
+    assert slot in {s._state.slot for s in streams}
+    frozen = x.copy()
+    frozen.flags.writeable = False
+    for t in range(0, int(lengths.max()), 7):
+        live = [i for i in range(len(streams)) if lengths[i] > t]
+        dec.advance([streams[i] for i in live],
+                    [(frozen if i % 3 == 0 else x)[i, t:min(t + 7, int(lengths[i]))] for i in live])
+    same_results(dec.finish(streams), want)
+    assert dec._capacity.tokens > 24
+
+
 def test_streams_after_an_offline_overflow_in_the_same_decoder(demo, demo_graphs):
     """An offline search that overflows leaves keys in its workspace's hash table; streams
     of that capacity take workspaces from the same pool and must find them empty."""

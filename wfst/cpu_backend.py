@@ -8,9 +8,11 @@ give each utterance a groups.Context, with a memo of its context steps.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import queue
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -54,7 +56,9 @@ class CpuBackend:
         self._counts_lock = threading.Lock()
         self._memo_bytes = 0  # of the largest memo in use
         self._pool = None  # the streams' thread pool, made on first use
+        self._slots = StreamSlots()  # the live streams' arrays
         self._cpu = cpu  # the kernels module (imported here: importing wfst compiles nothing)
+        self._advance_streams = DirectCall(cpu.advance_streams, fixed=6)
 
     # ------------------------------------------------------------------ the Backend interface
 
@@ -233,7 +237,8 @@ class CpuBackend:
         own_memo = None
         if context is not None and phrases.num_states > 1:  # phrase steps are this stream's own
             own_memo = cpu.new_memo(_PHRASE_LM_MEMO_SLOTS if rescorer is not None else _PHRASE_MEMO_SLOTS)
-        state = CpuStream(context, own_memo, word_costs, settings, capacity.tokens, self.graph.tokens.num_columns)
+        state = CpuStream(self._slots, context, own_memo, word_costs, settings, capacity.tokens,
+                          self.graph.tokens.num_columns)
         while True:
             with self._stream_memo(state) as memo, self._workspace(state.capacity) as ws:
                 ws = ws._replace(tl=state.tl)
@@ -246,14 +251,30 @@ class CpuBackend:
             state.grow(None)
 
     def advance(self, states: list, chunks: list) -> None:
-        """Decode each stream's chunk (NumPy (T, V) float32) on the thread pool: one task per
-        thread, each a share of the streams (balanced by frames) with one workspace and memo
-        for all of them, so that a call costs one hand-off per thread, not per stream."""
-        order = sorted((i for i in range(len(states)) if len(chunks[i])), key=lambda i: -len(chunks[i]))
-        threads = min(self.num_threads, len(order))
-        shares = [order[k::threads] for k in range(threads)]
+        """Decode each stream's chunk (NumPy (T, V) float32) on the thread pool.  Streams
+        without a context (no phrases, no rescoring) go in groups, each group one Numba call
+        over their slots without the GIL (cpu.advance_streams); the others one call each.
+        The threads take the work, dearest first, as they come free."""
+        live = [i for i in range(len(states)) if len(chunks[i])]
+        own = [i for i in live if states[i].context is not None]
+        threads = min(self.num_threads, len(live))
+        tasks = [(self._advance_own, states[i], chunks[i]) for i in own]
+        if own:  # their log-probs, in one call
+            self._append([states[i] for i in own], [chunks[i] for i in own])
+        by_capacity = {}
+        for i in live:
+            if states[i].context is None:
+                by_capacity.setdefault(states[i].capacity, []).append(i)
+        for group in by_capacity.values():
+            # the frame's tokens times the chunk's frames: what a stream's search costs, roughly
+            group.sort(key=lambda i: -(states[i].n + 64) * len(chunks[i]))
+            batch = _Group(self._slots, [states[i] for i in group], [chunks[i] for i in group])
+            size = -(-len(group) // (4 * threads)) if threads > 1 else len(group)  # a few per thread: balance
+            tasks += [(self._advance_plain, batch, lo, min(lo + size, len(group)))
+                      for lo in range(0, len(group), size)]
+        work = iter(tasks)  # shared: next() hands each task to one thread
 
-        def run(share):
+        def run():
             with contextlib.ExitStack() as held:
                 spaces, memos = {}, {}
 
@@ -262,42 +283,78 @@ class CpuBackend:
                         spaces[capacity] = held.enter_context(self._workspace(capacity))
                     return spaces[capacity]
 
-                for i in share:
-                    state = states[i]
-                    memo = state.memo
-                    if memo is None and state.context is not None:  # the LM's steps: a memo of the pool
-                        if "lm" not in memos:
-                            memos["lm"] = held.enter_context(self._stream_memo(state))
-                        memo = memos["lm"]
-                    elif memo is not None:
-                        memo = held.enter_context(self._stream_memo(state))
-                    self._advance_one(state, chunks[i], space, memo)
+                def memo(state):
+                    if state.memo is not None:  # its own (phrases)
+                        return held.enter_context(self._stream_memo(state))
+                    if "lm" not in memos:  # the LM's steps: a memo of the pool
+                        memos["lm"] = held.enter_context(self._stream_memo(state))
+                    return memos["lm"]
+
+                for task, *args in work:
+                    task(*args, space, memo)
 
         if threads <= 1:
-            for share in shares:
-                run(share)
+            run()
             return
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.num_threads)
-        for future in [self._pool.submit(run, share) for share in shares]:
-            future.result()
+            self._pool = ThreadPoolExecutor(self.num_threads - 1)
+        futures = [self._pool.submit(run) for _ in range(threads - 1)]
+        try:
+            run()  # this thread takes work too
+        finally:
+            for future in futures:
+                future.result()
 
-    def _advance_one(self, state: CpuStream, chunk: np.ndarray, space, memo) -> None:
-        """space(capacity): a workspace of that capacity; memo: the stream's memo."""
+    def _append(self, states: list, chunks: list) -> None:
+        """The chunks into the streams' log-probs (cpu.append_chunks), in one call."""
+        group = _Group(self._slots, states, chunks)
+        self._cpu.append_chunks(self._slots.list, group.which, group.x, group.offsets, self._slots.numbers)
+
+    def _advance_plain(self, group: _Group, lo: int, hi: int, space, memo) -> None:
+        """Streams lo..hi - 1 of the group (one token capacity, no context) in one
+        cpu.advance_streams call; more only where a frame overflows: that stream goes on
+        alone in a larger workspace."""
+        slots = self._slots
+        while lo < hi:
+            ws = space(group.states[lo].capacity)
+            done = lo + self._advance_streams(self.layout, group.states[lo].settings, ws, slots.list,
+                                              slots.numbers, slots.relative, group.which[lo:hi], group.x,
+                                              group.offsets[lo:hi + 1], group.flags[lo:hi], group.beams[lo:hi])
+            for k in np.flatnonzero(group.flags[lo:done]) + lo:
+                state = group.states[k]
+                if group.flags[k] == C.OVERFLOWED:  # go on from the frame's survivors
+                    state.grow(ws)
+                    _clean(ws)
+                    self._advance_one(state, group.chunks[k], space, None, state.frames - int(group.start[k]),
+                                      group.beams[k])
+                elif state.stored >= state.next_commit:
+                    state.commit(self.graph)
+            lo = done
+
+    def _advance_own(self, state: CpuStream, chunk: np.ndarray, space, memo) -> None:
+        self._advance_one(state, chunk, space, memo(state))
+
+    def _advance_one(self, state: CpuStream, chunk: np.ndarray, space, memo, t: int = 0,
+                     resume_beam: float | None = None) -> None:
+        """The stream's chunk from frame t on (its log-probs appended already).  space(capacity):
+        a workspace of that capacity; memo: the stream's memo; resume_beam: frame t overflowed
+        in a smaller workspace, and its survivors were kept (CpuStream.grow) with this beam."""
         cpu = self._cpu
-        state.append(chunk)
-        T, t = len(chunk), 0
-        resume, resume_beam = False, np.float32(0.0)
+        T = len(chunk)
+        resume = resume_beam is not None
+        resume_beam = np.float32(0.0 if resume_beam is None else resume_beam)
         while True:
             ws = space(state.capacity)
             if resume:
                 ws = state.resumed(ws)
+            trace = state.trace
             ws = ws._replace(tl=state.tl)
             (status, done, n, ns, beam, prev, arc, stored, fallbacks, survivors, trailing, voiced,
              relative) = cpu.advance_stream(
                 self.layout, state.word_costs, state.context, memo, chunk[t:], T - t, state.settings, ws,
-                state.n, state.ns, resume, resume_beam, state.trace, state.frames - state.base, state.stored)
-            state.trace = state.trace._replace(prev=prev, arc=arc)
+                state.n, state.ns, resume, resume_beam, trace, state.frames - state.base, state.stored)
+            if len(prev) != len(trace.prev):
+                state.trace = trace._replace(prev=prev, arc=arc)
             state.n, state.ns, state.stored = n, ns, stored
             state.frames += done
             state.fallbacks += fallbacks
@@ -322,14 +379,16 @@ class CpuBackend:
         committed PathPart before it)."""
         from wfst.kernels import cpu
 
-        state.reserve(0)
+        state.reserve()
         with self._workspace(state.capacity) as ws:
             ws = ws._replace(tl=state.tl)
             status, arcs, gids, reached_final = cpu.finish(self.layout, state.context, ws, state.n, state.trace,
                                                            state.frames - state.base, state.stored)
         if status != C.OK:
             return status, None, state.prefix
-        return status, state.traced(self.graph, state.trace.steps, arcs, gids, reached_final), state.prefix
+        path = state.traced(self.graph, state.trace.steps, arcs, gids, reached_final)
+        state.close()
+        return status, path, state.prefix
 
     @contextlib.contextmanager
     def _stream_memo(self, state: CpuStream):
@@ -346,6 +405,20 @@ class CpuBackend:
                 self._memo_bytes = max(self._memo_bytes, memo.table.nbytes)
 
 
+def _balanced(items: list, costs: list, parts: int) -> list[list]:
+    """items in `parts` shares of about equal cost: each item, dearest first, to the share
+    that costs least so far."""
+    shares, totals = [[] for _ in range(parts)], [0] * parts
+    for cost, item in sorted(zip(costs, items), reverse=True):
+        k = totals.index(min(totals))
+        shares[k].append(item)
+        totals[k] += cost
+    return shares
+
+
+_NO_COSTS = np.empty(0, np.float32)  # a StreamSlot's word costs without a boost
+
+
 def _clean(ws) -> None:
     """Empty the hash tables of a workspace whose search stopped early (an overflow leaves
     keys behind): a stream takes workspaces from the pool as they are."""
@@ -353,44 +426,195 @@ def _clean(ws) -> None:
     ws.sg.key[:] = C.EMPTY_KEY
 
 
+class DirectCall:
+    """A Numba function called through its compiled entry point, without the dispatcher's
+    typing of every argument (6 of advance_streams' 8 µs a call: its workspace alone is 30
+    arrays, and a stream's chunk of 8 frames searches in tens of µs).  The first `fixed`
+    arguments are objects reused from call to call (a workspace, the graph, the slots):
+    their types are known once their identity is, and they are held here so that no other
+    object takes their id.  The others must be writable, aligned, C-contiguous NumPy
+    arrays of the types of the first call's (the caller's own, of fixed dtypes); any other
+    call goes through the dispatcher."""
+
+    def __init__(self, dispatcher, fixed: int):
+        self.dispatcher, self.fixed = dispatcher, fixed
+        self._entries = {}  # ids of the fixed arguments -> (them, the rest's types, entry point)
+
+    def __call__(self, *args):
+        key = tuple(map(id, args[:self.fixed]))
+        entry = self._entries.get(key)
+        if entry is not None and all(type(a) is np.ndarray and a.flags.c_contiguous and a.flags.writeable
+                                     and a.flags.aligned and (a.dtype, a.ndim) == t
+                                     for a, t in zip(args[self.fixed:], entry[1])):
+            return entry[2](*args)
+        result = self.dispatcher(*args)
+        if all(type(a) is np.ndarray for a in args[self.fixed:]):
+            signature = tuple(self.dispatcher.typeof_pyval(a) for a in args)
+            compiled = self.dispatcher.overloads.get(signature)
+            if compiled is not None and all(a.flags.c_contiguous and a.flags.writeable and a.flags.aligned
+                                            for a in args[self.fixed:]):
+                if len(self._entries) >= 64:  # objects made anew each call: hold no more of them
+                    self._entries.clear()
+                self._entries[key] = (args[:self.fixed], tuple((a.dtype, a.ndim) for a in args[self.fixed:]),
+                                      compiled.entry_point)
+        return result
+
+
+class StreamSlots:
+    """The arrays of every live stream (a cpu.StreamSlot each) in one Numba typed list, and
+    its numbers in one array (`numbers[slot]`, fields cpu.S_*; `relative[slot]`: its final
+    relative cost), so that one cpu.advance_streams call reaches a thread's share of them.
+    A stream's slot is given back when it is finished (its arrays are dropped then) or
+    garbage-collected (they are dropped when the slot is taken again: the list never holds
+    more than the most streams that lived at once)."""
+
+    def __init__(self):
+
+        self.list = None
+        self.numbers = np.zeros((0, C.STREAM_FIELDS), np.int64)
+        self.relative = np.zeros(0, np.float64)
+        self._free = queue.SimpleQueue()  # safe to put into from a finalizer
+
+    def take(self, slot) -> int:
+        """A slot holding `slot`'s arrays, its numbers zero (the caller holds the decoder's
+        lock: no search runs)."""
+        try:
+            i = self._free.get_nowait()
+            self.list[i] = slot
+        except queue.Empty:
+            if self.list is None:
+                from numba.typed import List
+
+                self.list = List()
+            self.list.append(slot)
+            i = len(self.list) - 1
+            if i >= len(self.numbers):
+                rows = max(16, 2 * len(self.numbers))
+                numbers = np.zeros((rows, self.numbers.shape[1]), np.int64)
+                numbers[:len(self.numbers)] = self.numbers
+                relative = np.zeros(rows, np.float64)
+                relative[:len(self.relative)] = self.relative
+                self.numbers, self.relative = numbers, relative
+        self.numbers[i] = 0
+        self.relative[i] = np.inf
+        return i
+
+    def give_back(self, i: int) -> None:
+        self._free.put(i)
+
+
+class _Group:
+    """Streams searched together: their chunks end to end (chunk k is x[offsets[k]:
+    offsets[k + 1]]), their slots, the frames each had decoded before, and what
+    cpu.advance_streams writes per stream (flags, beams)."""
+
+    def __init__(self, slots: StreamSlots, states: list, chunks: list):
+
+        self.states, self.chunks = states, chunks
+        self.x = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+        ends = list(itertools.accumulate(map(len, chunks), initial=0))
+        self.offsets = np.array(ends, np.int64)
+        self.which = np.array([s.slot for s in states], np.int64)
+        self.start = slots.numbers[self.which, C.S_FRAMES]
+        self.flags = np.zeros(len(states), np.int64)
+        self.beams = np.zeros(len(states), np.float32)
+
+
+def _number(field: int):
+    """A CpuStream attribute kept in its row of StreamSlots.numbers."""
+
+    def get(self):
+        return int(self._slots.numbers[self.slot, field])
+
+    def put(self, value):
+        self._slots.numbers[self.slot, field] = value
+
+    return property(get, put)
+
+
 class CpuStream(Ledger):
     """One stream's CPU search state between calls: the tokens of its last frame (its own
     token list; the rest of a workspace is shared), its backpointers from `base` on (the
     steps before were committed into `prefix`), and the log_probs of frames base.. that a
-    path after the commit point may still read."""
+    path after the commit point may still read.  Its arrays and numbers live in the
+    backend's StreamSlots at `slot` (the properties below read and write them there)."""
 
-    def __init__(self, context, memo, word_costs, settings, capacity: int, num_columns: int):
+    n = _number(C.S_N)
+    ns = _number(C.S_NS)
+    stored = _number(C.S_STORED)
+    frames = _number(C.S_FRAMES)
+    base = _number(C.S_BASE)
+    fallbacks = _number(C.S_FALLBACKS)
+    survivors = _number(C.S_SURVIVORS)
+    trailing = _number(C.S_TRAILING)
+    next_commit = _number(C.S_NEXT_COMMIT)
+
+    def __init__(self, slots: StreamSlots, context, memo, word_costs, settings, capacity: int, num_columns: int):
         from wfst.kernels import cpu
 
-        super().__init__(capacity)
         self.context, self.memo, self.word_costs, self.settings = context, memo, word_costs, settings
-        self.tl = cpu.new_workspace(capacity).tl
-        self.n = self.ns = 0
-        self.trace = cpu.new_trace(64, capacity)
-        self.stored = 0
-        self.logp = np.empty((0, num_columns), np.float32)  # logp[r] is frame base + r
+        self._slots = slots
+        self.slot = slots.take(cpu.StreamSlot(cpu.new_workspace(capacity).tl, cpu.new_trace(64, capacity),
+                                              _NO_COSTS if word_costs is None else word_costs,
+                                              np.empty((0, num_columns), np.float32)))
+        self._release = weakref.finalize(self, slots.give_back, self.slot)
+        super().__init__(capacity)
+
+    @property
+    def relative_cost(self) -> float:
+        return float(self._slots.relative[self.slot])
+
+    @relative_cost.setter
+    def relative_cost(self, value: float) -> None:
+        self._slots.relative[self.slot] = value
+
+    @property
+    def prefix(self):
+        return self._prefix
+
+    @prefix.setter
+    def prefix(self, prefix) -> None:
+        self._prefix = prefix
+        self._slots.numbers[self.slot, C.S_LAST_VOICED] = prefix.last_voiced
+
+    @property
+    def tl(self):
+        return self._slots.list[self.slot].tl
+
+    @tl.setter
+    def tl(self, tl) -> None:
+        self._slots.list[self.slot] = self._slots.list[self.slot]._replace(tl=tl)
+
+    @property
+    def trace(self):
+        return self._slots.list[self.slot].trace
+
+    @trace.setter
+    def trace(self, trace) -> None:
+        self._slots.list[self.slot] = self._slots.list[self.slot]._replace(trace=trace)
+
+    @property
+    def logp(self) -> np.ndarray:
+        return self._slots.list[self.slot].logp
+
+    def close(self) -> None:
+        """Give the slot back, its arrays dropped (the stream was finished)."""
+        from wfst.kernels import cpu
+
+        if self._release.detach() is not None:
+            logp = self.logp
+            self._slots.list[self.slot] = cpu.StreamSlot(cpu.new_workspace(1).tl, cpu.new_trace(0, 1), _NO_COSTS,
+                                                         logp[:0].copy())
+            self._slots.give_back(self.slot)
 
     def logp_at(self, frames, columns):
         return self.logp[frames - self.base, columns]
 
-    def reserve(self, frames: int) -> None:
-        """Room in trace.steps and trace.survivors for `frames` more frames and the last step."""
-        need = self.frames - self.base + frames + 2
-        if need > min(len(self.trace.steps), len(self.trace.survivors)):
-            size = max(need, 2 * len(self.trace.steps))
-            steps, survivors = np.zeros(size, np.int64), np.zeros(size, np.int32)
-            steps[:len(self.trace.steps)] = self.trace.steps
-            survivors[:len(self.trace.survivors)] = self.trace.survivors
-            self.trace = self.trace._replace(steps=steps, survivors=survivors)
+    def reserve(self) -> None:
+        """Room in trace.steps for the last step."""
+        from wfst.kernels import cpu
 
-    def append(self, chunk: np.ndarray) -> None:
-        self.reserve(len(chunk))
-        kept = self.frames - self.base
-        if kept + len(chunk) > len(self.logp) or len(self.logp) == 0:
-            grown = np.empty((max(kept + len(chunk), 2 * len(self.logp)), self.logp.shape[1]), np.float32)
-            grown[:kept] = self.logp[:kept]
-            self.logp = grown
-        self.logp[kept:kept + len(chunk)] = chunk
+        cpu.append_chunk(self._slots.list, self.slot, self.logp[:0], self._slots.numbers)
 
     def grow(self, ws) -> None:
         """Twice the token capacity; ws: the workspace whose frame overflowed (its survivors

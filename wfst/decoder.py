@@ -179,14 +179,13 @@ class Decoder:
         with self._lock:
             start = time.perf_counter()
             lm_before = self._backend.counters()
-            survivors_before = sum(s._state.survivors for s in streams)
-            self._backend.advance([s._state for s in streams], arrays)
-            for s in streams:
-                self._grow_to(s._state.capacity)
-                s.endpoint_rule = s.endpoint_config.fired(s._state.trailing, s._state.relative_cost, s.frames)
-                s.endpoint = s.endpoint_rule is not None
+            states = [s._state for s in streams]
+            survivors_before = sum(state.survivors for state in states)
+            self._backend.advance(states, arrays)
+            if states:
+                self._grow_to(max(state.capacity for state in states))
             frames = sum(len(x) for x in arrays)
-            survivors = sum(s._state.survivors for s in streams) - survivors_before
+            survivors = sum(state.survivors for state in states) - survivors_before
             self.stats = DecodeStats(len(streams), frames, time.perf_counter() - start,
                                      survivors / frames if frames else 0.0,
                                      lm=self._backend.lm_report(lm_before, frames, self.rescorer))
@@ -203,6 +202,7 @@ class Decoder:
                     raise WfstError("a stream's path loops: the graph has a zero-cost epsilon cycle")
                 results.append(path_result(self.graph, self.config, path, s.frames, s._boost_map, s._phrases,
                                            self.rescorer, prefix) if s.frames else EMPTY_RESULT)
+                s._final_rule = s.endpoint_rule
                 s.finished = True
                 s._state = _FinishedState(s.frames)
         return results

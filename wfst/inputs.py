@@ -59,13 +59,14 @@ def first_nonfinite_chunk(chunks) -> tuple[int, int] | None:
     live = [i for i, x in enumerate(chunks) if len(x)]
     if not live:
         return None
-    maxima = [chunks[i].max() for i in live]
     if type(chunks[live[0]]).__module__.split(".")[0] == "cupy":
         import cupy
 
-        top = cupy.stack(maxima).get()
-    else:
-        top = np.array(maxima)
+        top = cupy.stack([chunks[i].max() for i in live]).get()
+    else:  # one reduction over all of them
+        if np.concatenate([chunks[i].reshape(-1) for i in live]).max() < np.inf:
+            return None
+        top = np.array([chunks[i].max() for i in live])
     bad = np.flatnonzero(~(top < np.inf))  # NaN and +inf both fail it
     if not bad.size:
         return None

@@ -106,21 +106,36 @@ class Stream:
     """A live stream of one Decoder (Decoder.stream()): its search state between calls.
 
     frames: frames decoded so far; endpoint: whether an endpoint rule fired at the last
-    advance (endpoint_rule: which one, an index into the EndpointConfig's rules);
-    finished: Decoder.finish() took its result, and it takes no more chunks."""
+    advance (endpoint_rule: which one, an index into the EndpointConfig's rules; none
+    before the first frame); finished: Decoder.finish() took its result, and it takes no
+    more chunks."""
 
     def __init__(self, decoder, state, boost_map, phrases, endpoint: EndpointConfig):
         self._decoder = decoder
         self._state = state  # the backend's search state
         self._boost_map, self._phrases = boost_map, phrases
         self.endpoint_config = endpoint
-        self.endpoint = False
-        self.endpoint_rule: int | None = None
         self.finished = False
+        self._final_rule: int | None = None  # endpoint_rule when the stream was finished
 
     @property
     def frames(self) -> int:
         return self._state.frames
+
+    @property
+    def endpoint_rule(self) -> int | None:
+        """The first endpoint rule that fires on the readings of the last advance (read when
+        asked: the readings change only when the stream advances)."""
+        if self.finished:
+            return self._final_rule
+        state = self._state
+        if state.frames == 0:
+            return None
+        return self.endpoint_config.fired(state.trailing, state.relative_cost, state.frames)
+
+    @property
+    def endpoint(self) -> bool:
+        return self.endpoint_rule is not None
 
     def partial(self) -> Partial:
         """The best words so far, their frames and how many of them are stable."""

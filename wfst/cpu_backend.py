@@ -327,7 +327,7 @@ class CpuBackend:
                     _clean(ws)
                     self._advance_one(state, group.chunks[k], space, None, state.frames - int(group.start[k]),
                                       group.beams[k])
-                elif state.stored >= state.next_commit:
+                else:  # COMMIT_DUE
                     state.commit(self.graph)
             lo = done
 
@@ -405,17 +405,6 @@ class CpuBackend:
                 self._memo_bytes = max(self._memo_bytes, memo.table.nbytes)
 
 
-def _balanced(items: list, costs: list, parts: int) -> list[list]:
-    """items in `parts` shares of about equal cost: each item, dearest first, to the share
-    that costs least so far."""
-    shares, totals = [[] for _ in range(parts)], [0] * parts
-    for cost, item in sorted(zip(costs, items), reverse=True):
-        k = totals.index(min(totals))
-        shares[k].append(item)
-        totals[k] += cost
-    return shares
-
-
 _NO_COSTS = np.empty(0, np.float32)  # a StreamSlot's word costs without a boost
 
 
@@ -462,14 +451,13 @@ class DirectCall:
 
 class StreamSlots:
     """The arrays of every live stream (a cpu.StreamSlot each) in one Numba typed list, and
-    its numbers in one array (`numbers[slot]`, fields cpu.S_*; `relative[slot]`: its final
+    its numbers in one array (`numbers[slot]`, fields constants.S_*; `relative[slot]`: its final
     relative cost), so that one cpu.advance_streams call reaches a thread's share of them.
     A stream's slot is given back when it is finished (its arrays are dropped then) or
     garbage-collected (they are dropped when the slot is taken again: the list never holds
     more than the most streams that lived at once)."""
 
     def __init__(self):
-
         self.list = None
         self.numbers = np.zeros((0, C.STREAM_FIELDS), np.int64)
         self.relative = np.zeros(0, np.float64)
@@ -509,7 +497,6 @@ class _Group:
     cpu.advance_streams writes per stream (flags, beams)."""
 
     def __init__(self, slots: StreamSlots, states: list, chunks: list):
-
         self.states, self.chunks = states, chunks
         self.x = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
         ends = list(itertools.accumulate(map(len, chunks), initial=0))
@@ -532,6 +519,18 @@ def _number(field: int):
     return property(get, put)
 
 
+def _array(field: str):
+    """A CpuStream attribute kept in its cpu.StreamSlot (setting it replaces the slot)."""
+
+    def get(self):
+        return getattr(self._slots.list[self.slot], field)
+
+    def put(self, value):
+        self._slots.list[self.slot] = self._slots.list[self.slot]._replace(**{field: value})
+
+    return property(get, put)
+
+
 class CpuStream(Ledger):
     """One stream's CPU search state between calls: the tokens of its last frame (its own
     token list; the rest of a workspace is shared), its backpointers from `base` on (the
@@ -548,6 +547,9 @@ class CpuStream(Ledger):
     survivors = _number(C.S_SURVIVORS)
     trailing = _number(C.S_TRAILING)
     next_commit = _number(C.S_NEXT_COMMIT)
+    tl = _array("tl")
+    trace = _array("trace")
+    logp = _array("logp")
 
     def __init__(self, slots: StreamSlots, context, memo, word_costs, settings, capacity: int, num_columns: int):
         from wfst.kernels import cpu
@@ -576,26 +578,6 @@ class CpuStream(Ledger):
     def prefix(self, prefix) -> None:
         self._prefix = prefix
         self._slots.numbers[self.slot, C.S_LAST_VOICED] = prefix.last_voiced
-
-    @property
-    def tl(self):
-        return self._slots.list[self.slot].tl
-
-    @tl.setter
-    def tl(self, tl) -> None:
-        self._slots.list[self.slot] = self._slots.list[self.slot]._replace(tl=tl)
-
-    @property
-    def trace(self):
-        return self._slots.list[self.slot].trace
-
-    @trace.setter
-    def trace(self, trace) -> None:
-        self._slots.list[self.slot] = self._slots.list[self.slot]._replace(trace=trace)
-
-    @property
-    def logp(self) -> np.ndarray:
-        return self._slots.list[self.slot].logp
 
     def close(self) -> None:
         """Give the slot back, its arrays dropped (the stream was finished)."""

@@ -993,15 +993,17 @@ def append_chunks(slots, which, chunks, offsets, numbers):
 
 
 @njit(nogil=True, cache=True)
-def advance_streams(graph, settings, ws, slots, numbers, relative, which, chunks, offsets, flags, beams):
+def advance_streams(graph, settings, ws, slots, numbers, relative, which, chunks, offsets, flags):
     """advance_stream for several streams without a context, in turn, in one call: stream k
     is slots[which[k]], its numbers numbers[which[k]] (read and updated), its chunk
     chunks[offsets[k]:offsets[k + 1]] (appended to its log-probs first).  Writes the final
     relative cost of stream slot i at relative[i], and flags[k]: COMMIT_DUE (its
-    backpointers reached S_NEXT_COMMIT) or OVERFLOWED (a frame overflowed: S_FRAMES counts
-    the frames done before it, and its survivors are in ws.sv, pruned with beams[k]).
-    Returns how many streams were searched: it stops after one that overflowed, for the
+    backpointers reached S_NEXT_COMMIT) or OVERFLOWED (a frame overflowed: its survivors
+    are in ws.sv).  Returns (streams searched, how many of them were flagged, and for a
+    stream that overflowed: the chunk's frames done before it and the frame's adaptive
+    beam): the call stops after a stream that overflowed, the last searched, for the
     caller to go on from its survivors in a larger workspace."""
+    flagged = 0
     for k in range(len(which)):
         i = which[k]
         x = chunks[offsets[k]:offsets[k + 1]]
@@ -1026,10 +1028,12 @@ def advance_streams(graph, settings, ws, slots, numbers, relative, which, chunks
         v[S_SURVIVORS] += survivors
         if status != OK:
             flags[k] = OVERFLOWED
-            beams[k] = beam
-            return k + 1
+            return k + 1, flagged + 1, done, beam
         # the endpoint rules' readings; blanks back to the commit point: the prefix's last speech decides
         v[S_TRAILING] = trailing if voiced else v[S_FRAMES] - 1 - v[S_LAST_VOICED]
         relative[i] = rel
-        flags[k] = COMMIT_DUE if stored >= v[S_NEXT_COMMIT] else 0
-    return len(which)
+        flags[k] = 0
+        if stored >= v[S_NEXT_COMMIT]:
+            flags[k] = COMMIT_DUE
+            flagged += 1
+    return len(which), flagged, 0, np.float32(0.0)

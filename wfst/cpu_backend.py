@@ -8,7 +8,6 @@ give each utterance a groups.Context, with a memo of its context steps.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import queue
 import threading
@@ -58,7 +57,7 @@ class CpuBackend:
         self._pool = None  # the streams' thread pool, made on first use
         self._slots = StreamSlots()  # the live streams' arrays
         self._cpu = cpu  # the kernels module (imported here: importing wfst compiles nothing)
-        self._advance_streams = DirectCall(cpu.advance_streams, fixed=6)
+        self._advance_streams = DirectCall(cpu.advance_streams, fixed=6, checked=(7,))  # 7: the chunks
 
     # ------------------------------------------------------------------ the Backend interface
 
@@ -166,17 +165,19 @@ class CpuBackend:
     @contextlib.contextmanager
     def _workspace(self, capacity: int):
         """A search workspace of `capacity` token slots, reused from utterance to utterance."""
-        from wfst.kernels import cpu
-
-        pool = self._workspaces.setdefault(capacity, queue.SimpleQueue())  # streams may differ in capacity
-        try:
-            ws = pool.get_nowait()
-        except queue.Empty:
-            ws = cpu.new_workspace(capacity)
+        ws = self._take_workspace(capacity)
         try:
             yield ws
         finally:
-            pool.put(ws)
+            self._workspaces[capacity].put(ws)
+
+    def _take_workspace(self, capacity: int):
+        """A workspace of the pool (give it back to self._workspaces[capacity]), or a new one."""
+        pool = self._workspaces.setdefault(capacity, queue.SimpleQueue())  # streams may differ in capacity
+        try:
+            return pool.get_nowait()
+        except queue.Empty:
+            return self._cpu.new_workspace(capacity)
 
     @contextlib.contextmanager
     def _links(self, capacity, lattice):
@@ -255,7 +256,7 @@ class CpuBackend:
         without a context (no phrases, no rescoring) go in groups, each group one Numba call
         over their slots without the GIL (cpu.advance_streams); the others one call each.
         The threads take the work, dearest first, as they come free."""
-        live = [i for i in range(len(states)) if len(chunks[i])]
+        live = [i for i, x in enumerate(chunks) if len(x)]
         own = [i for i in live if states[i].context is not None]
         threads = min(self.num_threads, len(live))
         tasks = [(self._advance_own, states[i], chunks[i]) for i in own]
@@ -266,32 +267,30 @@ class CpuBackend:
             if states[i].context is None:
                 by_capacity.setdefault(states[i].capacity, []).append(i)
         for group in by_capacity.values():
-            # the frame's tokens times the chunk's frames: what a stream's search costs, roughly
-            group.sort(key=lambda i: -(states[i].n + 64) * len(chunks[i]))
+            size = len(group)
+            if threads > 1:  # a few per thread, dearest first (tokens times frames, roughly): balance
+                group.sort(key=lambda i: -(states[i].n + 64) * len(chunks[i]))
+                size = -(-size // (2 * threads))
             batch = _Group(self._slots, [states[i] for i in group], [chunks[i] for i in group])
-            size = -(-len(group) // (4 * threads)) if threads > 1 else len(group)  # a few per thread: balance
             tasks += [(self._advance_plain, batch, lo, min(lo + size, len(group)))
                       for lo in range(0, len(group), size)]
+        if len(tasks) == 1:  # one stream, or one thread's group: no pool
+            held = _Held(self)
+            try:
+                task, *args = tasks[0]
+                task(*args, held.space, held.memo)
+            finally:
+                held.close()
+            return
         work = iter(tasks)  # shared: next() hands each task to one thread
 
         def run():
-            with contextlib.ExitStack() as held:
-                spaces, memos = {}, {}
-
-                def space(capacity):
-                    if capacity not in spaces:
-                        spaces[capacity] = held.enter_context(self._workspace(capacity))
-                    return spaces[capacity]
-
-                def memo(state):
-                    if state.memo is not None:  # its own (phrases)
-                        return held.enter_context(self._stream_memo(state))
-                    if "lm" not in memos:  # the LM's steps: a memo of the pool
-                        memos["lm"] = held.enter_context(self._stream_memo(state))
-                    return memos["lm"]
-
+            held = _Held(self)
+            try:
                 for task, *args in work:
-                    task(*args, space, memo)
+                    task(*args, held.space, held.memo)
+            finally:
+                held.close()
 
         if threads <= 1:
             run()
@@ -309,27 +308,30 @@ class CpuBackend:
         """The chunks into the streams' log-probs (cpu.append_chunks), in one call."""
         group = _Group(self._slots, states, chunks)
         self._cpu.append_chunks(self._slots.list, group.which, group.x, group.offsets, self._slots.numbers)
+        for state in states:
+            state.forget()
 
     def _advance_plain(self, group: _Group, lo: int, hi: int, space, memo) -> None:
         """Streams lo..hi - 1 of the group (one token capacity, no context) in one
         cpu.advance_streams call; more only where a frame overflows: that stream goes on
         alone in a larger workspace."""
         slots = self._slots
+        for state in group.states[lo:hi]:
+            state.forget()
         while lo < hi:
             ws = space(group.states[lo].capacity)
-            done = lo + self._advance_streams(self.layout, group.states[lo].settings, ws, slots.list,
-                                              slots.numbers, slots.relative, group.which[lo:hi], group.x,
-                                              group.offsets[lo:hi + 1], group.flags[lo:hi], group.beams[lo:hi])
-            for k in np.flatnonzero(group.flags[lo:done]) + lo:
+            searched, flagged, done, beam = self._advance_streams(
+                self.layout, group.states[lo].settings, ws, slots.list, slots.numbers, slots.relative,
+                group.which[lo:hi], group.x, group.offsets[lo:hi + 1], group.flags[lo:hi])
+            for k in np.flatnonzero(group.flags[lo:lo + searched]) + lo if flagged else ():
                 state = group.states[k]
                 if group.flags[k] == C.OVERFLOWED:  # go on from the frame's survivors
                     state.grow(ws)
                     _clean(ws)
-                    self._advance_one(state, group.chunks[k], space, None, state.frames - int(group.start[k]),
-                                      group.beams[k])
+                    self._advance_one(state, group.chunks[k], space, None, done, beam)
                 else:  # COMMIT_DUE
                     state.commit(self.graph)
-            lo = done
+            lo += searched
 
     def _advance_own(self, state: CpuStream, chunk: np.ndarray, space, memo) -> None:
         self._advance_one(state, chunk, space, memo(state))
@@ -421,32 +423,66 @@ class DirectCall:
     arrays, and a stream's chunk of 8 frames searches in tens of µs).  The first `fixed`
     arguments are objects reused from call to call (a workspace, the graph, the slots):
     their types are known once their identity is, and they are held here so that no other
-    object takes their id.  The others must be writable, aligned, C-contiguous NumPy
-    arrays of the types of the first call's (the caller's own, of fixed dtypes); any other
-    call goes through the dispatcher."""
+    object takes their id.  The arguments at `checked` (the caller's input) must be
+    writable, aligned, C-contiguous NumPy arrays of the first call's dtypes, or the call
+    goes through the dispatcher; the others are the backend's own arrays, made with the
+    first call's types every time."""
 
-    def __init__(self, dispatcher, fixed: int):
-        self.dispatcher, self.fixed = dispatcher, fixed
-        self._entries = {}  # ids of the fixed arguments -> (them, the rest's types, entry point)
+    def __init__(self, dispatcher, fixed: int, checked: tuple[int, ...]):
+        self.dispatcher, self.fixed, self.checked = dispatcher, fixed, checked
+        self._entries = {}  # ids of the fixed arguments -> (them, the checked ones' types, entry point)
+
+    @staticmethod
+    def _plain(a) -> bool:
+        return type(a) is np.ndarray and a.flags.c_contiguous and a.flags.writeable and a.flags.aligned
 
     def __call__(self, *args):
         key = tuple(map(id, args[:self.fixed]))
         entry = self._entries.get(key)
-        if entry is not None and all(type(a) is np.ndarray and a.flags.c_contiguous and a.flags.writeable
-                                     and a.flags.aligned and (a.dtype, a.ndim) == t
-                                     for a, t in zip(args[self.fixed:], entry[1])):
+        if entry is not None and all(self._plain(args[i]) and (args[i].dtype, args[i].ndim) == t
+                                     for i, t in zip(self.checked, entry[1])):
             return entry[2](*args)
         result = self.dispatcher(*args)
-        if all(type(a) is np.ndarray for a in args[self.fixed:]):
-            signature = tuple(self.dispatcher.typeof_pyval(a) for a in args)
-            compiled = self.dispatcher.overloads.get(signature)
-            if compiled is not None and all(a.flags.c_contiguous and a.flags.writeable and a.flags.aligned
-                                            for a in args[self.fixed:]):
+        if all(self._plain(a) for a in args[self.fixed:]):
+            compiled = self.dispatcher.overloads.get(tuple(self.dispatcher.typeof_pyval(a) for a in args))
+            if compiled is not None:
                 if len(self._entries) >= 64:  # objects made anew each call: hold no more of them
                     self._entries.clear()
-                self._entries[key] = (args[:self.fixed], tuple((a.dtype, a.ndim) for a in args[self.fixed:]),
+                self._entries[key] = (args[:self.fixed], tuple((args[i].dtype, args[i].ndim) for i in self.checked),
                                       compiled.entry_point)
         return result
+
+
+class _Held:
+    """What one thread of CpuBackend.advance holds while it takes tasks: a workspace per
+    capacity and the memos of the streams' context steps, given back by close()."""
+
+    def __init__(self, backend: CpuBackend):
+        self.backend = backend
+        self.spaces = {}
+        self.memos = None  # an ExitStack of memos, made for the first stream with a context
+        self.lm_memo = None
+
+    def space(self, capacity: int):
+        ws = self.spaces.get(capacity)
+        if ws is None:
+            ws = self.spaces[capacity] = self.backend._take_workspace(capacity)
+        return ws
+
+    def memo(self, state):
+        if self.memos is None:
+            self.memos = contextlib.ExitStack()
+        if state.memo is not None:  # its own (phrases)
+            return self.memos.enter_context(self.backend._stream_memo(state))
+        if self.lm_memo is None:  # the LM's steps: a memo of the pool
+            self.lm_memo = self.memos.enter_context(self.backend._stream_memo(state))
+        return self.lm_memo
+
+    def close(self) -> None:
+        for capacity, ws in self.spaces.items():
+            self.backend._workspaces[capacity].put(ws)
+        if self.memos is not None:
+            self.memos.close()
 
 
 class StreamSlots:
@@ -493,18 +529,16 @@ class StreamSlots:
 
 class _Group:
     """Streams searched together: their chunks end to end (chunk k is x[offsets[k]:
-    offsets[k + 1]]), their slots, the frames each had decoded before, and what
-    cpu.advance_streams writes per stream (flags, beams)."""
+    offsets[k + 1]]), their slots, and the flags cpu.advance_streams writes per stream."""
 
     def __init__(self, slots: StreamSlots, states: list, chunks: list):
         self.states, self.chunks = states, chunks
         self.x = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
-        ends = list(itertools.accumulate(map(len, chunks), initial=0))
-        self.offsets = np.array(ends, np.int64)
-        self.which = np.array([s.slot for s in states], np.int64)
-        self.start = slots.numbers[self.which, C.S_FRAMES]
-        self.flags = np.zeros(len(states), np.int64)
-        self.beams = np.zeros(len(states), np.float32)
+        k = len(chunks)
+        numbers = np.zeros((3, k + 1), np.int64)  # one array: offsets, slots, flags
+        np.cumsum([len(x) for x in chunks], out=numbers[0, 1:])
+        numbers[1, :k] = [s.slot for s in states]
+        self.offsets, self.which, self.flags = numbers[0], numbers[1, :k], numbers[2, :k]
 
 
 def _number(field: int):
@@ -523,10 +557,10 @@ def _array(field: str):
     """A CpuStream attribute kept in its cpu.StreamSlot (setting it replaces the slot)."""
 
     def get(self):
-        return getattr(self._slots.list[self.slot], field)
+        return getattr(self.arrays, field)
 
     def put(self, value):
-        self._slots.list[self.slot] = self._slots.list[self.slot]._replace(**{field: value})
+        self._slots.list[self.slot] = self._arrays = self.arrays._replace(**{field: value})
 
     return property(get, put)
 
@@ -560,7 +594,20 @@ class CpuStream(Ledger):
                                               _NO_COSTS if word_costs is None else word_costs,
                                               np.empty((0, num_columns), np.float32)))
         self._release = weakref.finalize(self, slots.give_back, self.slot)
+        self._arrays = None
         super().__init__(capacity)
+
+    @property
+    def arrays(self):
+        """The stream's cpu.StreamSlot, read from the typed list once (reading it boxes a
+        dozen arrays) until a kernel may have replaced it (forget())."""
+        if self._arrays is None:
+            self._arrays = self._slots.list[self.slot]
+        return self._arrays
+
+    def forget(self) -> None:
+        """A kernel call may have replaced the stream's slot (it grows arrays in place)."""
+        self._arrays = None
 
     @property
     def relative_cost(self) -> float:
@@ -585,6 +632,7 @@ class CpuStream(Ledger):
 
         if self._release.detach() is not None:
             logp = self.logp
+            self._arrays = None
             self._slots.list[self.slot] = cpu.StreamSlot(cpu.new_workspace(1).tl, cpu.new_trace(0, 1), _NO_COSTS,
                                                          logp[:0].copy())
             self._slots.give_back(self.slot)
@@ -597,6 +645,7 @@ class CpuStream(Ledger):
         from wfst.kernels import cpu
 
         cpu.append_chunk(self._slots.list, self.slot, self.logp[:0], self._slots.numbers)
+        self.forget()
 
     def grow(self, ws) -> None:
         """Twice the token capacity; ws: the workspace whose frame overflowed (its survivors

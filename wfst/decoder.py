@@ -165,30 +165,30 @@ class Decoder:
         if len(chunks) != len(streams):
             raise DecodeInputError(f"advance() got {len(streams)} streams but {len(chunks)} chunks")
         V = self.graph.tokens.num_columns
-        arrays = []
-        for i, chunk in enumerate(chunks):
-            x = self._backend.to_batch(chunk)
-            if x.ndim != 2 or x.shape[1] != V:
-                raise DecodeInputError(f"stream {i}: a chunk must have shape (T, V={V}) (V: the graph's tokens, "
-                                       f"blank included); got shape {tuple(x.shape)}")
-            if x.dtype != np.float32:
+        arrays = [self._backend.to_batch(chunk) for chunk in chunks]
+        for i, x in enumerate(arrays):
+            if x.ndim != 2 or x.shape[1] != V or x.dtype != np.float32:
+                if x.ndim != 2 or x.shape[1] != V:
+                    raise DecodeInputError(f"stream {i}: a chunk must have shape (T, V={V}) (V: the graph's "
+                                           f"tokens, blank included); got shape {tuple(x.shape)}")
                 raise DecodeInputError(f"stream {i}: a chunk must be float32 log-posteriors; got {x.dtype}")
-            arrays.append(x)
         if (bad := first_nonfinite_chunk(arrays)) is not None:
             raise DecodeInputError(f"stream {bad[0]}: chunk frame {bad[1]} has NaN or +inf")
         with self._lock:
             start = time.perf_counter()
-            lm_before = self._backend.counters()
             states = [s._state for s in streams]
+            # the context steps' counters only where a stream has a context (rescoring, phrases)
+            watched = self.rescorer is not None or any(s._phrases.num_states > 1 for s in streams)
+            lm_before = self._backend.counters() if watched else None
             survivors_before = sum(state.survivors for state in states)
             self._backend.advance(states, arrays)
             if states:
                 self._grow_to(max(state.capacity for state in states))
-            frames = sum(len(x) for x in arrays)
+            frames = sum(map(len, arrays))
             survivors = sum(state.survivors for state in states) - survivors_before
             self.stats = DecodeStats(len(streams), frames, time.perf_counter() - start,
                                      survivors / frames if frames else 0.0,
-                                     lm=self._backend.lm_report(lm_before, frames, self.rescorer))
+                                     lm=self._backend.lm_report(lm_before, frames, self.rescorer) if watched else {})
 
     def finish(self, streams) -> list[DecodeResult]:
         """The streams' results, exactly as decode() gives them for the whole of each stream's

@@ -64,7 +64,8 @@ def first_nonfinite_chunk(chunks) -> tuple[int, int] | None:
 
         top = cupy.stack([chunks[i].max() for i in live]).get()
     else:  # one reduction over all of them
-        if np.concatenate([chunks[i].reshape(-1) for i in live]).max() < np.inf:
+        whole = chunks[live[0]] if len(live) == 1 else np.concatenate([chunks[i].reshape(-1) for i in live])
+        if whole.max() < np.inf:
             return None
         top = np.array([chunks[i].max() for i in live])
     bad = np.flatnonzero(~(top < np.inf))  # NaN and +inf both fail it

@@ -107,7 +107,8 @@ def test_streams_of_every_kind_in_one_batched_call(demo, demo_graphs):
     texts, x, lengths = demo_emissions(demo, g, kw, count=7, seed=8)
     words = texts[0].split()
     boosts = [None, {words[0]: 2.0}, None, {" ".join(words[:2]): 3.0}, None, {words[1]: 1.5}, None]
-    want = Decoder(g, beam=12.0, max_active=900, num_threads=1).decode(x, lengths, boost=boosts)
+    offline = Decoder(g, beam=12.0, max_active=900, num_threads=1)
+    want = offline.decode(x, lengths, boost=boosts)
     dec = Decoder(g, beam=12.0, max_active=900, token_capacity=24, num_threads=2)
     dropped = dec.stream()
     dec.advance([dropped], [x[0, :10]])
@@ -117,11 +118,15 @@ def test_streams_of_every_kind_in_one_batched_call(demo, demo_graphs):
     assert slot in {s._state.slot for s in streams}
     frozen = x.copy()
     frozen.flags.writeable = False
+    survivors = 0.0  # the calls' stats: tokens that survived pruning, as offline
     for t in range(0, int(lengths.max()), 7):
         live = [i for i in range(len(streams)) if lengths[i] > t]
         dec.advance([streams[i] for i in live],
                     [(frozen if i % 3 == 0 else x)[i, t:min(t + 7, int(lengths[i]))] for i in live])
+        assert dec.stats.frames == sum(min(7, int(lengths[i]) - t) for i in live)
+        survivors += dec.stats.tokens_per_frame * dec.stats.frames
     same_results(dec.finish(streams), want)
+    assert survivors == pytest.approx(offline.stats.tokens_per_frame * offline.stats.frames)
     assert dec._capacity.tokens > 24
 
 

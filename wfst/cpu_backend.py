@@ -251,11 +251,19 @@ class CpuBackend:
                 _clean(ws)
             state.grow(None)
 
-    def advance(self, states: list, chunks: list) -> None:
+    def advance(self, states: list, chunks: list) -> int:
         """Decode each stream's chunk (NumPy (T, V) float32) on the thread pool.  Streams
         without a context (no phrases, no rescoring) go in groups, each group one Numba call
         over their slots without the GIL (cpu.advance_streams); the others one call each.
-        The threads take the work, dearest first, as they come free."""
+        The threads take the work, dearest first, as they come free.  Returns the tokens
+        that survived pruning, summed over the chunks' frames."""
+        survivors = self._slots.numbers[:, C.S_SURVIVORS]
+        which = np.array([s.slot for s in states], np.int64)
+        before = int(survivors[which].sum())
+        self._advance(states, chunks)
+        return int(survivors[which].sum()) - before
+
+    def _advance(self, states: list, chunks: list) -> None:
         live = [i for i, x in enumerate(chunks) if len(x)]
         own = [i for i in live if states[i].context is not None]
         threads = min(self.num_threads, len(live))

@@ -187,8 +187,8 @@ class CudaBackend:
             self._lanes = StreamLanes(self, settings, rescorer, capacity)
         return self._lanes.open(boosts)
 
-    def advance(self, states: list, chunks: list) -> None:
-        self._lanes.advance(states, chunks)
+    def advance(self, states: list, chunks: list) -> int:
+        return self._lanes.advance(states, chunks)
 
     def stream_partial(self, state):
         return self._lanes.partial(state)

@@ -221,7 +221,9 @@ class StreamLanes:
                 return s
             self._grow({status})
 
-    def advance(self, states: list, chunks: list) -> None:
+    def advance(self, states: list, chunks: list) -> int:
+        """Returns the tokens that survived pruning, summed over the chunks' frames."""
+        before = sum(s.survivors for s in states)
         work = [(s, x) for s, x in zip(states, chunks) if len(x)]
         self._make_room(work)
         for s, x in work:
@@ -230,7 +232,7 @@ class StreamLanes:
             work = self._round(work)
         advanced = [s for s, x in zip(states, chunks) if len(x)]
         if not advanced:
-            return
+            return 0
         ws = self.ws
         buffer = np.full(self.L, -1, np.int8)
         for s in advanced:
@@ -250,6 +252,7 @@ class StreamLanes:
             s.survivors, s.fallbacks = int(survivors[b]), int(fallbacks[b])
             if stored[b] >= s.next_commit:
                 self._commit(s)
+        return sum(s.survivors for s in states) - before
 
     def _make_room(self, work) -> None:
         """Step rows and backpointers for each lane's chunk (at bp_per_frame a frame): its

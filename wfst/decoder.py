@@ -180,12 +180,10 @@ class Decoder:
             # the context steps' counters only where a stream has a context (rescoring, phrases)
             watched = self.rescorer is not None or any(s._phrases.num_states > 1 for s in streams)
             lm_before = self._backend.counters() if watched else None
-            survivors_before = sum(state.survivors for state in states)
-            self._backend.advance(states, arrays)
+            survivors = self._backend.advance(states, arrays)
             if states:
                 self._grow_to(max(state.capacity for state in states))
             frames = sum(map(len, arrays))
-            survivors = sum(state.survivors for state in states) - survivors_before
             self.stats = DecodeStats(len(streams), frames, time.perf_counter() - start,
                                      survivors / frames if frames else 0.0,
                                      lm=self._backend.lm_report(lm_before, frames, self.rescorer) if watched else {})

@@ -279,17 +279,9 @@ class CpuBackend:
             if threads > 1:  # a few per thread, dearest first (tokens times frames, roughly): balance
                 group.sort(key=lambda i: -(states[i].n + 64) * len(chunks[i]))
                 size = -(-size // (2 * threads))
-            batch = _Group(self._slots, [states[i] for i in group], [chunks[i] for i in group])
+            batch = _Group([states[i] for i in group], [chunks[i] for i in group])
             tasks += [(self._advance_plain, batch, lo, min(lo + size, len(group)))
                       for lo in range(0, len(group), size)]
-        if len(tasks) == 1:  # one stream, or one thread's group: no pool
-            held = _Held(self)
-            try:
-                task, *args = tasks[0]
-                task(*args, held.space, held.memo)
-            finally:
-                held.close()
-            return
         work = iter(tasks)  # shared: next() hands each task to one thread
 
         def run():
@@ -300,7 +292,7 @@ class CpuBackend:
             finally:
                 held.close()
 
-        if threads <= 1:
+        if threads <= 1 or len(tasks) == 1:  # one stream, or one thread's group: no pool
             run()
             return
         if self._pool is None:
@@ -314,7 +306,7 @@ class CpuBackend:
 
     def _append(self, states: list, chunks: list) -> None:
         """The chunks into the streams' log-probs (cpu.append_chunks), in one call."""
-        group = _Group(self._slots, states, chunks)
+        group = _Group(states, chunks)
         self._cpu.append_chunks(self._slots.list, group.which, group.x, group.offsets, self._slots.numbers)
         for state in states:
             state.forget()
@@ -539,7 +531,7 @@ class _Group:
     """Streams searched together: their chunks end to end (chunk k is x[offsets[k]:
     offsets[k + 1]]), their slots, and the flags cpu.advance_streams writes per stream."""
 
-    def __init__(self, slots: StreamSlots, states: list, chunks: list):
+    def __init__(self, states: list, chunks: list):
         self.states, self.chunks = states, chunks
         self.x = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
         k = len(chunks)

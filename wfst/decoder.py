@@ -167,10 +167,10 @@ class Decoder:
         V = self.graph.tokens.num_columns
         arrays = [self._backend.to_batch(chunk) for chunk in chunks]
         for i, x in enumerate(arrays):
-            if x.ndim != 2 or x.shape[1] != V or x.dtype != np.float32:
-                if x.ndim != 2 or x.shape[1] != V:
-                    raise DecodeInputError(f"stream {i}: a chunk must have shape (T, V={V}) (V: the graph's "
-                                           f"tokens, blank included); got shape {tuple(x.shape)}")
+            if x.ndim != 2 or x.shape[1] != V:
+                raise DecodeInputError(f"stream {i}: a chunk must have shape (T, V={V}) (V: the graph's tokens, "
+                                       f"blank included); got shape {tuple(x.shape)}")
+            if x.dtype != np.float32:
                 raise DecodeInputError(f"stream {i}: a chunk must be float32 log-posteriors; got {x.dtype}")
         if (bad := first_nonfinite_chunk(arrays)) is not None:
             raise DecodeInputError(f"stream {bad[0]}: chunk frame {bad[1]} has NaN or +inf")

@@ -27,8 +27,11 @@ from __future__ import annotations
 import contextlib
 from typing import NamedTuple
 
+import llvmlite.ir as ir
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from .common import (
     INF,
@@ -189,6 +192,9 @@ class StateGroups(NamedTuple):
     least: np.ndarray  # float32 (C,): per best survivor, the least `adds` of its kept arcs
     arcs: np.ndarray  # int32 (4C,): arc positions
     adds: np.ndarray  # float32 (4C,): each kept arc's weight + acoustic cost
+    step_token: np.ndarray  # int32 (C,): word arcs whose context step _expand_arcs deferred: the survivor,
+    step_arc: np.ndarray  # int32 (C,): the arc,
+    step_cost: np.ndarray  # float32 (C,): and the cost before the step
 
 
 def new_workspace(capacity: int) -> Workspace:
@@ -201,7 +207,8 @@ def new_workspace(capacity: int) -> Workspace:
     sv = Survivors(np.empty(C, i32), np.empty(C, i32), np.empty(C, np.float32), np.empty(C, i32),
                    np.empty(1, np.int64), np.empty(1, i32))
     sg = StateGroups(np.full(H, EMPTY_KEY, i32), np.empty(H, i32), np.empty(C, i32), np.empty(C, i32),
-                     np.empty(C, i32), np.empty(C, np.float32), np.empty(4 * C, i32), np.empty(4 * C, np.float32))
+                     np.empty(C, i32), np.empty(C, np.float32), np.empty(4 * C, i32), np.empty(4 * C, np.float32),
+                     np.empty(C, i32), np.empty(C, i32), np.empty(C, np.float32))
     return Workspace(ht, tl, sv, np.empty(C, i32), np.zeros(C, np.uint8), np.empty(4 * C, i32),
                      np.zeros(RADIX_BINS, np.int64), sg)
 
@@ -284,6 +291,31 @@ def _memo_fill(ctx, word, context, memo, slot):
         memo.counts[STEP_BACKOFFS] += 1
 
 
+@intrinsic
+def _prefetch_row(typingctx, table, i):
+    """Start loading the cache line of table[i, 0] (a 2-D array) for a read soon."""
+    def codegen(context, builder, signature, args):
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer2(context, builder, data=ary.data, shape=cgutils.unpack_tuple(builder, ary.shape),
+                                        strides=cgutils.unpack_tuple(builder, ary.strides), layout=aryty.layout,
+                                        inds=[context.cast(builder, args[1], signature.args[1], types.intp),
+                                              context.get_constant(types.intp, 0)], wraparound=False)
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32]),
+                                            "llvm.prefetch.p0")
+        builder.call(fn, [ptr, i32(0), i32(3), i32(1)])  # a read, kept in every cache level, data
+        return context.get_dummy_value()
+    return types.void(table, i), codegen
+
+
+@njit(inline="always")
+def _prefetch_step(ctx, word, memo):
+    """Start loading the memo's slot of (ctx, word): a search that looks up many steps
+    waits on the table's cache misses one after another unless they are under way together."""
+    _prefetch_row(memo.table, hash_slot(token_key(word, ctx), memo.table.shape[0] - 1))
+
+
 @njit(inline="always")
 def _word_step(cost, ctx, word, context, memo):
     """Cost and context after an arc that outputs `word` (> 0) through the context automata
@@ -332,12 +364,21 @@ def _word_arc(c, w, nc, floor, reach, limit, ctx, word, context, memo):
     c + (w - reward) + floor; _SKIP: this arc does, by the state's bound or by the lower
     bound of the words it does not except (common.lm_rest_reach); _LOOKED: its step was
     looked up), and the cost and context after the step."""
-    if out_of_reach(expanded_cost(c, np.float32(w - context.reward), floor), reach, limit):
-        return _CUT, nc, ctx
-    if nc == INF or out_of_reach(nc, reach, limit) or out_of_reach(nc, lm_rest_reach(context, 0, ctx, word), limit):
-        return _SKIP, nc, ctx
+    step = _word_reach(c, w, nc, floor, reach, limit, ctx, word, context)
+    if step != _LOOKED:
+        return step, nc, ctx
     nc, nctx = _word_step(nc, ctx, word, context, memo)
     return _LOOKED, nc, nctx
+
+
+@njit(inline="always")  # in NRT-free functions only (see _word_step)
+def _word_reach(c, w, nc, floor, reach, limit, ctx, word, context):
+    """_word_arc's verdict without the step: _CUT, _SKIP or _LOOKED (the step is needed)."""
+    if out_of_reach(expanded_cost(c, np.float32(w - context.reward), floor), reach, limit):
+        return _CUT
+    if nc == INF or out_of_reach(nc, reach, limit) or out_of_reach(nc, lm_rest_reach(context, 0, ctx, word), limit):
+        return _SKIP
+    return _LOOKED
 
 
 @njit(nogil=True, cache=True, _nrt=False)
@@ -354,7 +395,10 @@ def _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl
     A word arc's context step (an LM lookup) is skipped when the arc stays out of the beam
     whatever the step gives back (common.out_of_reach), and a state's word arcs, in order
     of weight, are left at the first whose cheapest possible cost is out of reach
-    (_word_arc)."""
+    (_word_arc).  In the second pass the steps are deferred (sg.step_*) and their memo
+    slots prefetched, then done together (_expand_steps): a probe of the memo is a cache
+    miss that the pass would otherwise wait on arc after arc.  Recombination keeps the
+    smallest (cost, arc, predecessor's ctx), so the order tokens come in changes nothing."""
     states, arcs = graph.states, graph.arcs
     floor = INF  # the frame's cheapest acoustic cost
     for il in range(1, ac.shape[0]):
@@ -389,6 +433,7 @@ def _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl
     bound = np.float32(min_new + adaptive_beam)
     n = 0
     kept = 0  # arcs recorded in sg.arcs
+    deferred = 0  # word arcs in sg.step_*
     for sweep in range(2 if context is not None else 1):  # with a context: the groups' best first
         for i in range(ns):
             c = sv.cost[i]
@@ -428,12 +473,24 @@ def _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl
                 nc = np.float32(c + add)  # = expanded_cost(c, w, acoustic)
                 nctx = ctx
                 if context is not None and p >= states[s, 1]:
-                    step, nc, nctx = _word_arc(c, w, nc, floor, reach, bound, ctx, arcs[p, 4], context, memo)
+                    step = _word_reach(c, w, nc, floor, reach, bound, ctx, arcs[p, 4], context)
                     if step == _CUT:
                         break
                     if step == _SKIP:
                         continue
                     lookups += 1
+                    if deferred == sg.step_token.shape[0]:
+                        n, overflow = _expand_steps(deferred, sv, ac, bound, graph, context, memo, ht, tl, sg, lat,
+                                                      n)
+                        deferred = 0
+                        if overflow:
+                            return n, min_new, True
+                    sg.step_token[deferred] = i
+                    sg.step_arc[deferred] = p
+                    sg.step_cost[deferred] = nc
+                    deferred += 1
+                    _prefetch_step(ctx, arcs[p, 4], memo)
+                    continue
                 if nc < bound:
                     if context is not None and g == i and p < states[s, 1]:
                         if kept < sg.arcs.shape[0]:
@@ -452,9 +509,33 @@ def _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl
     if context is not None:
         for i in range(ns):
             sg.key[sg.slot[i]] = EMPTY_KEY
+        n, overflow = _expand_steps(deferred, sv, ac, bound, graph, context, memo, ht, tl, sg, lat, n)
+        if overflow:
+            return n, min_new, True
         memo.counts[STEP_ARCS] += word_arcs
         memo.counts[STEP_LOOKUPS] += lookups
     return n, min_new, False
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def _expand_steps(count, sv, ac, bound, graph, context, memo, ht, tl, sg, lat, n):
+    """The context steps of the first `count` word arcs that _expand_arcs deferred (their
+    memo slots were prefetched meanwhile) and the tokens they lead to below `bound`.
+    Returns (n, overflow)."""
+    arcs = graph.arcs
+    for k in range(count):
+        i = sg.step_token[k]
+        p = sg.step_arc[k]
+        ctx = sv.ctx[i]
+        nc, nctx = _word_step(sg.step_cost[k], ctx, arcs[p, 4], context, memo)
+        if nc < bound:
+            idx, n, _ = _recombine(arcs[p, 1], nctx, nc, sv.gid[i], arcs[p, 3], ctx, ht, tl, n, context)
+            if idx < 0:
+                return n, True
+            if lat is not None and not add_link(lat, sv.gid[i], idx, arcs[p, 3],
+                                                np.float32(nc - sv.cost[i] - ac[arcs[p, 0]]), ac[arcs[p, 0]]):
+                return n, True
+    return n, False
 
 
 @njit(nogil=True, cache=True, _nrt=False)

@@ -236,19 +236,26 @@ def test_gain_bounds_on_the_demo_lms(demo, tmp_path):
     assert _check_gain_bounds(dec, [0, *states.tolist()]) >= 7  # the rest's bound is tighter on most states
 
 
-def test_skipped_lookups_and_shared_arcs_change_nothing(demo, tmp_path):
+@pytest.fixture(scope="module")
+def demo_bigram(demo, tmp_path_factory):
+    """The demo's character graph on a bigram cut from its 3-gram, and 12 noisy test sentences."""
+    from wfst import synthetic
+
+    tmp = tmp_path_factory.mktemp("bigram")
+    small = truncate_arpa(demo / "lm.arpa", tmp / "lm2.arpa", 2)
+    r = compile_graph(tmp / "g", tokens=demo / "chars_tokens.txt", word_boundary="|", lm=small, topology="compact")
+    g = wfst.load_graph(r.directory)
+    texts = [t for t in (demo / "test.txt").read_text().splitlines() if t.strip()][:12]
+    x, lengths = synthetic.from_texts(texts, g.tokens, word_boundary="|", seed=5, confusion=0.2, noise=2.0)
+    return g, texts, x, lengths
+
+
+def test_skipped_lookups_and_shared_arcs_change_nothing(demo, demo_bigram):
     """At a beam narrow enough to prune, the search that skips out-of-reach LM lookups (by
     the state's gain bound and by the bound of the words it does not except) and lets
     survivors of one state share the arcs of the cheapest finds exactly what a search with
     no gain bound finds (every lookup made), with word boosts in the weights too."""
-    from wfst import synthetic
-
-    small = truncate_arpa(demo / "lm.arpa", tmp_path / "lm2.arpa", 2)
-    r = compile_graph(tmp_path / "g", tokens=demo / "chars_tokens.txt", word_boundary="|", lm=small,
-                      topology="compact")
-    g = wfst.load_graph(r.directory)
-    texts = [t for t in (demo / "test.txt").read_text().splitlines() if t.strip()][:12]
-    x, lengths = synthetic.from_texts(texts, g.tokens, word_boundary="|", seed=5, confusion=0.2, noise=2.0)
+    g, texts, x, lengths = demo_bigram
     config = dict(beam=9.0, max_active=400, num_threads=1, rescore_lm=demo / "lm.arpa")
     dec, unbounded = Decoder(g, **config), Decoder(g, **config)
     unbounded.rescorer.gain = np.full_like(unbounded.rescorer.gain, np.inf)
@@ -262,3 +269,33 @@ def test_skipped_lookups_and_shared_arcs_change_nothing(demo, tmp_path):
         assert lm["hits"] + lm["misses"] == lm["lookups"] + lm["closure_lookups"]
         assert lm["lookups"] <= lm["word_arcs"] and lm["closure_lookups"] <= lm["closure_word_arcs"]
         assert lm["frames"] == lengths.sum() and lm["lm_bytes"] == dec.rescorer.host_bytes > 0
+
+
+def test_deferred_lm_steps_done_one_by_one_change_nothing(demo, demo_bigram, monkeypatch):
+    """ExpandArcs on the CPU defers the LM steps of its word arcs (their memo slots are
+    prefetched meanwhile) and does them when its buffer of them is full or the frame's arcs
+    are done.  With room for one deferred step (every step done at the next word arc), it
+    finds the same results and lattices as with the usual room, with boosts too."""
+    from wfst.kernels import cpu
+
+    g, texts, x, lengths = demo_bigram
+    config = dict(beam=9.0, max_active=400, num_threads=1, rescore_lm=demo / "lm.arpa", lattice_beam=4.0)
+    boost = {texts[0].split()[0]: 3.0, texts[1].split()[-1]: 1.5}
+    runs = [{}, dict(boost=boost)]
+    dec = Decoder(g, **config)
+    want = [dec.decode(x, lengths, nbest=5, **kw) for kw in runs]
+    roomy = cpu.new_workspace
+
+    def one_step_room(capacity):
+        ws = roomy(capacity)
+        steps = {f: getattr(ws.sg, f)[:1] for f in ws.sg._fields if f.startswith("step_")}
+        return ws._replace(sg=ws.sg._replace(**steps))
+
+    monkeypatch.setattr(cpu, "new_workspace", one_step_room)
+    dec = Decoder(g, **config)  # its workspaces are made when it first decodes
+    for kw, expected in zip(runs, want):
+        got = dec.decode(x, lengths, nbest=5, **kw)
+        assert got == expected
+        for r, s in zip(got, expected):
+            assert r.lattice.num_arcs == s.lattice.num_arcs
+            assert [(h.words, h.cost) for h in r.nbest] == [(h.words, h.cost) for h in s.nbest]

@@ -310,10 +310,16 @@ def _prefetch_row(typingctx, table, i):
 
 
 @njit(inline="always")
+def _memo_slot(key, memo):
+    """The memo's slot of a step's key (token_key(word, ctx))."""
+    return hash_slot(key, memo.table.shape[0] - 1)
+
+
+@njit(inline="always")
 def _prefetch_step(ctx, word, memo):
     """Start loading the memo's slot of (ctx, word): a search that looks up many steps
     waits on the table's cache misses one after another unless they are under way together."""
-    _prefetch_row(memo.table, hash_slot(token_key(word, ctx), memo.table.shape[0] - 1))
+    _prefetch_row(memo.table, _memo_slot(token_key(word, ctx), memo))
 
 
 @njit(inline="always")
@@ -327,7 +333,7 @@ def _word_step(cost, ctx, word, context, memo):
     Inline helpers taking arrays belong in `_nrt=False` functions only: elsewhere Numba
     reference-counts each array argument on every arc (that tripled ExpandArcs' time)."""
     key = token_key(word, ctx)
-    slot = hash_slot(key, memo.table.shape[0] - 1)
+    slot = _memo_slot(key, memo)
     if memo.table[slot, 0] != key:
         _memo_fill(ctx, word, context, memo, slot)
     step = memo.table[slot, 1]
@@ -471,7 +477,6 @@ def _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl
                 w = _arc_weight(arcs, p, boosts)
                 add = np.float32(w + ac[arcs[p, 0]])
                 nc = np.float32(c + add)  # = expanded_cost(c, w, acoustic)
-                nctx = ctx
                 if context is not None and p >= states[s, 1]:
                     step = _word_reach(c, w, nc, floor, reach, bound, ctx, arcs[p, 4], context)
                     if step == _CUT:
@@ -491,14 +496,14 @@ def _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl
                     deferred += 1
                     _prefetch_step(ctx, arcs[p, 4], memo)
                     continue
-                if nc < bound:
-                    if context is not None and g == i and p < states[s, 1]:
+                if nc < bound:  # (with a context, the word arcs were deferred above)
+                    if context is not None and g == i:
                         if kept < sg.arcs.shape[0]:
                             sg.arcs[kept] = p
                             sg.adds[kept] = add
                             sg.least[i] = min(sg.least[i], add)
                         kept += 1
-                    idx, n, _ = _recombine(arcs[p, 1], nctx, nc, sv.gid[i], arcs[p, 3], ctx, ht, tl, n, context)
+                    idx, n, _ = _recombine(arcs[p, 1], ctx, nc, sv.gid[i], arcs[p, 3], ctx, ht, tl, n, context)
                     if idx < 0:
                         return n, min_new, True
                     if lat is not None and not add_link(lat, sv.gid[i], idx, arcs[p, 3],

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import llvmlite.ir as ir
 import numpy as np
-from numba import njit, types
+from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
@@ -1078,19 +1078,43 @@ def append_chunks(slots, which, chunks, offsets, numbers):
         append_chunk(slots, which[k], chunks[offsets[k]:offsets[k + 1]], numbers)
 
 
+@intrinsic
+def _fetch_add(typingctx, counter, i, value):
+    """counter[i] += value as one atomic step; returns the value before (threads that share
+    a counter each take a different one)."""
+    def codegen(context, builder, signature, args):
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer2(context, builder, data=ary.data, shape=cgutils.unpack_tuple(builder, ary.shape),
+                                        strides=cgutils.unpack_tuple(builder, ary.strides), layout=aryty.layout,
+                                        inds=[context.cast(builder, args[1], signature.args[1], types.intp)],
+                                        wraparound=False)
+        return builder.atomic_rmw("add", ptr, context.cast(builder, args[2], signature.args[2], aryty.dtype),
+                                  "seq_cst")
+    return counter.dtype(counter, i, value), codegen
+
+
 @njit(nogil=True, cache=True)
-def advance_streams(graph, settings, ws, slots, numbers, relative, which, chunks, offsets, flags):
-    """advance_stream for several streams without a context, in turn, in one call: stream k
-    is slots[which[k]], its numbers numbers[which[k]] (read and updated), its chunk
-    chunks[offsets[k]:offsets[k + 1]] (appended to its log-probs first).  Writes the final
-    relative cost of stream slot i at relative[i], and flags[k]: COMMIT_DUE (its
-    backpointers reached S_NEXT_COMMIT) or OVERFLOWED (a frame overflowed: its survivors
-    are in ws.sv).  Returns (streams searched, how many of them were flagged, and for a
-    stream that overflowed: the chunk's frames done before it and the frame's adaptive
-    beam): the call stops after a stream that overflowed, the last searched, for the
-    caller to go on from its survivors in a larger workspace."""
-    flagged = 0
-    for k in range(len(which)):
+def advance_streams(graph, settings, ws, slots, numbers, relative, which, chunks, offsets, order, flags, counts):
+    """advance_stream for several streams without a context, in one call: stream k is
+    slots[which[k]], its numbers numbers[which[k]] (read and updated), its chunk
+    chunks[offsets[k]:offsets[k + 1]] (appended to its log-probs first).  The call takes
+    the streams in `order`, the next one by an atomic increment of counts[0], until none
+    is left: threads calling it at once on the same arguments (each with its own
+    workspace) share the streams as they come free, so none waits while another has
+    several left.  counts[1] sums the streams' survivors of pruning over their frames, and
+counts[2] counts the streams flagged COMMIT_DUE.
+
+    Writes the final relative cost of stream slot i at relative[i], and flags[k]: 0,
+    COMMIT_DUE (its backpointers reached S_NEXT_COMMIT) or OVERFLOWED (a frame overflowed:
+    its survivors are in ws.sv).  Returns (k of the stream that overflowed, -1 if none;
+    the chunk's frames done before it; the frame's adaptive beam): the call stops there
+    for the caller to go on from its survivors in a larger workspace."""
+    while True:
+        taken = _fetch_add(counts, 0, 1)
+        if taken >= len(order):
+            return -1, 0, np.float32(0.0)
+        k = order[taken]
         i = which[k]
         x = chunks[offsets[k]:offsets[k + 1]]
         s = append_chunk(slots, i, x, numbers)
@@ -1112,14 +1136,30 @@ def advance_streams(graph, settings, ws, slots, numbers, relative, which, chunks
         v[S_FRAMES] += done
         v[S_FALLBACKS] += fallbacks
         v[S_SURVIVORS] += survivors
+        _fetch_add(counts, 1, survivors)
         if status != OK:
             flags[k] = OVERFLOWED
-            return k + 1, flagged + 1, done, beam
+            return k, done, beam
         # the endpoint rules' readings; blanks back to the commit point: the prefix's last speech decides
         v[S_TRAILING] = trailing if voiced else v[S_FRAMES] - 1 - v[S_LAST_VOICED]
         relative[i] = rel
         flags[k] = 0
         if stored >= v[S_NEXT_COMMIT]:
             flags[k] = COMMIT_DUE
-            flagged += 1
-    return len(which), flagged, 0, np.float32(0.0)
+            _fetch_add(counts, 2, 1)
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def advance_streams_parallel(graph, settings, spaces, slots, numbers, relative, which, chunks, offsets, order, flags,
+                             counts, stops, beams):
+    """advance_streams on len(spaces) threads of Numba's pool at once, thread t with workspace
+    spaces[t]: one parallel region per call, where a pool of Python threads costs tens of
+    µs to hand over (a stream's chunk searches in tens of µs).  Thread t's return is in
+    stops[t] (the stream that overflowed or -1, the frames done before it) and beams[t]."""
+    for u in prange(len(spaces)):
+        t = np.int64(u)  # prange counts in uint64
+        k, done, beam = advance_streams(graph, settings, spaces[t], slots, numbers, relative, which, chunks, offsets,
+                                        order, flags, counts)
+        stops[t, 0] = k
+        stops[t, 1] = done
+        beams[t] = beam

@@ -3,6 +3,7 @@ endpointing, bounded state and bad input."""
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ from decoding import demo_emissions
 from wfst.graphs import compile_graph
 
 import wfst
-from wfst import synthetic
+from wfst import cpu_backend, synthetic
 from wfst.decoder import DecodeInputError, Decoder
 from wfst.errors import OptionError
 from wfst.ledger import COMMIT_AT as _COMMIT_AT
@@ -128,6 +129,47 @@ def test_streams_of_every_kind_in_one_batched_call(demo, demo_graphs):
     same_results(dec.finish(streams), want)
     assert survivors == pytest.approx(offline.stats.tokens_per_frame * offline.stats.frames)
     assert dec._capacity.tokens > 24
+
+
+@pytest.mark.parametrize("numba_pool", [True, False])
+def test_plain_streams_on_two_threads_overflow_and_stay_exact(demo, demo_graphs, monkeypatch, numba_pool):
+    """Streams without a context on 2 threads, at a token capacity that overflows: in
+    parallel regions of Numba's pool, or on Python threads where that pool cannot be used
+    (its threading layer is not thread-safe, or the process was forked).  Every stream as
+    offline, the calls' survivors too."""
+    if numba_pool and cpu_backend.numba_pool_threads() < 2:
+        pytest.skip("Numba's pool has no thread-safe threading layer (TBB, OpenMP) or fewer than 2 threads here")
+    if not numba_pool:
+        monkeypatch.setattr(cpu_backend, "_NUMBA_POOL", 0)
+    path, kw = demo_graphs["bpe_compact"]
+    g = wfst.load_graph(path)
+    _, x, lengths = demo_emissions(demo, g, kw, count=6, seed=9)
+    offline = Decoder(g, beam=12.0, max_active=900, num_threads=1)
+    want = offline.decode(x, lengths)
+    dec = Decoder(g, beam=12.0, max_active=900, token_capacity=24, num_threads=2)
+    regions = []
+    parallel = dec._backend._advance_parallel
+    monkeypatch.setattr(dec._backend, "_advance_parallel", lambda *a: regions.append(1) or parallel(*a))
+    streams = [dec.stream() for _ in lengths]
+    survivors = 0.0
+    for t in range(0, int(lengths.max()), 5):
+        live = [i for i in range(len(streams)) if lengths[i] > t]
+        dec.advance([streams[i] for i in live], [x[i, t:min(t + 5, int(lengths[i]))] for i in live])
+        survivors += dec.stats.tokens_per_frame * dec.stats.frames
+    same_results(dec.finish(streams), want)
+    assert survivors == pytest.approx(offline.stats.tokens_per_frame * offline.stats.frames)
+    assert dec._capacity.tokens > 24
+    assert bool(regions) == numba_pool
+
+
+def test_a_forked_process_leaves_numba_pool_alone():
+    """GNU OpenMP's threads do not survive a fork: a child would hang in a parallel region."""
+    cpu_backend.numba_pool_threads()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if cpu_backend.numba_pool_threads() == 0 else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 def test_streams_after_an_offline_overflow_in_the_same_decoder(demo, demo_graphs):

@@ -58,6 +58,8 @@ class CpuBackend:
         self._slots = StreamSlots()  # the live streams' arrays
         self._cpu = cpu  # the kernels module (imported here: importing wfst compiles nothing)
         self._advance_streams = DirectCall(cpu.advance_streams, fixed=6, checked=(7,))  # 7: the chunks
+        self._advance_parallel = DirectCall(cpu.advance_streams_parallel, fixed=6, checked=(7,))
+        self._thread_spaces = {}  # (capacity, threads) -> typed list of workspaces, one per thread of Numba's pool
 
     # ------------------------------------------------------------------ the Backend interface
 
@@ -253,96 +255,117 @@ class CpuBackend:
 
     def advance(self, states: list, chunks: list) -> int:
         """Decode each stream's chunk (NumPy (T, V) float32) on the thread pool.  Streams
-        without a context (no phrases, no rescoring) go in groups, each group one Numba call
-        over their slots without the GIL (cpu.advance_streams); the others one call each.
-        The threads take the work, dearest first, as they come free.  Returns the tokens
+        without a context (no phrases, no rescoring) are searched by cpu.advance_streams
+        without the GIL, one call per thread: the threads take them one by one, dearest
+        first, from a shared counter.  The others are one call each.  Returns the tokens
         that survived pruning, summed over the chunks' frames."""
-        survivors = self._slots.numbers[:, C.S_SURVIVORS]
-        which = np.array([s.slot for s in states], np.int64)
-        before = int(survivors[which].sum())
-        self._advance(states, chunks)
-        return int(survivors[which].sum()) - before
-
-    def _advance(self, states: list, chunks: list) -> None:
-        live = [i for i, x in enumerate(chunks) if len(x)]
-        own = [i for i in live if states[i].context is not None]
-        threads = min(self.num_threads, len(live))
-        tasks = [(self._advance_own, states[i], chunks[i]) for i in own]
+        own, by_capacity = [], {}
+        for i, (state, x) in enumerate(zip(states, chunks)):
+            if len(x):
+                if state.context is not None:
+                    own.append(i)
+                else:
+                    by_capacity.setdefault(state.capacity, []).append(i)
+        self._slots.generation += 1  # the kernels may replace any stream's arrays
         if own:  # their log-probs, in one call
-            self._append([states[i] for i in own], [chunks[i] for i in own])
-        by_capacity = {}
-        for i in live:
-            if states[i].context is None:
-                by_capacity.setdefault(states[i].capacity, []).append(i)
-        for group in by_capacity.values():
-            size = len(group)
-            if threads > 1:  # a few per thread, dearest first (tokens times frames, roughly): balance
-                group.sort(key=lambda i: -(states[i].n + 64) * len(chunks[i]))
-                size = -(-size // (2 * threads))
-            batch = _Group([states[i] for i in group], [chunks[i] for i in group])
-            tasks += [(self._advance_plain, batch, lo, min(lo + size, len(group)))
-                      for lo in range(0, len(group), size)]
-        work = iter(tasks)  # shared: next() hands each task to one thread
+            group = _Group([states[i] for i in own], [chunks[i] for i in own])
+            self._cpu.append_chunks(self._slots.list, group.which, group.x, group.offsets, self._slots.numbers)
+        groups = [_Group([states[i] for i in group], [chunks[i] for i in group], self._slots.numbers)
+                  for group in by_capacity.values()]
+        tasks = iter([(states[i], chunks[i]) for i in own])  # shared: next() hands each to one thread
+        survivors = []  # of the streams searched one call each (and overflows), as the threads add them
 
         def run():
             held = _Held(self)
             try:
-                for task, *args in work:
-                    task(*args, held.space, held.memo)
+                for state, chunk in tasks:
+                    survivors.append(self._advance_one(state, chunk, held.space, held.memo(state)))
+                for group in groups:
+                    self._advance_plain(group, held.space, survivors)
             finally:
                 held.close()
 
-        if threads <= 1 or len(tasks) == 1:  # one stream, or one thread's group: no pool
+        threads = min(self.num_threads, len(own) + sum(len(g.which) for g in groups))
+        if threads <= 1:
             run()
-            return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.num_threads - 1)
-        futures = [self._pool.submit(run) for _ in range(threads - 1)]
-        try:
-            run()  # this thread takes work too
-        finally:
-            for future in futures:
-                future.result()
+        elif not own and numba_pool_threads() >= threads:
+            for group in groups:
+                self._advance_in_numba_pool(group, threads, survivors)
+        else:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.num_threads - 1)
+            futures = [self._pool.submit(run) for _ in range(threads - 1)]
+            try:
+                run()  # this thread takes work too
+            finally:
+                for future in futures:
+                    future.result()
+        for group in groups:
+            if group.counts[2]:
+                for k in np.flatnonzero(group.flags == C.COMMIT_DUE):
+                    group.states[k].commit(self.graph)
+        return sum(survivors) + sum(int(g.counts[1]) for g in groups)
 
-    def _append(self, states: list, chunks: list) -> None:
-        """The chunks into the streams' log-probs (cpu.append_chunks), in one call."""
-        group = _Group(states, chunks)
-        self._cpu.append_chunks(self._slots.list, group.which, group.x, group.offsets, self._slots.numbers)
-        for state in states:
-            state.forget()
+    def _advance_in_numba_pool(self, group: _Group, threads: int, survivors: list) -> None:
+        """The group's streams on `threads` threads of Numba's pool (cpu.advance_streams_parallel);
+        a stream whose frame overflowed goes on alone on this thread, in a larger workspace."""
+        import numba
 
-    def _advance_plain(self, group: _Group, lo: int, hi: int, space, memo) -> None:
-        """Streams lo..hi - 1 of the group (one token capacity, no context) in one
-        cpu.advance_streams call; more only where a frame overflows: that stream goes on
-        alone in a larger workspace."""
         slots = self._slots
-        for state in group.states[lo:hi]:
-            state.forget()
-        while lo < hi:
-            ws = space(group.states[lo].capacity)
-            searched, flagged, done, beam = self._advance_streams(
-                self.layout, group.states[lo].settings, ws, slots.list, slots.numbers, slots.relative,
-                group.which[lo:hi], group.x, group.offsets[lo:hi + 1], group.flags[lo:hi])
-            for k in np.flatnonzero(group.flags[lo:lo + searched]) + lo if flagged else ():
-                state = group.states[k]
-                if group.flags[k] == C.OVERFLOWED:  # go on from the frame's survivors
+        key = (group.capacity, threads)
+        spaces = self._thread_spaces.get(key)
+        if spaces is None:
+            spaces = self._thread_spaces[key] = numba.typed.List(self._cpu.new_workspace(group.capacity)
+                                                                 for _ in range(threads))
+        stops, beams = np.zeros((threads, 2), np.int64), np.zeros(threads, np.float32)
+        before = numba.get_num_threads()
+        numba.set_num_threads(threads)
+        try:
+            while group.counts[0] < len(group.order):
+                self._advance_parallel(self.layout, group.settings, spaces, slots.list, slots.numbers, slots.relative,
+                                       group.which, group.x, group.offsets, group.order, group.flags, group.counts,
+                                       stops, beams)
+                held = None
+                for t in np.flatnonzero(stops[:, 0] >= 0):
+                    held = held or _Held(self)
+                    k, ws = stops[t, 0], spaces[t]
+                    state = group.states[k]  # its frame overflowed: go on from the frame's survivors
                     state.grow(ws)
                     _clean(ws)
-                    self._advance_one(state, group.chunks[k], space, None, done, beam)
-                else:  # COMMIT_DUE
-                    state.commit(self.graph)
-            lo += searched
+                    survivors.append(self._advance_one(state, group.chunks[k], held.space, None, int(stops[t, 1]),
+                                                       float(beams[t])))
+                if held is not None:
+                    held.close()
+        finally:
+            numba.set_num_threads(before)
 
-    def _advance_own(self, state: CpuStream, chunk: np.ndarray, space, memo) -> None:
-        self._advance_one(state, chunk, space, memo(state))
+    def _advance_plain(self, group: _Group, space, survivors: list) -> None:
+        """This thread's share of the group's streams (one token capacity, no context): one
+        cpu.advance_streams call, more only where a frame overflows: that stream goes on
+        alone in a larger workspace (its survivors from there on added to `survivors`),
+        and the thread takes the next."""
+        slots = self._slots
+        while True:
+            ws = space(group.capacity)
+            k, done, beam = self._advance_streams(self.layout, group.settings, ws, slots.list, slots.numbers,
+                                                  slots.relative, group.which, group.x, group.offsets, group.order,
+                                                  group.flags, group.counts)
+            if k < 0:
+                return
+            state = group.states[k]  # its frame overflowed: go on from the frame's survivors
+            state.grow(ws)
+            _clean(ws)
+            survivors.append(self._advance_one(state, group.chunks[k], space, None, done, beam))
 
     def _advance_one(self, state: CpuStream, chunk: np.ndarray, space, memo, t: int = 0,
-                     resume_beam: float | None = None) -> None:
+                     resume_beam: float | None = None) -> int:
         """The stream's chunk from frame t on (its log-probs appended already).  space(capacity):
         a workspace of that capacity; memo: the stream's memo; resume_beam: frame t overflowed
-        in a smaller workspace, and its survivors were kept (CpuStream.grow) with this beam."""
+        in a smaller workspace, and its survivors were kept (CpuStream.grow) with this beam.
+        Returns the survivors of pruning over the frames searched."""
         cpu = self._cpu
         T = len(chunk)
+        total = 0
         resume = resume_beam is not None
         resume_beam = np.float32(0.0 if resume_beam is None else resume_beam)
         while True:
@@ -361,6 +384,7 @@ class CpuBackend:
             state.frames += done
             state.fallbacks += fallbacks
             state.survivors += survivors
+            total += survivors
             if status == C.OK:
                 break
             # a frame overflowed: go on from its survivors in a workspace twice as large
@@ -371,6 +395,7 @@ class CpuBackend:
         state.set_endpoint_readings(trailing, voiced, relative)
         if state.stored >= state.next_commit:
             state.commit(self.graph)
+        return int(total)
 
     def stream_partial(self, state: CpuStream):
         """(PathPart of the best path so far, how many of its words are stable)."""
@@ -408,6 +433,35 @@ class CpuBackend:
 
 
 _NO_COSTS = np.empty(0, np.float32)  # a StreamSlot's word costs without a boost
+
+
+_NUMBA_POOL = None  # threads of Numba's pool that may search streams (0: none); see numba_pool_threads
+
+
+def numba_pool_threads() -> int:
+    """How many threads of Numba's pool can search streams in one parallel region: its size
+    when the threading layer is safe to enter from several Python threads at once (TBB or
+    OpenMP; the workqueue layer aborts the process then), else 0 (the streams go on a
+    pool of Python threads)."""
+    global _NUMBA_POOL
+    if _NUMBA_POOL is None:
+        try:
+            import numba
+            from numba.np.ufunc import parallel
+
+            parallel._launch_threads()
+            _NUMBA_POOL = numba.config.NUMBA_NUM_THREADS if numba.threading_layer() in ("tbb", "omp") else 0
+        except Exception:  # no layer loads: the Python threads do it
+            _NUMBA_POOL = 0
+    return _NUMBA_POOL
+
+
+def _forked() -> None:
+    global _NUMBA_POOL
+    _NUMBA_POOL = 0  # GNU OpenMP's pool does not survive a fork: a child that entered it would hang
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def _clean(ws) -> None:
@@ -497,6 +551,8 @@ class StreamSlots:
         self.list = None
         self.numbers = np.zeros((0, C.STREAM_FIELDS), np.int64)
         self.relative = np.zeros(0, np.float64)
+        self.generation = 0  # advanced before each kernel call that may replace a slot's arrays
+        self._empty = None
         self._free = queue.SimpleQueue()  # safe to put into from a finalizer
 
     def take(self, slot) -> int:
@@ -523,22 +579,44 @@ class StreamSlots:
         self.relative[i] = np.inf
         return i
 
+    def empty(self, num_columns: int):
+        """A slot that holds nothing (of a finished stream), made once."""
+        from wfst.kernels import cpu
+
+        if self._empty is None or self._empty.logp.shape[1] != num_columns:
+            self._empty = cpu.StreamSlot(cpu.new_workspace(1).tl, cpu.new_trace(0, 1), _NO_COSTS,
+                                         np.empty((0, num_columns), np.float32))
+        return self._empty
+
     def give_back(self, i: int) -> None:
         self._free.put(i)
 
 
 class _Group:
     """Streams searched together: their chunks end to end (chunk k is x[offsets[k]:
-    offsets[k + 1]]), their slots, and the flags cpu.advance_streams writes per stream."""
+    offsets[k + 1]]), their slots, the flags cpu.advance_streams writes per stream, the
+    order its calls take them in and its counts.  Given the streams' numbers, the order
+    is by their work, dearest first (tokens times frames, roughly): the last streams to be
+    taken are the cheapest, so the threads finish together."""
 
-    def __init__(self, states: list, chunks: list):
-        self.states, self.chunks = states, chunks
-        self.x = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+    def __init__(self, states: list, chunks: list, numbers: np.ndarray | None = None):
         k = len(chunks)
-        numbers = np.zeros((3, k + 1), np.int64)  # one array: offsets, slots, flags
-        np.cumsum([len(x) for x in chunks], out=numbers[0, 1:])
-        numbers[1, :k] = [s.slot for s in states]
-        self.offsets, self.which, self.flags = numbers[0], numbers[1, :k], numbers[2, :k]
+        self.states, self.chunks = states, chunks
+        self.capacity, self.settings = states[0].capacity, states[0].settings
+        self.x = chunks[0] if k == 1 else np.concatenate(chunks)
+        ints = np.zeros(4 * k + 4, np.int64)  # one array (a µs each saved on a chunk of one stream)
+        self.offsets, self.which = ints[:k + 1], ints[k + 1:2 * k + 1]
+        self.flags, self.order = ints[2 * k + 1:3 * k + 1], ints[3 * k + 1:4 * k + 1]
+        self.counts = ints[4 * k + 1:]  # streams taken, survivors, streams flagged COMMIT_DUE
+        if k == 1:
+            self.offsets[1], self.which[0] = len(chunks[0]), states[0].slot
+            return
+        np.cumsum(np.fromiter(map(len, chunks), np.int64, k), out=self.offsets[1:])
+        self.which[:] = np.fromiter((s.slot for s in states), np.int64, k)
+        if numbers is None:
+            self.order[:] = np.arange(k)
+        else:
+            self.order[:] = np.argsort((numbers[self.which, C.S_N] + 64) * -np.diff(self.offsets), kind="stable")
 
 
 def _number(field: int):
@@ -594,20 +672,16 @@ class CpuStream(Ledger):
                                               _NO_COSTS if word_costs is None else word_costs,
                                               np.empty((0, num_columns), np.float32)))
         self._release = weakref.finalize(self, slots.give_back, self.slot)
-        self._arrays = None
+        self._arrays, self._generation = None, -1
         super().__init__(capacity)
 
     @property
     def arrays(self):
         """The stream's cpu.StreamSlot, read from the typed list once (reading it boxes a
-        dozen arrays) until a kernel may have replaced it (forget())."""
-        if self._arrays is None:
-            self._arrays = self._slots.list[self.slot]
+        dozen arrays) until a kernel may have replaced it (StreamSlots.generation)."""
+        if self._generation != self._slots.generation:
+            self._arrays, self._generation = self._slots.list[self.slot], self._slots.generation
         return self._arrays
-
-    def forget(self) -> None:
-        """A kernel call may have replaced the stream's slot (it grows arrays in place)."""
-        self._arrays = None
 
     @property
     def relative_cost(self) -> float:
@@ -628,13 +702,10 @@ class CpuStream(Ledger):
 
     def close(self) -> None:
         """Give the slot back, its arrays dropped (the stream was finished)."""
-        from wfst.kernels import cpu
-
         if self._release.detach() is not None:
             logp = self.logp
-            self._arrays = None
-            self._slots.list[self.slot] = cpu.StreamSlot(cpu.new_workspace(1).tl, cpu.new_trace(0, 1), _NO_COSTS,
-                                                         logp[:0].copy())
+            self._arrays, self._generation = None, -1
+            self._slots.list[self.slot] = self._slots.empty(logp.shape[1])
             self._slots.give_back(self.slot)
 
     def logp_at(self, frames, columns):
@@ -645,7 +716,7 @@ class CpuStream(Ledger):
         from wfst.kernels import cpu
 
         cpu.append_chunk(self._slots.list, self.slot, self.logp[:0], self._slots.numbers)
-        self.forget()
+        self._generation = -1  # it may have replaced this stream's arrays
 
     def grow(self, ws) -> None:
         """Twice the token capacity; ws: the workspace whose frame overflowed (its survivors

@@ -161,32 +161,39 @@ class Decoder:
         """Decode the next chunk of each stream in one batched step: chunks[i] is a (T_i, V)
         float32 array of log-posteriors (NumPy, torch or CuPy; T_i may be 0).  Streams not
         given keep their state untouched.  Every input is checked before any stream moves."""
-        streams, chunks = self._check_streams(streams, "advance"), list(chunks)
+        streams, chunks = list(streams), list(chunks)
         if len(chunks) != len(streams):
+            self._check_streams(streams, "advance")
             raise DecodeInputError(f"advance() got {len(streams)} streams but {len(chunks)} chunks")
         V = self.graph.tokens.num_columns
-        arrays = [self._backend.to_batch(chunk) for chunk in chunks]
-        for i, x in enumerate(arrays):
+        to_batch = self._backend.to_batch
+        states, arrays, seen = [], [], set()
+        contextual = self.rescorer is not None  # the context steps' counters only where a stream has one
+        for i, (s, chunk) in enumerate(zip(streams, chunks)):  # one pass: a stream's chunk costs µs to search
+            if type(s) is not Stream or s._decoder is not self or s.finished or id(s) in seen:
+                self._check_streams(streams, "advance")
+            seen.add(id(s))
+            x = to_batch(chunk)
             if x.ndim != 2 or x.shape[1] != V:
                 raise DecodeInputError(f"stream {i}: a chunk must have shape (T, V={V}) (V: the graph's tokens, "
                                        f"blank included); got shape {tuple(x.shape)}")
             if x.dtype != np.float32:
                 raise DecodeInputError(f"stream {i}: a chunk must be float32 log-posteriors; got {x.dtype}")
+            states.append(s._state)
+            arrays.append(x)
+            contextual = contextual or s._phrases.num_states > 1
         if (bad := first_nonfinite_chunk(arrays)) is not None:
             raise DecodeInputError(f"stream {bad[0]}: chunk frame {bad[1]} has NaN or +inf")
         with self._lock:
             start = time.perf_counter()
-            states = [s._state for s in streams]
-            # the context steps' counters only where a stream has a context (rescoring, phrases)
-            watched = self.rescorer is not None or any(s._phrases.num_states > 1 for s in streams)
-            lm_before = self._backend.counters() if watched else None
+            lm_before = self._backend.counters() if contextual else None
             survivors = self._backend.advance(states, arrays)
             if states:
                 self._grow_to(max(state.capacity for state in states))
             frames = sum(map(len, arrays))
             self.stats = DecodeStats(len(streams), frames, time.perf_counter() - start,
                                      survivors / frames if frames else 0.0,
-                                     lm=self._backend.lm_report(lm_before, frames, self.rescorer) if watched else {})
+                                     lm=self._backend.lm_report(lm_before, frames, self.rescorer) if contextual else {})
 
     def finish(self, streams) -> list[DecodeResult]:
         """The streams' results, exactly as decode() gives them for the whole of each stream's
@@ -212,6 +219,7 @@ class Decoder:
         return Partial(words, part.word_ids, part.word_frames, stable, s.frames)
 
     def _check_streams(self, streams, call: str) -> list[Stream]:
+        """The streams, or a DecodeInputError that names the first fault."""
         streams = list(streams)
         seen = set()
         for i, s in enumerate(streams):

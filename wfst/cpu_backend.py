@@ -328,12 +328,8 @@ class CpuBackend:
                 held = None
                 for t in np.flatnonzero(stops[:, 0] >= 0):
                     held = held or _Held(self)
-                    k, ws = stops[t, 0], spaces[t]
-                    state = group.states[k]  # its frame overflowed: go on from the frame's survivors
-                    state.grow(ws)
-                    _clean(ws)
-                    survivors.append(self._advance_one(state, group.chunks[k], held.space, None, int(stops[t, 1]),
-                                                       float(beams[t])))
+                    survivors.append(self._after_overflow(group, int(stops[t, 0]), spaces[t], held.space,
+                                                          int(stops[t, 1]), float(beams[t])))
                 if held is not None:
                     held.close()
         finally:
@@ -352,10 +348,16 @@ class CpuBackend:
                                                   group.flags, group.counts)
             if k < 0:
                 return
-            state = group.states[k]  # its frame overflowed: go on from the frame's survivors
-            state.grow(ws)
-            _clean(ws)
-            survivors.append(self._advance_one(state, group.chunks[k], space, None, done, beam))
+            survivors.append(self._after_overflow(group, k, ws, space, done, beam))
+
+    def _after_overflow(self, group: _Group, k: int, ws, space, done: int, beam: float) -> int:
+        """Stream k of the group overflowed a frame in workspace ws after `done` frames of its
+        chunk: it goes on from the frame's survivors in a larger workspace.  Returns the
+        survivors of pruning from there on."""
+        state = group.states[k]
+        state.grow(ws)
+        _clean(ws)
+        return self._advance_one(state, group.chunks[k], space, None, done, beam)
 
     def _advance_one(self, state: CpuStream, chunk: np.ndarray, space, memo, t: int = 0,
                      resume_beam: float | None = None) -> int:

@@ -238,3 +238,45 @@ def close_links(lat, steps, last, alpha, final_cost, keep):
             i += 1
     prune_links(lat, steps, last, stored)
     return final_gids, final_costs
+
+
+@njit(nogil=True, cache=True)
+def number_states(src, dst, final_gids, step_starts):
+    """The states of a lattice held as links between backpointers: the backpointers that a
+    link or a final state names, and 0 (the start), numbered in order.  Returns src, dst
+    and final_gids renumbered, and each state's step (the last t with step_starts[t] <= it)."""
+    top = 0
+    for k in range(src.shape[0]):
+        top = max(top, src[k], dst[k])
+    for g in final_gids:
+        top = max(top, g)
+    number = np.zeros(top + 1, np.int32)
+    number[0] = 1
+    for k in range(src.shape[0]):
+        number[src[k]] = 1
+        number[dst[k]] = 1
+    for g in final_gids:
+        number[g] = 1
+    states = 0
+    for g in range(top + 1):
+        if number[g]:
+            states += 1
+    step = np.empty(states, np.int32)
+    t = 0
+    i = 0
+    for g in range(top + 1):
+        if number[g]:
+            while t + 1 < step_starts.shape[0] and step_starts[t + 1] <= g:
+                t += 1
+            step[i] = t
+            number[g] = i
+            i += 1
+    new_src = np.empty_like(src)
+    new_dst = np.empty_like(dst)
+    for k in range(src.shape[0]):
+        new_src[k] = number[src[k]]
+        new_dst[k] = number[dst[k]]
+    finals = np.empty(final_gids.shape[0], np.int32)
+    for i in range(final_gids.shape[0]):
+        finals[i] = number[final_gids[i]]
+    return new_src, new_dst, finals, step

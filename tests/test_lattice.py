@@ -107,6 +107,24 @@ def test_lattice_keeps_the_best_path_and_changes_nothing_else(noisy):
         assert lat.num_states == lat.state_frames.shape[0] and lat.state_frames.max() == r.num_frames
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_lattice_states_are_the_named_backpointers_in_order(seed):
+    """kernels.lattice.number_states against NumPy: the backpointers that links or final
+    states name, and 0, numbered in order, each at the last step that starts at or before it."""
+    from wfst.kernels.lattice import number_states
+
+    rng = np.random.default_rng(seed)
+    starts = np.concatenate([[0], np.cumsum(rng.integers(0, 5, 40))]).astype(np.int64)  # steps may store nothing
+    src, dst = (rng.integers(1, starts[-1], 60).astype(np.int32) for _ in range(2))
+    finals = rng.choice(np.arange(1, starts[-1], dtype=np.int32), 2, replace=False)
+    gids = np.unique(np.concatenate([[0], src, dst, finals]))
+    number = lambda g: np.searchsorted(gids, g)  # noqa: E731
+    got = number_states(src, dst, finals, starts)
+    expected = number(src), number(dst), number(finals), np.searchsorted(starts, gids, side="right") - 1
+    for a, b in zip(got, expected):
+        assert a.dtype == np.int32 and np.array_equal(a, b)
+
+
 def test_periodic_pruning_and_regrowth_give_the_same_lattice(noisy):
     g, _, x, lengths, settings, results = noisy
     rarely = Decoder(g, lattice_beam=7.0, prune_interval=10**6, **settings)

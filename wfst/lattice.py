@@ -49,14 +49,13 @@ class RawLattice(NamedTuple):
     def of(cls, links, step_starts, final_gids, final_costs, reached_final) -> RawLattice:
         """The lattice held in kernels.lattice.Links `links` after a search: links between
         backpointers, step_starts[t] the first backpointer stored at step t."""
+        from wfst.kernels.lattice import number_states
+
         n = int(links.count[0])
-        src, dst = links.src[:n], links.dst[:n]
-        gids = np.unique(np.concatenate([np.zeros(1, np.int32), src, dst, final_gids]))
-        step = (np.searchsorted(step_starts, gids, side="right") - 1).astype(np.int32)
-        number = lambda g: np.searchsorted(gids, g).astype(np.int32)  # noqa: E731
-        return cls(number(src), number(dst), links.arc[:n].copy(), links.graph[:n].copy(),
-                   links.acoustic[:n].copy(), step, number(final_gids), np.asarray(final_costs, np.float32),
-                   bool(reached_final))
+        src, dst, finals, step = number_states(links.src[:n], links.dst[:n], np.asarray(final_gids, np.int32),
+                                               np.asarray(step_starts))
+        return cls(src, dst, links.arc[:n].copy(), links.graph[:n].copy(), links.acoustic[:n].copy(), step, finals,
+                   np.asarray(final_costs, np.float32), bool(reached_final))
 
 
 @dataclasses.dataclass(frozen=True)

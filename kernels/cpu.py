@@ -1071,6 +1071,25 @@ def append_chunk(slots, i, x, numbers):
 
 
 @njit(nogil=True, cache=True)
+def finish_slot(graph, context, ws, slots, i, numbers):
+    """finish() of stream slots[i] (its numbers numbers[i]), room for the last step made
+    first.  Returns finish()'s tuple + the stream's trace.steps and log-probs, which the
+    path is read with; when it is OK, the slot's arrays are dropped for empty ones."""
+    s = append_chunk(slots, i, slots[i].logp[:0], numbers)
+    v = numbers[i]
+    w = Workspace(ws.ht, s.tl, ws.sv, ws.gid, ws.mark, ws.stack, ws.hist, ws.sg)
+    status, arcs, gids, reached_final = finish(graph, context, w, v[S_N], s.trace, v[S_FRAMES] - v[S_BASE],
+                                               v[S_STORED])
+    if status == OK:
+        i32 = np.int32
+        none = np.empty(0, i32)
+        slots[i] = StreamSlot(Tokens(none, none, np.empty(0, np.float32), none, none, none, none),
+                              Trace(none, none, np.empty(0, np.int64), none), np.empty(0, np.float32),
+                              np.empty((0, s.logp.shape[1]), np.float32))
+    return status, arcs, gids, reached_final, s.trace.steps, s.logp
+
+
+@njit(nogil=True, cache=True)
 def append_chunks(slots, which, chunks, offsets, numbers):
     """append_chunk for several streams: stream k is slots[which[k]], its chunk
     chunks[offsets[k]:offsets[k + 1]]."""

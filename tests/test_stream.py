@@ -212,7 +212,11 @@ def test_a_long_stream_keeps_bounded_state(demo, demo_graphs):
     assert T > 10_000 and s._state.base > T - 3000
     assert most_rows < T / 4 and most_stored < 4 * _COMMIT_AT
     assert s.partial().stable > 0.9 * len(s.partial().words)
+    slot, slots = s._state.slot, dec._backend._slots
     same_results(dec.finish([s]), want)
+    held = slots.list[slot]  # a finished stream holds nothing, and its slot goes to the next stream
+    assert held.logp.size == held.trace.prev.size == held.trace.steps.size == held.tl.cost.size == 0
+    assert dec.stream()._state.slot == slot
 
 
 def test_empty_and_zero_frame_chunks(demo, demo_graphs):

@@ -59,6 +59,7 @@ class CpuBackend:
         self._cpu = cpu  # the kernels module (imported here: importing wfst compiles nothing)
         self._advance_streams = DirectCall(cpu.advance_streams, fixed=6, checked=(7,))  # 7: the chunks
         self._advance_parallel = DirectCall(cpu.advance_streams_parallel, fixed=6, checked=(7,))
+        self._finish_slot = DirectCall(cpu.finish_slot, fixed=4, checked=())
         self._thread_spaces = {}  # (capacity, threads) -> typed list of workspaces, one per thread of Numba's pool
 
     # ------------------------------------------------------------------ the Backend interface
@@ -319,7 +320,8 @@ class CpuBackend:
                                                                  for _ in range(threads))
         stops, beams = np.zeros((threads, 2), np.int64), np.zeros(threads, np.float32)
         before = numba.get_num_threads()
-        numba.set_num_threads(threads)
+        if before != threads:
+            numba.set_num_threads(threads)
         try:
             while group.counts[0] < len(group.order):
                 self._advance_parallel(self.layout, group.settings, spaces, slots.list, slots.numbers, slots.relative,
@@ -333,7 +335,8 @@ class CpuBackend:
                 if held is not None:
                     held.close()
         finally:
-            numba.set_num_threads(before)
+            if before != threads:
+                numba.set_num_threads(before)
 
     def _advance_plain(self, group: _Group, space, survivors: list) -> None:
         """This thread's share of the group's streams (one token capacity, no context): one
@@ -406,16 +409,14 @@ class CpuBackend:
     def finish_stream(self, state: CpuStream):
         """The stream's last step: (status, TracedPath of the rest of the path, the
         committed PathPart before it)."""
-        from wfst.kernels import cpu
-
-        state.reserve()
         with self._workspace(state.capacity) as ws:
-            ws = ws._replace(tl=state.tl)
-            status, arcs, gids, reached_final = cpu.finish(self.layout, state.context, ws, state.n, state.trace,
-                                                           state.frames - state.base, state.stored)
+            self._slots.generation += 1  # the kernel replaces the stream's arrays
+            status, arcs, gids, reached_final, steps, logp = self._finish_slot(self.layout, state.context, ws,
+                                                                               self._slots.list, state.slot,
+                                                                               self._slots.numbers)
         if status != C.OK:
             return status, None, state.prefix
-        path = state.traced(self.graph, state.trace.steps, arcs, gids, reached_final)
+        path = state.traced(self.graph, steps, arcs, gids, reached_final, logp)
         state.close()
         return status, path, state.prefix
 
@@ -482,7 +483,7 @@ class DirectCall:
     object takes their id.  The arguments at `checked` (the caller's input) must be
     writable, aligned, C-contiguous NumPy arrays of the first call's dtypes, or the call
     goes through the dispatcher; the others are the backend's own arrays, made with the
-    first call's types every time."""
+    first call's types every time, or Python ints (int64)."""
 
     def __init__(self, dispatcher, fixed: int, checked: tuple[int, ...]):
         self.dispatcher, self.fixed, self.checked = dispatcher, fixed, checked
@@ -499,7 +500,7 @@ class DirectCall:
                                      for i, t in zip(self.checked, entry[1])):
             return entry[2](*args)
         result = self.dispatcher(*args)
-        if all(self._plain(a) for a in args[self.fixed:]):
+        if all(type(a) is int or self._plain(a) for a in args[self.fixed:]):
             compiled = self.dispatcher.overloads.get(tuple(self.dispatcher.typeof_pyval(a) for a in args))
             if compiled is not None:
                 if len(self._entries) >= 64:  # objects made anew each call: hold no more of them
@@ -554,7 +555,6 @@ class StreamSlots:
         self.numbers = np.zeros((0, C.STREAM_FIELDS), np.int64)
         self.relative = np.zeros(0, np.float64)
         self.generation = 0  # advanced before each kernel call that may replace a slot's arrays
-        self._empty = None
         self._free = queue.SimpleQueue()  # safe to put into from a finalizer
 
     def take(self, slot) -> int:
@@ -580,15 +580,6 @@ class StreamSlots:
         self.numbers[i] = 0
         self.relative[i] = np.inf
         return i
-
-    def empty(self, num_columns: int):
-        """A slot that holds nothing (of a finished stream), made once."""
-        from wfst.kernels import cpu
-
-        if self._empty is None or self._empty.logp.shape[1] != num_columns:
-            self._empty = cpu.StreamSlot(cpu.new_workspace(1).tl, cpu.new_trace(0, 1), _NO_COSTS,
-                                         np.empty((0, num_columns), np.float32))
-        return self._empty
 
     def give_back(self, i: int) -> None:
         self._free.put(i)
@@ -703,22 +694,13 @@ class CpuStream(Ledger):
         self._slots.numbers[self.slot, C.S_LAST_VOICED] = prefix.last_voiced
 
     def close(self) -> None:
-        """Give the slot back, its arrays dropped (the stream was finished)."""
+        """Give the slot back (the stream was finished: cpu.finish_slot dropped its arrays)."""
         if self._release.detach() is not None:
-            logp = self.logp
             self._arrays, self._generation = None, -1
-            self._slots.list[self.slot] = self._slots.empty(logp.shape[1])
             self._slots.give_back(self.slot)
 
     def logp_at(self, frames, columns):
         return self.logp[frames - self.base, columns]
-
-    def reserve(self) -> None:
-        """Room in trace.steps for the last step."""
-        from wfst.kernels import cpu
-
-        cpu.append_chunk(self._slots.list, self.slot, self.logp[:0], self._slots.numbers)
-        self._generation = -1  # it may have replaced this stream's arrays
 
     def grow(self, ws) -> None:
         """Twice the token capacity; ws: the workspace whose frame overflowed (its survivors

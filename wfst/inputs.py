@@ -63,8 +63,8 @@ def first_nonfinite_chunk(chunks) -> tuple[int, int] | None:
         import cupy
 
         top = cupy.stack([chunks[i].max() for i in live]).get()
-    else:  # one reduction over all of them
-        whole = chunks[live[0]] if len(live) == 1 else np.concatenate([chunks[i].reshape(-1) for i in live])
+    else:  # one reduction over all of them (each (T_i, V): the caller checked their shapes)
+        whole = chunks[live[0]] if len(live) == 1 else np.concatenate([chunks[i] for i in live])
         if whole.max() < np.inf:
             return None
         top = np.array([chunks[i].max() for i in live])

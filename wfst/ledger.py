@@ -48,13 +48,14 @@ class Ledger:
         frames, columns = emitting_reads(graph, arcs, at)
         return path_part(graph, arcs, at, self.logp_at(frames, columns))
 
-    def traced(self, graph, steps: np.ndarray, arcs, gids, reached_final) -> TracedPath:
+    def traced(self, graph, steps: np.ndarray, arcs, gids, reached_final, logp=None) -> TracedPath:
         """The TracedPath of the path after the commit point that the last step traced back
-        (gids: its backpointers; steps: the trace's steps, the last step's included)."""
+        (gids: its backpointers; steps: the trace's steps, the last step's included; logp:
+        the kept log-probs as a host array where the stream no longer holds them)."""
         at = self.steps_of(steps, gids, finished=True)
         frames, columns = emitting_reads(graph, arcs, at)
-        return TracedPath(arcs, at, self.logp_at(frames, columns), bool(reached_final), self.survivors,
-                          self.fallbacks)
+        read = self.logp_at(frames, columns) if logp is None else logp[frames - self.base, columns]
+        return TracedPath(arcs, at, read, bool(reached_final), self.survivors, self.fallbacks)
 
     def set_endpoint_readings(self, trailing: int, voiced: bool, relative: float) -> None:
         """Blanks that ran back to the commit point: the prefix's last speech decides."""

@@ -1168,13 +1168,28 @@ counts[2] counts the streams flagged COMMIT_DUE.
             _fetch_add(counts, 2, 1)
 
 
+@njit(nogil=True, cache=True)
+def work_order(numbers, which, offsets, order):
+    """order: the streams of an advance_streams call (as `which` and `offsets` give them) by
+    their work, dearest first (tokens times frames, roughly; ties in the given order): the
+    last streams taken are the cheapest, so the threads finish together."""
+    work = np.empty(len(which), np.int64)
+    for k in range(len(which)):
+        work[k] = -(numbers[which[k], S_N] + 64) * (offsets[k + 1] - offsets[k])
+    order[:] = np.argsort(work, kind="mergesort")
+
+
 @njit(parallel=True, nogil=True, cache=True)
 def advance_streams_parallel(graph, settings, spaces, slots, numbers, relative, which, chunks, offsets, order, flags,
                              counts, stops, beams):
     """advance_streams on len(spaces) threads of Numba's pool at once, thread t with workspace
     spaces[t]: one parallel region per call, where a pool of Python threads costs tens of
-    µs to hand over (a stream's chunk searches in tens of µs).  Thread t's return is in
-    stops[t] (the stream that overflowed or -1, the frames done before it) and beams[t]."""
+    µs to hand over (a stream's chunk searches in tens of µs).  The first call of a group
+    (counts[0] 0) puts its streams in work_order.  Thread t's return is in stops[t] (the
+    stream that overflowed or -1, the frames done before it) and beams[t]; returns
+    whether any thread stopped at an overflow."""
+    if counts[0] == 0:
+        work_order(numbers, which, offsets, order)
     for u in prange(len(spaces)):
         t = np.int64(u)  # prange counts in uint64
         k, done, beam = advance_streams(graph, settings, spaces[t], slots, numbers, relative, which, chunks, offsets,
@@ -1182,3 +1197,4 @@ def advance_streams_parallel(graph, settings, spaces, slots, numbers, relative, 
         stops[t, 0] = k
         stops[t, 1] = done
         beams[t] = beam
+    return stops[:, 0].max() >= 0

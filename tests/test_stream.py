@@ -162,6 +162,20 @@ def test_plain_streams_on_two_threads_overflow_and_stay_exact(demo, demo_graphs,
     assert bool(regions) == numba_pool
 
 
+def test_streams_are_taken_dearest_first():
+    """cpu.work_order: by tokens times frames, the dearest first, ties in the order given."""
+    from wfst.kernels import constants as C
+    from wfst.kernels import cpu
+
+    numbers = np.zeros((6, C.STREAM_FIELDS), np.int64)
+    numbers[:, C.S_N] = [936, 0, 100, 36, 100, 5]
+    which = np.array([4, 0, 2, 3, 1])  # slots; their chunks of 8, 1, 8, 8 and 0 frames
+    offsets = np.cumsum([0, 8, 1, 8, 8, 0])
+    order = np.zeros(5, np.int64)
+    cpu.work_order(numbers, which, offsets, order)
+    assert order.tolist() == [0, 2, 1, 3, 4]  # work 1312, 1000, 1312, 800, 0
+
+
 def test_a_forked_process_leaves_numba_pool_alone():
     """GNU OpenMP's threads do not survive a fork: a child would hang in a parallel region."""
     cpu_backend.numba_pool_threads()

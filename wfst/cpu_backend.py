@@ -271,8 +271,7 @@ class CpuBackend:
         if own:  # their log-probs, in one call
             group = _Group([states[i] for i in own], [chunks[i] for i in own])
             self._cpu.append_chunks(self._slots.list, group.which, group.x, group.offsets, self._slots.numbers)
-        groups = [_Group([states[i] for i in group], [chunks[i] for i in group], self._slots.numbers)
-                  for group in by_capacity.values()]
+        groups = [_Group([states[i] for i in group], [chunks[i] for i in group]) for group in by_capacity.values()]
         tasks = iter([(states[i], chunks[i]) for i in own])  # shared: next() hands each to one thread
         survivors = []  # of the streams searched one call each (and overflows), as the threads add them
 
@@ -293,6 +292,8 @@ class CpuBackend:
             for group in groups:
                 self._advance_in_numba_pool(group, threads, survivors)
         else:
+            for group in groups:
+                self._cpu.work_order(self._slots.numbers, group.which, group.offsets, group.order)
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.num_threads - 1)
             futures = [self._pool.submit(run) for _ in range(threads - 1)]
@@ -324,9 +325,10 @@ class CpuBackend:
             numba.set_num_threads(threads)
         try:
             while group.counts[0] < len(group.order):
-                self._advance_parallel(self.layout, group.settings, spaces, slots.list, slots.numbers, slots.relative,
-                                       group.which, group.x, group.offsets, group.order, group.flags, group.counts,
-                                       stops, beams)
+                if not self._advance_parallel(self.layout, group.settings, spaces, slots.list, slots.numbers,
+                                              slots.relative, group.which, group.x, group.offsets, group.order,
+                                              group.flags, group.counts, stops, beams):
+                    break
                 held = None
                 for t in np.flatnonzero(stops[:, 0] >= 0):
                     held = held or _Held(self)
@@ -588,11 +590,9 @@ class StreamSlots:
 class _Group:
     """Streams searched together: their chunks end to end (chunk k is x[offsets[k]:
     offsets[k + 1]]), their slots, the flags cpu.advance_streams writes per stream, the
-    order its calls take them in and its counts.  Given the streams' numbers, the order
-    is by their work, dearest first (tokens times frames, roughly): the last streams to be
-    taken are the cheapest, so the threads finish together."""
+    order its calls take them in (cpu.work_order) and its counts."""
 
-    def __init__(self, states: list, chunks: list, numbers: np.ndarray | None = None):
+    def __init__(self, states: list, chunks: list):
         k = len(chunks)
         self.states, self.chunks = states, chunks
         self.capacity, self.settings = states[0].capacity, states[0].settings
@@ -605,11 +605,8 @@ class _Group:
             self.offsets[1], self.which[0] = len(chunks[0]), states[0].slot
             return
         np.cumsum(np.fromiter(map(len, chunks), np.int64, k), out=self.offsets[1:])
-        self.which[:] = np.fromiter((s.slot for s in states), np.int64, k)
-        if numbers is None:
-            self.order[:] = np.arange(k)
-        else:
-            self.order[:] = np.argsort((numbers[self.which, C.S_N] + 64) * -np.diff(self.offsets), kind="stable")
+        self.which[:] = [s.slot for s in states]
+        self.order[:] = np.arange(k)  # one thread's (several: cpu.work_order)
 
 
 def _number(field: int):

@@ -197,13 +197,19 @@ class StateGroups(NamedTuple):
     step_cost: np.ndarray  # float32 (C,): and the cost before the step
 
 
+def new_tokens(capacity: int) -> Tokens:
+    """A token list of `capacity` tokens (a workspace's, or a stream's own)."""
+    C, i32 = capacity, np.int32
+    return Tokens(np.empty(C, i32), np.zeros(C, i32), np.empty(C, np.float32), np.empty(C, i32), np.empty(C, i32),
+                  np.empty(C, i32), np.empty(1, i32))
+
+
 def new_workspace(capacity: int) -> Workspace:
     """A workspace of `capacity` token slots (the unused GPU-only fields have one entry)."""
     C, H, i32 = capacity, hash_slots(capacity), np.int32
     ht = HashTable(np.full(H, EMPTY_KEY, np.int64), np.empty(H, np.uint64), np.empty(H, i32), np.empty(H, i32),
                    np.empty(1, i32), np.empty(1, i32))
-    tl = Tokens(np.empty(C, i32), np.zeros(C, i32), np.empty(C, np.float32), np.empty(C, i32), np.empty(C, i32),
-                np.empty(C, i32), np.empty(1, i32))
+    tl = new_tokens(C)
     sv = Survivors(np.empty(C, i32), np.empty(C, i32), np.empty(C, np.float32), np.empty(C, i32),
                    np.empty(1, np.int64), np.empty(1, i32))
     sg = StateGroups(np.full(H, EMPTY_KEY, i32), np.empty(H, i32), np.empty(C, i32), np.empty(C, i32),

@@ -658,7 +658,7 @@ class CpuStream(Ledger):
 
         self.context, self.memo, self.word_costs, self.settings = context, memo, word_costs, settings
         self._slots = slots
-        self.slot = slots.take(cpu.StreamSlot(cpu.new_workspace(capacity).tl, cpu.new_trace(64, capacity),
+        self.slot = slots.take(cpu.StreamSlot(cpu.new_tokens(capacity), cpu.new_trace(64, capacity),
                                               _NO_COSTS if word_costs is None else word_costs,
                                               np.empty((0, num_columns), np.float32)))
         self._release = weakref.finalize(self, slots.give_back, self.slot)
@@ -705,7 +705,7 @@ class CpuStream(Ledger):
         from wfst.kernels import cpu
 
         self.capacity *= 2
-        self.tl = cpu.new_workspace(self.capacity).tl
+        self.tl = cpu.new_tokens(self.capacity)
         self._survivors = None if ws is None else tuple(a[:self.ns].copy() for a in ws.sv[:4])
 
     def resumed(self, ws):

@@ -1128,7 +1128,7 @@ def advance_streams(graph, settings, ws, slots, numbers, relative, which, chunks
     is left: threads calling it at once on the same arguments (each with its own
     workspace) share the streams as they come free, so none waits while another has
     several left.  counts[1] sums the streams' survivors of pruning over their frames, and
-counts[2] counts the streams flagged COMMIT_DUE.
+    counts[2] counts the streams flagged COMMIT_DUE.
 
     Writes the final relative cost of stream slot i at relative[i], and flags[k]: 0,
     COMMIT_DUE (its backpointers reached S_NEXT_COMMIT) or OVERFLOWED (a frame overflowed:

@@ -221,6 +221,43 @@ def _check_gain_bounds(dec, states):
     return tighter
 
 
+@pytest.mark.parametrize("labels_dtype", [np.int32, np.uint16])  # uint16: the GPU's labels
+def test_automaton_locate_finds_labels_as_a_sorted_search_does(labels_dtype):
+    """automaton_locate against np.searchsorted and the backoff chain, on states of every
+    kind (dense as an LM's unigrams, sparse, small, empty) and labels below, between and
+    above a state's."""
+    from wfst.kernels.common import automaton_locate
+
+    rng = np.random.default_rng(7)
+    V = 3000
+    sizes = [V, 2999, 40, 33, 32, 5, 0, 700, 1500, 64]
+    sets = [np.arange(V), np.delete(np.arange(V), 1234)]
+    sets += [np.sort(rng.choice(V, k, replace=False)) for k in sizes[2:]]
+    sets[-1] = np.arange(V - 64, V)  # crowded at the top
+    offsets = np.concatenate(([0], np.cumsum([len(x) for x in sets]))).astype(np.int64)
+    labels = np.concatenate(sets).astype(np.int32)
+    n = len(sets)
+    backoff = np.array([-1] + [int(rng.integers(0, i)) for i in range(1, n)], np.int32)
+    bo_weight = rng.random(n).astype(np.float32)
+    a = contexts.automata([(offsets, labels, np.zeros(len(labels), np.float32), np.zeros(len(labels), np.int32),
+                            backoff, bo_weight, np.zeros(n, np.float32))], labels_dtype=labels_dtype)
+    for state in range(n):
+        for label in [*sets[state], *sets[backoff[state]][::7], *rng.integers(0, V, 100), 0, V - 1, V, 1234]:
+            cost, s, want = np.float32(0.0), state, -1
+            while True:
+                lo, hi = offsets[s], offsets[s + 1]
+                i = lo + np.searchsorted(labels[lo:hi], label)
+                if i < hi and labels[i] == label:
+                    want = i
+                    break
+                if backoff[s] < 0:
+                    break
+                cost, s = np.float32(cost + bo_weight[s]), backoff[s]
+            got = automaton_locate(a, 0, state, label)
+            assert (int(got[1]), int(got[2])) == (want, s), (state, label)
+            assert got[0] == cost
+
+
 def test_gain_bounds_bound_every_word_step(small_graph):
     g, _, big, small = small_graph
     dec = Decoder(g, rescore_lm=big, graph_lm=small)

@@ -230,10 +230,8 @@ def test_automaton_locate_finds_labels_as_a_sorted_search_does(labels_dtype):
 
     rng = np.random.default_rng(7)
     V = 3000
-    sizes = [V, 2999, 40, 33, 32, 5, 0, 700, 1500, 64]
-    sets = [np.arange(V), np.delete(np.arange(V), 1234)]
-    sets += [np.sort(rng.choice(V, k, replace=False)) for k in sizes[2:]]
-    sets[-1] = np.arange(V - 64, V)  # crowded at the top
+    sets = [np.arange(V), np.delete(np.arange(V), 1234), np.arange(V - 64, V), np.arange(0)]
+    sets += [np.sort(rng.choice(V, k, replace=False)) for k in (1500, 700, 40, 33, 32, 5)]
     offsets = np.concatenate(([0], np.cumsum([len(x) for x in sets]))).astype(np.int64)
     labels = np.concatenate(sets).astype(np.int32)
     n = len(sets)

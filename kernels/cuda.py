@@ -92,8 +92,10 @@ from .common import (
     key_cost,
     key_ctx,
     key_state,
+    lm_reach,
     mark_ancestors,
     order_statistics_needed,
+    out_of_reach,
     pack,
     packed_arc,
     packed_cost,
@@ -308,11 +310,15 @@ def _cached_arc(cache, payload, pos):
 
 
 @cuda.jit(device=True)
-def _word_step(b, cost, ctx, word, context, cache):
+def _word_step(b, cost, ctx, word, context, cache, limit):
     """Cost and context after an arc that outputs `word` (0: none): common.context_step,
-    the big LM's arc fetched through the arc cache; and the cache's event."""
+    the big LM's arc fetched through the arc cache; and the cache's event.  A step that
+    leaves the cost above `limit` whatever the big LM gives back (common.lm_reach, the
+    CPU's bound) is not looked up: +inf, as the caller would drop the arc anyway."""
     if word == 0 or not contextual(context, b):
         return cost, ctx, NO_LOOKUP
+    if out_of_reach(cost, lm_reach(context, b, ctx), limit):
+        return float32(np.inf), ctx, NO_LOOKUP
     lm_s, ph_s, big, pos, end = context_locate(context, b, ctx, word)
     payload = uint64(0)
     event = NO_LOOKUP
@@ -345,16 +351,17 @@ def _count_lookups(cache, lookups, misses, fetches):
 
 
 @cuda.jit(device=True)
-def _expanded_arc(b, k, graph, sv, ac, boosts, context, cache):
+def _expanded_arc(b, k, graph, sv, ac, boosts, context, cache, limit):
     """The k-th arc of utterance b's survivors (load balancing: which survivor i, which of
-    its arcs a) and the cost and context of the token it makes: (a, i, cost, ctx, event)."""
+    its arcs a) and the cost and context of the token it makes: (a, i, cost, ctx, event);
+    +inf for a word arc that stays above `limit` (_word_step)."""
     i = find_segment(sv.scan[b], sv.n[b], k)
     a = graph.e_indptr[sv.state[b, i]] + (k - sv.scan[b, i])
     nc = expanded_cost(sv.cost[b, i], _arc_weight(b, a, graph, boosts), ac[b, graph.ilabel[a]])
     ctx = sv.ctx[b, i]
     event = NO_LOOKUP
     if nc < np.inf:  # as on the CPU, arcs pruned by FLToP take no word step
-        nc, ctx, event = _word_step(b, nc, ctx, graph.olabel[a], context, cache)
+        nc, ctx, event = _word_step(b, nc, ctx, graph.olabel[a], context, cache, limit)
     return a, i, nc, ctx, event
 
 
@@ -670,7 +677,9 @@ def expand_min_kernel(clock, u, graph, sv, acoustics, boosts, context, cache, re
         b, kb = _flat(u.arc_start, k)
         if not _active(t, u, b) or (redo_only and u.redo[b] == 0):
             continue
-        a, i, nc, ctx, event = _expanded_arc(b, kb, graph, sv, acoustics.costs, boosts, context, cache)
+        # a word arc above the best so far cannot be the best (a stale read is higher: still safe)
+        a, i, nc, ctx, event = _expanded_arc(b, kb, graph, sv, acoustics.costs, boosts, context, cache,
+                                             key_cost(u.min_key[b]))
         if event == ARC_FULL:
             u.status[b] = LM_OVERFLOW
             continue
@@ -687,20 +696,25 @@ def expand_kernel(clock, u, graph, sv, acoustics, boosts, context, cache, ht, tl
     gets its entry in the token list `tl`."""
     t = clock[0]
     H, mask = _table(ht)
+    lookups = misses = fetches = int64(0)
     for k in range(cuda.grid(1), u.arc_start[-1], cuda.gridsize(1)):
         b, kb = _flat(u.arc_start, k)
         if not _active(t, u, b):
             continue
-        a, i, nc, ctx, event = _expanded_arc(b, kb, graph, sv, acoustics.costs, boosts, context, cache)
-        if event == ARC_FULL:  # not expected: expand_min cached every arc this frame reads
+        bound = float32(key_cost(u.min_key[b]) + u.adaptive_beam[b])
+        a, i, nc, ctx, event = _expanded_arc(b, kb, graph, sv, acoustics.costs, boosts, context, cache, bound)
+        if event == ARC_FULL:  # expand_min looked up only the arcs that could give the best: this can fill
             u.status[b] = LM_OVERFLOW
             continue
-        if nc < float32(key_cost(u.min_key[b]) + u.adaptive_beam[b]):
+        if event == ARC_MISS or event == ARC_REFETCH:  # a first read of the frame (expand_min's are counted)
+            lookups, misses, fetches = _tally(event, lookups, misses, fetches)
+        if nc < bound:
             slot = _insert(ht, b, b * H, mask, capacity, token_key(graph.nextstate[a], ctx), tl, True)
             if slot < 0:
                 u.status[b] = TOKEN_OVERFLOW
                 continue
             cuda.atomic.min(ht.val, b * H + slot, pack(nc, a))
+    _count_lookups(cache, lookups, misses, fetches)
 
 
 @cuda.jit
@@ -716,11 +730,12 @@ def expand_ties_kernel(clock, u, graph, sv, acoustics, boosts, context, cache, h
         i = find_segment(sv.scan[b], sv.n[b], kb)
         if graph.olabel[graph.e_indptr[sv.state[b, i]] + (kb - sv.scan[b, i])] == 0:
             continue  # a non-word arc keeps its ctx: its predecessor is known
-        a, i, nc, ctx, event = _expanded_arc(b, kb, graph, sv, acoustics.costs, boosts, context, cache)
+        bound = float32(key_cost(u.min_key[b]) + u.adaptive_beam[b])
+        a, i, nc, ctx, event = _expanded_arc(b, kb, graph, sv, acoustics.costs, boosts, context, cache, bound)
         if event == ARC_FULL:
             u.status[b] = LM_OVERFLOW
             continue
-        if nc < float32(key_cost(u.min_key[b]) + u.adaptive_beam[b]):
+        if nc < bound:
             base = b * H
             slot = _find_slot(ht, base, mask, token_key(graph.nextstate[a], ctx))
             if slot >= 0 and ht.val[base + slot] == pack(nc, a):
@@ -794,7 +809,7 @@ def closure_kernel(clock, u, graph, boosts, context, cache, ht, tl, work, initia
             ctx = tl.ctx[b, j]
             for a in range(graph.ne_indptr[s], graph.ne_indptr[s + 1]):
                 nc, nctx, event = _word_step(b, float32(c + _arc_weight(b, a, graph, boosts)), ctx, graph.olabel[a],
-                                             context, cache)
+                                             context, cache, cutoff)
                 if event == ARC_FULL:
                     sh[2] = LM_OVERFLOW
                     break
@@ -831,7 +846,7 @@ def closure_kernel(clock, u, graph, boosts, context, cache, ht, tl, work, initia
                     if graph.olabel[a] == 0:
                         continue
                     nc, nctx, event = _word_step(b, float32(c + _arc_weight(b, a, graph, boosts)), ctx,
-                                                 graph.olabel[a], context, cache)
+                                                 graph.olabel[a], context, cache, cutoff)
                     if nc > cutoff:
                         continue
                     slot = _find_slot(ht, base, mask, token_key(graph.nextstate[a], nctx))
@@ -913,11 +928,12 @@ def lattice_arcs_kernel(clock, u, graph, sv, acoustics, boosts, context, cache, 
         b, kb = _flat(u.arc_start, k)
         if not _active(t, u, b):
             continue
-        a, i, nc, ctx, event = _expanded_arc(b, kb, graph, sv, acoustics.costs, boosts, context, cache)
+        bound = float32(key_cost(u.min_key[b]) + u.adaptive_beam[b])
+        a, i, nc, ctx, event = _expanded_arc(b, kb, graph, sv, acoustics.costs, boosts, context, cache, bound)
         if event == ARC_FULL:
             u.status[b] = LM_OVERFLOW
             continue
-        if nc < float32(key_cost(u.min_key[b]) + u.adaptive_beam[b]):
+        if nc < bound:
             j = _lookup(ht, b * H, mask, token_key(graph.nextstate[a], ctx))
             ac = acoustics.costs[b, graph.ilabel[a]]
             if j >= 0 and not _add_link(lat, b, sv.gid[b, i], j, a, float32(float32(nc - sv.cost[b, i]) - ac), ac):
@@ -945,7 +961,7 @@ def lattice_epsilons_kernel(clock, u, graph, boosts, context, cache, ht, tl, lat
         s = tl.state[b, j]
         for a in range(graph.ne_indptr[s], graph.ne_indptr[s + 1]):
             nc, nctx, event = _word_step(b, float32(c + _arc_weight(b, a, graph, boosts)), tl.ctx[b, j],
-                                         graph.olabel[a], context, cache)
+                                         graph.olabel[a], context, cache, cutoff)
             if event == ARC_FULL:
                 u.status[b] = LM_OVERFLOW
                 return

@@ -194,7 +194,26 @@ def test_rescoring_cuda_equals_cpu(small_graph):
     assert stats["gpu_share"] == (4 * (big.num_states + 1) + 8 * big.num_states + 2 * big.num_arcs) / stats["lm_bytes"]
     # the cache outlives the call: the same batch again reads nothing from host memory
     assert_same(g, x, lengths, boost=boost, gpu=gpu, **config)
-    assert gpu.stats.lm["fetches"] == 0 and gpu.stats.lm["hits"] == stats["lookups"]
+    again = gpu.stats.lm
+    assert again["fetches"] == again["misses"] == 0 and again["hits"] == again["lookups"] > 0
+
+
+def test_rescoring_cuda_skips_lookups_out_of_reach(small_graph):
+    """The kernels skip the big-LM lookups of word arcs that stay out of the beam whatever
+    the big LM gives back (the gain bound the CPU uses): the same results and lattices as
+    the CPU and as a GPU search that looks every word arc up, with fewer lookups."""
+    g, lms = small_graph
+    x = random_log_probs(0, batch=2, frames=7, columns=5, sharpness=1.5)
+    lengths = np.array([7, 6])
+    config = dict(beam=3.0, max_active=40, min_active=1, token_capacity=128, lattice_beam=2.0, **lms)
+    cpu, gpu, unbounded = (Decoder(g, device=d, **config) for d in ("cpu", "cuda", "cuda"))
+    unbounded.rescorer.gain = np.full_like(unbounded.rescorer.gain, np.inf)
+    want = cpu.decode(x, lengths, nbest=3)
+    for dec in (gpu, unbounded):
+        got = dec.decode(x, lengths, nbest=3)
+        assert got == want
+        assert [canonical_lattice(r.lattice) for r in got] == [canonical_lattice(r.lattice) for r in want]
+    assert 0 < gpu.stats.lm["lookups"] < unbounded.stats.lm["lookups"]
 
 
 def test_rescoring_with_a_tiny_lm_cache_cuda_equals_cpu(small_graph):

@@ -367,8 +367,11 @@ class CudaBackend:
         pinned_bytes         the big LM in pinned host memory: arc payloads and final costs
         small_lm_gpu_bytes   the graph's LM and the word and state maps, on the GPU
         cache_slots          the arc cache's size (it grows when a frame fills it)
-        lookups              big-LM arcs read by word steps (first reads in a frame; re-reads
-                             by expand, expand_ties and the closure's tie pass not counted)
+        lookups              big-LM arcs read by word steps: expand_min's (the arcs that could
+                             give the frame's best cost), expand's that expand_min left unread,
+                             the closure's; re-reads by expand, expand_ties and the closure's
+                             tie pass not counted.  Word arcs out of reach of the beam whatever
+                             the big LM gives back read nothing (the gain bound, as on the CPU)
         hits, misses         lookups served by the cache / that inserted their arc into it
         fetches              arcs read from host memory: misses, and reads by threads that
                              found an arc inserted but not yet stored by another thread

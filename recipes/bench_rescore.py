@@ -12,6 +12,10 @@ statically on the big LM.  Emissions are SYNTHETIC (wfst.synthetic) of held-out 
   BPE compact graph built on a 3-gram pruned from it (60k bigrams, 90k trigrams); 300 test
   sentences sampled from the 4-gram; noisy emissions, beam 17, max_active 10000.
 
+With --gpu-batch B, a fourth row per setup: rescoring on the GPU (device="cuda") in batches
+of B utterances, its speed against our CPU backend on one thread and whether it finds the
+same results.
+
 Prints WER, RTFx, tokens per frame, the time of rescoring against the small graph, and how
 often rescoring finds the static graph's words (where not, which of the two word strings
 the big LM itself, with the path's acoustic cost, prefers); then where rescoring's time
@@ -24,9 +28,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 import generated_lm
+import numpy as np
 from demo_data import LM, PROFILES, TOKEN_SETS, emission_options, sentences
 from wfst.graphs import compile_graph
 from wfst_bench.machine import gpu_name, machine
@@ -42,16 +48,29 @@ LARGE = dict(beam=17.0, max_active=10000)
 LARGE_WORDS, LARGE_SENTENCES = 12600, 300
 LARGE_COUNTS = [150_000, 394_000, 553_000]  # the 4-gram's 2-, 3- and 4-grams
 LARGE_PRUNED = [60_000, 90_000]  # the graph's 3-gram: 2- and 3-grams
+GPU_ROW = "small + rescoring, GPU"
 
 
-def timed(decoder, x, lengths, repeat):
+def timed(decoder, x, lengths, repeat, batch=None):
+    """(results, best seconds of `repeat` runs, tokens per frame, LM counters of the best run).
+    With a batch (the GPU), utterances go in batches of similar lengths, as an offline job
+    would give them, timed by the wall clock around the calls; results in the input order."""
     decoder.decode(x[:1], lengths[:1])  # compile
+    order = np.argsort(lengths, kind="stable") if batch else np.arange(len(lengths))
     best, results, lm = None, None, {}
     for _ in range(repeat):
-        results = decoder.decode(x, lengths)
-        if best is None or decoder.stats.seconds < best:
-            best, lm = decoder.stats.seconds, decoder.stats.lm
-    return results, best, decoder.stats.tokens_per_frame, lm
+        out, seconds, tokens = [None] * len(lengths), 0.0, 0.0
+        for i in range(0, len(lengths), batch or len(lengths)):
+            part = order[i:i + (batch or len(lengths))]
+            t0 = time.perf_counter()
+            got = decoder.decode(x[part], lengths[part])
+            seconds += time.perf_counter() - t0 if batch else decoder.stats.seconds
+            tokens += decoder.stats.tokens_per_frame * float(lengths[part].sum())
+            for j, r in zip(part, got):
+                out[j] = r
+        if best is None or seconds < best:
+            best, results, lm, per_frame = seconds, out, decoder.stats.lm, tokens / max(float(lengths.sum()), 1.0)
+    return results, best, per_frame, lm
 
 
 def large_setup(out: Path):
@@ -73,18 +92,23 @@ def large_setup(out: Path):
     return graphs["small"], graphs["big"], big, test.read_text().splitlines()
 
 
-def compare(setup, name, small, big, big_lm, texts, token_set, emissions, config, repeat):
-    """Rows of the three decoders on one graph pair and emission profile."""
+def compare(setup, name, small, big, big_lm, texts, token_set, emissions, config, repeat, gpu_batch=0):
+    """Rows of the three decoders on one graph pair and emission profile; with a gpu_batch,
+    a fourth: rescoring on the GPU in batches of that many utterances."""
     x, lengths = synthetic.from_texts(texts, small.tokens, seed=0, **emission_options(token_set),
                                       **PROFILES[emissions])
     frames = int(lengths.sum())
     cells = {label: timed(wfst.Decoder(g, num_threads=1, **config, **kw), x, lengths, repeat)
              for label, g, kw in [("small LM graph", small, {}), ("small + rescoring", small, dict(rescore_lm=big_lm)),
                                   ("big LM graph", big, {})]}
+    if gpu_batch:
+        cells[GPU_ROW] = timed(wfst.Decoder(small, device="cuda", rescore_lm=big_lm, **config), x, lengths, repeat,
+                               gpu_batch)
     base = cells["small LM graph"][1]
     static = cells["big LM graph"][0]
     store = open_lm(big_lm)
     rows = []
+    rescored = cells["small + rescoring"]
     for label, (results, seconds, tokens, lm) in cells.items():
         differ = [(a, b) for a, b in zip(results, static) if a.words != b.words]
         # which words the big LM itself prefers, each with its path's acoustic cost
@@ -94,6 +118,8 @@ def compare(setup, name, small, big, big_lm, texts, token_set, emissions, config
                          wer=word_errors(texts, [r.words for r in results]).rate, rtfx=rtfx(frames, seconds),
                          seconds=seconds, tokens_per_frame=tokens, slowdown=seconds / base,
                          same_words_as_big=1 - len(differ) / len(results), differ=len(differ),
+                         vs_cpu_rescoring=rescored[1] / seconds,
+                         same_as_cpu_rescoring=sum(a == b for a, b in zip(results, rescored[0])) / len(results),
                          differ_big_lm_prefers_these=int(own), frames=frames, lm=lm,
                          small_states=small.num_states, big_states=big.num_states))
     return rows
@@ -107,6 +133,11 @@ def print_tables(rows):
         print(f"| {r['setup']} | {r['graph']} | {r['emissions']} | {r['decoder']} | {100 * r['wer']:.2f} | "
               f"{r['rtfx']:.0f} | {r['tokens_per_frame']:.0f} | {r['slowdown']:.2f}x | "
               f"{100 * r['same_words_as_big']:.1f}% |")
+    for r in rows:
+        if r["decoder"] == GPU_ROW:
+            print(f"  {r['setup']} {r['graph']} {r['emissions']}: rescoring on the GPU runs "
+                  f"{r['vs_cpu_rescoring']:.1f}x our CPU backend on one thread; the same results (words, frames, "
+                  f"costs) on {100 * r['same_as_cpu_rescoring']:.1f}% of the utterances")
     print("\nWhere rescoring and the static big-LM graph disagree: for how many utterances the big LM "
           "itself (its sentence score + the path's acoustic cost) prefers rescoring's words")
     for r in rows:
@@ -153,6 +184,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=2, help="best of this many timed runs per cell")
     ap.add_argument("--setups", default="demo,large", help="which setups to run (comma-separated)")
     ap.add_argument("--json", help="also write the rows here")
+    ap.add_argument("--gpu-batch", type=int, default=0, metavar="B",
+                    help="also rescore on the GPU (device='cuda') in batches of B utterances (0: not)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -169,17 +202,23 @@ def main() -> int:
                               **options)
             small, big = wfst.load_graph(r.directory), wfst.load_graph(Path(args.graphs) / name)
             for emissions in PROFILES:
-                rows += compare("demo", name, small, big, LM, texts, token_set, emissions, DEMO, args.repeat)
+                rows += compare("demo", name, small, big, LM, texts, token_set, emissions, DEMO, args.repeat,
+                                args.gpu_batch)
         mem.append(memory("demo", LM, next(r for r in rows if r["decoder"] == "small + rescoring")))
     if "large" in setups:
         small, big, big_lm, texts = large_setup(out / "large")
-        rows += compare("large", "bpe_compact", small, big, big_lm, texts, "bpe", "noisy", LARGE, args.repeat)
+        rows += compare("large", "bpe_compact", small, big, big_lm, texts, "bpe", "noisy", LARGE, args.repeat,
+                        args.gpu_batch)
         print_tables(rows)
-        mem.append(memory("large", big_lm, rows[-2]))
+        mem.append(memory("large", big_lm, next(r for r in rows if r["setup"] == "large"
+                                                and r["decoder"] == "small + rescoring")))
     else:
         print_tables(rows)
-    print("GPU rows (rescoring speed on the GPU, bytes copied host->device per frame): "
-          + (f"see the CUDA benchmark ({gpu_name()})" if gpu_name() else "not measured: no GPU on this machine"))
+    if args.gpu_batch:
+        print(f"GPU rows: {gpu_name()}, batches of {args.gpu_batch} utterances of similar lengths")
+    else:
+        print("GPU rows: not asked (--gpu-batch 64 adds them on a machine with a GPU"
+              + (f": {gpu_name()})" if gpu_name() else "; this one has none)"))
     if args.json:
         Path(args.json).write_text(json.dumps(dict(machine=m, rows=rows, memory=mem), indent=2))
     return 0

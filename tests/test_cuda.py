@@ -101,16 +101,19 @@ def test_word_boosting_cuda_equals_cpu(tiny):
     assert_same(g, x, np.array([6, 5, 6]), boost=boost[2], beam=20.0, max_active=30, min_active=1)
 
 
-def test_calls_reuse_the_last_search_arrays_and_stay_exact(tiny):
-    """A decoder keeps its last search's arrays (and on a GPU its captured frame steps) and
-    reuses them for a search like it: shorter utterances and other boosts of the same table
-    size decode exactly as on a fresh decoder; another batch size or boost table gets new ones."""
+@pytest.mark.parametrize("graphs", [False, True], ids=["launches", "graphs"])
+def test_calls_reuse_the_last_search_arrays_and_stay_exact(tiny, graphs):
+    """A decoder keeps its last search's arrays (and with CUDA graphs its captured frame
+    steps, replayed in the simulator as the launches run again) and reuses them for a
+    search like it: shorter utterances and other boosts of the same table size decode
+    exactly as on a fresh decoder; another batch size or boost table gets new ones."""
     r = compile_graph(tiny / "g", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=tiny / "lexicon.txt",
                       word_boundary="|", topology="compact")
     g = wfst.load_graph(r.directory)
     config = dict(beam=20.0, max_active=30, min_active=1)
     x = random_log_probs(11, batch=2, frames=7, columns=5, sharpness=3.0)
     gpu = Decoder(g, device="cuda", **config)
+    gpu._backend.cuda_graphs = graphs
     calls = [(np.array([7, 5]), [{"ab": 3.0}, None]), (np.array([4, 6]), [None, {"ba": 1.0}]),
              (np.array([7, 7]), [{"ab": 3.0}, None])]
     bounds = []
@@ -118,6 +121,7 @@ def test_calls_reuse_the_last_search_arrays_and_stay_exact(tiny):
         assert_same(g, x, lengths, boost=boost, gpu=gpu, **config)
         bounds.append(gpu._backend._bound)
     assert bounds[0] is bounds[1] is bounds[2]  # reset and reused, not made again
+    assert (bounds[0].graphs is not None) == graphs
     assert_same(g, x[:1], np.array([7]), gpu=gpu, **config)
     assert gpu._backend._bound is not bounds[0]  # another batch size
 
@@ -288,11 +292,14 @@ def test_lattices_cuda_with_boosts_phrases_and_rescoring(small_graph):
 
 # ---------------------------------------------------------------------- streams
 
-def assert_streams_same(graph, x, lengths, boost=None, seed=0, **config):
+def assert_streams_same(graph, x, lengths, boost=None, seed=0, graphs=False, **config):
     """Every utterance as a stream on both backends, chunked alike at random (0-3 frames,
     random subsets per call): after each call the same partial results and endpoint
-    readings, and at the end the offline CPU decode's results."""
+    readings, and at the end the offline CPU decode's results.  graphs: frame steps
+    replayed as CUDA graphs (in the simulator, the captured launches run again on the
+    arrays they were captured with, as a graph's kernels would)."""
     cpu, gpu = Decoder(graph, device="cpu", **config), Decoder(graph, device="cuda", **config)
+    gpu._backend.cuda_graphs = graphs
     want = cpu.decode(x, lengths, boost=boost)
     boosts = boost if isinstance(boost, list) else [boost] * len(lengths)
     pairs = [(cpu.stream(boost=b), gpu.stream(boost=b)) for b in boosts]
@@ -331,15 +338,17 @@ def test_streams_cuda_equal_cpu_and_offline(config):
         assert gpu._backend._lanes.capacity > 3  # a frame overflowed: the lanes grew mid-stream
 
 
-def test_streams_cuda_with_boosts_phrases_and_rescoring(small_graph):
+@pytest.mark.parametrize("graphs", [False, True], ids=["launches", "graphs"])
+def test_streams_cuda_with_boosts_phrases_and_rescoring(small_graph, graphs):
     g, lms = small_graph
     x = random_log_probs(5, batch=3, frames=8, columns=5, sharpness=1.5)
     boost = [{"ab": 2.0}, None, {"ab ba": 2.0, "ba": 0.5}]
-    assert_streams_same(g, x, np.array([8, 7, 8]), boost=boost, seed=2, beam=20.0, max_active=40, min_active=1,
-                        token_capacity=128, **lms)
+    assert_streams_same(g, x, np.array([8, 7, 8]), boost=boost, seed=2, graphs=graphs, beam=20.0, max_active=40,
+                        min_active=1, token_capacity=128, **lms)
 
 
-def test_streams_cuda_lanes_commit_grow_and_are_reused(tiny, monkeypatch):
+@pytest.mark.parametrize("graphs", [False, True], ids=["launches", "graphs"])
+def test_streams_cuda_lanes_commit_grow_and_are_reused(tiny, monkeypatch, graphs):
     """More streams than lanes (the workspace grows), commits of the stable prefix written
     back to the lanes (after a call once 16 backpointers are stored; before a call when its
     chunk would not fit the lane's 12 step rows, which also grow), and a finished stream's
@@ -354,8 +363,9 @@ def test_streams_cuda_lanes_commit_grow_and_are_reused(tiny, monkeypatch):
     x = random_log_probs(9, batch=6, frames=14, columns=5, sharpness=3.0)
     lengths = np.array([14, 12, 14, 9, 13, 14])
     config = dict(beam=12.0, max_active=20, min_active=1)
-    gpu = assert_streams_same(g, x, lengths, seed=4, **config)
+    gpu = assert_streams_same(g, x, lengths, seed=4, graphs=graphs, **config)
     lanes = gpu._backend._lanes
+    assert (lanes._graphs is not None) == graphs  # captured once the lanes stopped growing
     assert lanes.L >= 6 and all(ref is None for ref in lanes.lanes)
     kept = gpu.stream()
     assert kept._state.lane == 0

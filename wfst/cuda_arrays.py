@@ -46,7 +46,9 @@ class SearchStream:
     search(stream, capture) after the work queued on the default stream (the arrays the
     search reads), waits for it and adds its GPU time (CUDA events, first kernel to last)
     to `seconds`; `capture` turns a function that launches kernels into a replayable CUDA
-    graph (None without cuda_graphs).  The simulator calls search(0, None)."""
+    graph (None without cuda_graphs).  The simulator calls search(0, capture) with a
+    capture that keeps the launches themselves, to be run again on the same arrays as a
+    replayed graph would (cuda_graphs is off there unless a test turns it on)."""
 
     def __init__(self):
         self.stream = None  # the CuPy stream
@@ -54,7 +56,7 @@ class SearchStream:
 
     def run(self, search, cuda_graphs: bool):
         if SIMULATOR:
-            return search(0, None)
+            return search(0, (lambda launches: launches) if cuda_graphs else None)
         xp = array_module()
         if self.stream is None:
             self.stream = xp.cuda.Stream(non_blocking=True)

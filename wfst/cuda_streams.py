@@ -92,6 +92,7 @@ class StreamLanes:
         self.lanes: list = []  # per lane: a weak reference to its CudaStream, or None (free)
         self.ws_x = self.ws = None
         self._x = None  # the launch buffer (lanes, steps, V)
+        self._graphs = None  # (key, the arrays held, the two frame steps as CUDA graphs): _run_steps
         self._build(_FIRST_LANES, self.capacity, self.rows)
 
     # ------------------------------------------------------------------ lanes
@@ -109,6 +110,7 @@ class StreamLanes:
         from wfst.kernels import cuda as K
 
         xp, old, old_L = self.xp, self.ws_x, self.L
+        self._graphs = None  # they hold the old arrays
         P = rows * self.bp_per_frame
         ws = self.backend.workspace_arrays(L, rows, P, capacity)
         ws = ws._replace(u=ws.u._replace(lengths=xp.zeros(L, np.int64)))
@@ -176,14 +178,46 @@ class StreamLanes:
                          (ws.u.fallbacks, 0), (ws.u.keep, -1), (ws.u.reached_final, 0)):
             a[lane] = value
 
-    def _steps(self, x):
+    def _steps(self, x, stream=0):
         from wfst.kernels import cuda as K
 
         b = self.backend
         launch = K.Launch(self.L, b.block, b.flat_blocks, b.block if SIMULATOR else 256,
                           b.block if SIMULATOR else K.SCAN_BLOCK, 1 if SIMULATOR else 64)
         return K.Steps(launch, self.ws, self.settings, b.csr, Acoustics(on_device(x), on_device(self._costs)),
-                       self.boosts, self.context, b._arc_cache(self.lm_slots), self.capacity, self.with_contexts)
+                       self.boosts, self.context, b._arc_cache(self.lm_slots), self.capacity, self.with_contexts,
+                       stream)
+
+    def _run_steps(self, x, S: int) -> None:
+        """Frame steps 0 .. S - 1 of the lanes taking part (u.first, u.lengths, the frame in
+        ws.clock), on the backend's search stream.  With CUDA graphs the two steps (the
+        token buffers alternate) are captured once and replayed for as long as the arrays
+        they hold the addresses of are the ones in use: a step of a dozen kernels launched
+        one by one costs ~5 ms of Numba's host work (the offline search measured it), a
+        replay a few microseconds."""
+        held = (x, self.ws_x, self._costs, self.boosts, self.context, self.backend._arc_cache(self.lm_slots))
+        key = (self.capacity, self.with_contexts, self.lm_slots)
+
+        def search(stream, capture):
+            steps = self._steps(x, stream)
+            graphs = None
+            if capture is not None:
+                if self._graphs is not None and self._graphs[0] == key and all(
+                        a is b for a, b in zip(self._graphs[1], held)):
+                    graphs = self._graphs[2]
+                else:
+                    self._graphs = None  # what the old steps hold may go
+                    graphs = [capture(lambda: steps.step(0)), capture(lambda: steps.step(1))]
+            for t in range(S):
+                if graphs:
+                    graphs[t % 2]()
+                else:
+                    steps.step(t % 2)
+            return graphs
+
+        graphs = self.backend._run(search)
+        if graphs is not None and self._graphs is None:
+            self._graphs = (key, held, graphs)
 
     def _launch_buffer(self, steps: int):
         if self._x is None or self._x.shape[0] != self.L or self._x.shape[1] < steps:
@@ -286,9 +320,7 @@ class StreamLanes:
         u.lengths[...] = xp.asarray(lengths)
         self.ws_x.clock[...] = 0
         before = _read(u.steps)
-        steps = self._steps(x_all)
-        for t in range(S):
-            steps.step(t % 2)
+        self._run_steps(x_all, S)
         status, after = _read(u.status), _read(u.steps)
         again, overflows = [], set()
         for s, x in work:

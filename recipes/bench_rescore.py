@@ -52,16 +52,18 @@ GPU_ROW = "small + rescoring, GPU"
 
 
 def timed(decoder, x, lengths, repeat, batch=None):
-    """(results, best seconds of `repeat` runs, tokens per frame, LM counters of the best run).
-    With a batch (the GPU), utterances go in batches of similar lengths, as an offline job
-    would give them, timed by the wall clock around the calls; results in the input order."""
+    """(results, best seconds of `repeat` runs, tokens per frame, LM counters of the best run;
+    batched: of its last call).  With a batch (the GPU), utterances go in batches of similar
+    lengths, as an offline job would give them, timed by the wall clock around the calls;
+    results in the input order."""
     decoder.decode(x[:1], lengths[:1])  # compile
     order = np.argsort(lengths, kind="stable") if batch else np.arange(len(lengths))
+    size = batch or len(lengths)
     best, results, lm = None, None, {}
     for _ in range(repeat):
         out, seconds, tokens = [None] * len(lengths), 0.0, 0.0
-        for i in range(0, len(lengths), batch or len(lengths)):
-            part = order[i:i + (batch or len(lengths))]
+        for i in range(0, len(lengths), size):
+            part = order[i:i + size]
             t0 = time.perf_counter()
             got = decoder.decode(x[part], lengths[part])
             seconds += time.perf_counter() - t0 if batch else decoder.stats.seconds

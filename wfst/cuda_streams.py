@@ -92,7 +92,7 @@ class StreamLanes:
         self.lanes: list = []  # per lane: a weak reference to its CudaStream, or None (free)
         self.ws_x = self.ws = None
         self._x = None  # the launch buffer (lanes, steps, V)
-        self._graphs = None  # (key, the arrays held, the two frame steps as CUDA graphs): _run_steps
+        self._graphs = None  # (the arrays held, the two frame steps as CUDA graphs): _run_steps
         self._build(_FIRST_LANES, self.capacity, self.rows)
 
     # ------------------------------------------------------------------ lanes
@@ -195,29 +195,22 @@ class StreamLanes:
         they hold the addresses of are the ones in use: a step of a dozen kernels launched
         one by one costs ~5 ms of Numba's host work (the offline search measured it), a
         replay a few microseconds."""
+        # what a step holds; capacity, contexts and cache size change only with one of them
         held = (x, self.ws_x, self._costs, self.boosts, self.context, self.backend._arc_cache(self.lm_slots))
-        key = (self.capacity, self.with_contexts, self.lm_slots)
 
         def search(stream, capture):
             steps = self._steps(x, stream)
-            graphs = None
-            if capture is not None:
-                if self._graphs is not None and self._graphs[0] == key and all(
-                        a is b for a, b in zip(self._graphs[1], held)):
-                    graphs = self._graphs[2]
-                else:
-                    self._graphs = None  # what the old steps hold may go
-                    graphs = [capture(lambda: steps.step(0)), capture(lambda: steps.step(1))]
-            for t in range(S):
-                if graphs:
-                    graphs[t % 2]()
-                else:
+            if capture is None:
+                for t in range(S):
                     steps.step(t % 2)
-            return graphs
+                return
+            if self._graphs is None or any(a is not b for a, b in zip(self._graphs[0], held)):
+                self._graphs = None  # what the old steps hold may go first
+                self._graphs = (held, [capture(lambda: steps.step(0)), capture(lambda: steps.step(1))])
+            for t in range(S):
+                self._graphs[1][t % 2]()
 
-        graphs = self.backend._run(search)
-        if graphs is not None and self._graphs is None:
-            self._graphs = (key, held, graphs)
+        self.backend._run(search)
 
     def _launch_buffer(self, steps: int):
         if self._x is None or self._x.shape[0] != self.L or self._x.shape[1] < steps:

@@ -81,6 +81,22 @@ def test_fltop_fallback_cuda_equals_cpu(tiny):
     assert gpu.stats.fltop_fallbacks > 0 and all(r.words or r.reached_final for r in got)
 
 
+def test_dead_search_cuda_equals_cpu(tiny):
+    """An utterance whose tokens all die (one random non-blank column a frame, which the
+    lexicon cannot spell) has cost +inf on both backends; the others decode as usual."""
+    r = compile_graph(tiny / "g", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=tiny / "lexicon.txt",
+                      word_boundary="|", topology="compact")
+    g = wfst.load_graph(r.directory)
+    x = random_log_probs(9, batch=3, frames=12, columns=5, sharpness=3.0)
+    letters = [c for c in range(5) if c != g.tokens.blank]
+    x[1] = -np.inf
+    x[1, np.arange(12), np.random.default_rng(0).choice(letters, 12)] = 0.0
+    with pytest.warns(UserWarning, match="no path"):
+        gpu, got = assert_same(g, x, np.array([12, 12, 9]), beam=20.0, max_active=30, min_active=1)
+    assert gpu.stats.no_path == (1,) and got[1].cost == np.inf
+    assert np.isfinite(got[0].cost) and np.isfinite(got[2].cost)
+
+
 def test_tiny_tlg_with_backoff_epsilons_cuda_equals_cpu(tiny):
     r = compile_graph(tiny / "g", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=tiny / "lexicon.txt",
                       word_boundary="|", topology="compact")

@@ -252,8 +252,8 @@ def fltop_reference(log_probs: np.ndarray, top_n: int | None, rel: float, blank:
 
 
 def dead(result) -> bool:
-    """A search in which every token died: no path at all (a live one has acoustic costs)."""
-    return result.words == () and not result.reached_final and result.acoustic_cost == 0 == result.graph_cost
+    """A search in which every token died: no path reads all its frames."""
+    return result.acoustic_cost == np.inf and result.cost == np.inf and not result.reached_final
 
 
 def with_fallback(decoder, x, pruned, T):
@@ -271,6 +271,7 @@ def with_fallback(decoder, x, pruned, T):
     return mixed, fallbacks
 
 
+@pytest.mark.filterwarnings("ignore:.*have no path:UserWarning")  # the reference's dead searches
 @pytest.mark.parametrize("top_n,rel,blankless", [(1, 0.0, False), (2, 0.0, False), (4, 7e-3, False),
                                                  (None, 5e-2, False), (8, 1e-3, False), (3, 1.0, False),
                                                  (4, 7e-3, True), (3, 1.0, True)])
@@ -355,12 +356,17 @@ def test_bad_inputs_name_the_problem(tiny_decoder):
             d.decode(inputs, lengths)
     y = x.copy()
     y[2, 4, 1] = np.nan
-    with pytest.raises(DecodeInputError, match="utterance 2: log_probs has NaN"):
+    with pytest.raises(DecodeInputError, match="utterance 2: log_probs at frame 4 has NaN or"):
         d.decode(y)
     d.decode(y, np.array([6, 6, 4]))  # the NaN lies beyond utterance 2's length: fine
     y[1, 0, 0] = np.inf
-    with pytest.raises(DecodeInputError, match="utterance 1"):
+    with pytest.raises(DecodeInputError, match=r"utterance 1: log_probs at frame 0 has NaN or \+inf \(2 utt"):
         d.decode(y)
+    z = x.copy()
+    z[1, 3] = -np.inf  # no token can be read there: no path passes frame 3
+    with pytest.raises(DecodeInputError, match="utterance 1: log_probs at frame 3 has -inf in every column"):
+        d.decode(z)
+    d.decode(z, np.array([6, 3, 6]))  # beyond utterance 1's length: fine
 
 
 def test_edge_inputs_are_handled(tiny_decoder):
@@ -376,6 +382,29 @@ def test_edge_inputs_are_handled(tiny_decoder):
     y[0, 2, 3] = -np.inf  # probability zero is a valid posterior
     assert len(d.decode(y)) == 3
     assert d.decode(x[:0]) == []
+
+
+@pytest.mark.parametrize("lattice", [False, True])
+def test_a_search_whose_tokens_all_die_says_so(demo, demo_graphs, lattice):
+    """Emissions that the graph cannot spell (a random letter a frame, blank impossible)
+    leave no token alive: the result has no words, cost +inf, a warning names it and
+    stats.no_path lists it; its neighbours in the batch decode as they would alone."""
+    path, kw = demo_graphs["char_compact"]
+    g = wfst.load_graph(path)
+    _, x, lengths = demo_emissions(demo, g, kw, count=2)
+    rng = np.random.default_rng(0)
+    spelled = np.full(x.shape[1:], -np.inf, np.float32)
+    letters = [c for c in range(g.tokens.num_columns) if c != g.tokens.blank]
+    spelled[np.arange(x.shape[1]), rng.choice(letters, x.shape[1])] = 0.0
+    batch = np.stack([x[0], spelled, x[1]])
+    lens = np.array([lengths[0], x.shape[1], lengths[1]])
+    dec = Decoder(g, lattice_beam=4.0 if lattice else None)
+    with pytest.warns(UserWarning, match=r"1 utterance\(s\) have no path .*\(utterance 1\)"):
+        got = dec.decode(batch, lens)
+    assert dec.stats.no_path == (1,)
+    assert got[1].words == () and got[1].cost == np.inf and not got[1].reached_final
+    assert [got[0], got[2]] == dec.decode(x, lengths) and dec.stats.no_path == ()
+    assert all(np.isfinite(r.cost) for r in (got[0], got[2]))
 
 
 def test_torch_input_if_available(tiny_decoder):

@@ -256,10 +256,13 @@ def test_bad_stream_input_is_refused_before_any_stream_moves(demo, demo_graphs):
     good = x[0, :10]
     bad = good.copy()
     bad[3, 2] = np.nan
+    empty = good.copy()
+    empty[5] = -np.inf
     cases = [([s, t], [good], "2 streams but 1 chunks"),
              ([s, t], [good, good[:, :-1]], "stream 1: a chunk must have shape"),
              ([s, t], [good, good.astype(np.float64)], "stream 1: a chunk must be float32"),
              ([s, t], [good, bad], "stream 1: chunk frame 3 has NaN"),
+             ([s, t], [empty, good], "stream 0: chunk frame 5 has -inf in every column"),
              ([s, other.stream()], [good, good], "stream 1 belongs to another Decoder"),
              ([s, s], [good, good], "stream 1 is given twice"),
              ([s, "s"], [good, good], "item 1 is a str")]
@@ -267,6 +270,10 @@ def test_bad_stream_input_is_refused_before_any_stream_moves(demo, demo_graphs):
         with pytest.raises(DecodeInputError, match=message):
             dec.advance(streams, chunks)
         assert s.frames == 0
+    masked = good.copy()
+    masked[5, :-1] = -np.inf  # probability zero for all but one column: a valid frame
+    dec.advance([s], [masked])
+    assert s.frames == 10
     dec.finish([t])
     with pytest.raises(DecodeInputError, match="stream 0 was finished"):
         dec.advance([t], [good])

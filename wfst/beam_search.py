@@ -166,7 +166,7 @@ class CtcBeamDecoder:
         gpu = self._gpu
         x = gpu.to_batch(log_probs) if gpu else host_array(log_probs)
         lengths = check_batch(x, lengths, self.tokens.num_columns)
-        check_finite(gpu.nonfinite_rows(x, lengths) if gpu else nonfinite_rows(np, x, lengths))
+        check_finite(gpu.nonfinite_rows(x, lengths) if gpu else nonfinite_rows(np, x, lengths), x, lengths)
         B = len(lengths)
         per_utt = self._phrases_per_utterance(phrases, B)
         built: dict[int, object] = {}

@@ -33,7 +33,7 @@ from .errors import DecodeInputError, DecoderMemoryError, MissingFileError, Opti
 from .graph import Graph, load_graph
 from .inputs import check_batch, check_finite, first_nonfinite_chunk
 from .lattice import Lattice, PathScorer
-from .results import EMPTY_RESULT, DecodeResult, DecodeStats, path_result
+from .results import EMPTY_RESULT, DecodeResult, DecodeStats, no_path, path_result
 from .stream import EndpointConfig, Partial, Stream
 
 
@@ -127,7 +127,7 @@ class Decoder:
             self.stats = DecodeStats(len(results), frames, time.perf_counter() - start,
                                      sum(p.survivors for p in paths.values()) / frames if frames else 0.0,
                                      regrowths, sum(p.fallbacks for p in paths.values()), boosts.unknown, lm,
-                                     self._backend.device_seconds - device_before)
+                                     self._backend.device_seconds - device_before, no_path(results, "utterance"))
             return results
 
     @staticmethod
@@ -183,7 +183,7 @@ class Decoder:
             arrays.append(x)
             contextual = contextual or s._phrases.num_states > 1
         if (bad := first_nonfinite_chunk(arrays)) is not None:
-            raise DecodeInputError(f"stream {bad[0]}: chunk frame {bad[1]} has NaN or +inf")
+            raise DecodeInputError(f"stream {bad[0]}: chunk frame {bad[1]} {bad[2]}")
         with self._lock:
             start = time.perf_counter()
             lm_before = self._backend.counters() if contextual else None
@@ -210,6 +210,7 @@ class Decoder:
                 s._final_rule = s.endpoint_rule
                 s.finished = True
                 s._state = _FinishedState(s.frames)
+        no_path(results, "stream")
         return results
 
     def _partial(self, s: Stream) -> Partial:
@@ -258,7 +259,7 @@ class Decoder:
                     raise DecodeInputError(f"utterance {b}: {automaton.num_states} phrase-automaton states x "
                                            f"{self.rescorer.big.num_states} LM states do not fit a token's 31-bit "
                                            f"context; boost fewer phrases per utterance")
-        check_finite(self._backend.nonfinite_rows(x, lengths))
+        check_finite(self._backend.nonfinite_rows(x, lengths), x, lengths)
         lattice = None if self.config.lattice_beam is None else (self.config.lattice_beam, self.config.prune_interval)
         return BatchPlan(x, lengths, boosts, self.rescorer, self._settings, self._capacity, lattice)
 

@@ -7,6 +7,7 @@ for both.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -16,7 +17,10 @@ from .symbols import column_of_ilabel
 
 @dataclasses.dataclass(frozen=True)
 class DecodeResult:
-    """The best path of one utterance.  cost = acoustic_cost + graph_cost + boost_cost + rescore_cost."""
+    """The best path of one utterance.  cost = acoustic_cost + graph_cost + boost_cost + rescore_cost.
+    Where no path reads every frame (every token died: the graph can follow none of a
+    frame's columns with a finite log-prob), acoustic_cost and cost are +inf, reached_final
+    is False and the words are those committed before (a stream's; none offline)."""
 
     words: tuple[str, ...]
     word_ids: tuple[int, ...]
@@ -98,6 +102,18 @@ class DecodeStats:
     boost_unknown: tuple = ()  # (utterance, word) boosted but not in the graph's vocabulary
     lm: dict = dataclasses.field(default_factory=dict)  # with rescoring: LM memory and lookups (backend lm_report)
     device_seconds: float = 0.0  # GPU: from each search's first kernel to its last (CUDA events); CPU: 0
+    no_path: tuple = ()  # utterances in which every token died (cost +inf; see DecodeResult)
+
+
+def no_path(results, what: str) -> tuple[int, ...]:
+    """The indices of results in which every token died, with a warning that names them."""
+    dead = tuple(i for i, r in enumerate(results) if r.num_frames and r.acoustic_cost == float("inf"))
+    if dead:
+        warnings.warn(f"{len(dead)} {what}(s) have no path through all their frames ({what} "
+                      f"{', '.join(map(str, dead[:5]))}{', ...' if len(dead) > 5 else ''}): every token died at a "
+                      f"frame whose columns with a finite log-prob the graph cannot follow; their results have "
+                      f"cost inf and no words from there on", stacklevel=3)
+    return dead
 
 
 class TracedPath(NamedTuple):
@@ -179,6 +195,8 @@ def path_result(graph, config, path: TracedPath, num_frames: int, boost: dict, p
 def part_result(graph, part: PathPart, acoustic_cost: float, reached_final: bool, num_frames: int, boost: dict,
                 phrases, rescorer) -> DecodeResult:
     """The DecodeResult of a whole path's PathPart and acoustic cost (see path_result)."""
+    if part.last_frame < num_frames - 1:  # the search died: no path reads the later frames
+        acoustic_cost, reached_final = float("inf"), False
     graph_cost = part.weights
     if reached_final:
         graph_cost += float(graph.final[part.end_state if part.end_state >= 0 else graph.start])

@@ -205,10 +205,11 @@ def new_tokens(capacity: int) -> Tokens:
 
 
 def new_workspace(capacity: int) -> Workspace:
-    """A workspace of `capacity` token slots (the unused GPU-only fields have one entry)."""
+    """A workspace of `capacity` token slots (the unused GPU-only fields have one entry; the
+    hash table's stamp and count serve the CPU's table sizing, _table_for)."""
     C, H, i32 = capacity, hash_slots(capacity), np.int32
     ht = HashTable(np.full(H, EMPTY_KEY, np.int64), np.empty(H, np.uint64), np.empty(H, i32), np.empty(H, i32),
-                   np.empty(1, i32), np.empty(1, i32))
+                   np.empty(C, i32), np.full(1, H - 1, np.int64))
     tl = new_tokens(C)
     sv = Survivors(np.empty(C, i32), np.empty(C, i32), np.empty(C, np.float32), np.empty(C, i32),
                    np.empty(1, np.int64), np.empty(1, i32))
@@ -249,6 +250,7 @@ def _recombine(state, ctx, cost, prev, arc, pctx, ht, tl, n, context):
     key = np.int64(state)
     if context is not None:
         key = token_key(state, ctx)
+        mask = ht.count[0]  # the slots in use (see _table_for)
     slot = hash_slot(key, mask)
     candidate = pack(cost, arc)
     while True:
@@ -268,6 +270,11 @@ def _recombine(state, ctx, cost, prev, arc, pctx, ht, tl, n, context):
         if k == EMPTY_KEY:
             if n == tl.state.shape[0]:
                 return -1, n, False
+            if context is not None and 2 * (n + 1) > mask + 1 and mask < ht.key.shape[0] - 1:
+                mask = _grow_table(ht, tl, n)  # more than half full: twice the slots (the key is new)
+                slot = hash_slot(key, mask)
+                while ht.key[slot] != EMPTY_KEY:
+                    slot = (slot + 1) & mask
             ht.key[slot] = key
             ht.tok[slot] = n
             ht.val[slot] = candidate
@@ -281,6 +288,53 @@ def _recombine(state, ctx, cost, prev, arc, pctx, ht, tl, n, context):
                 ht.pctx[slot] = pctx
             return n, n + 1, True
         slot = (slot + 1) & mask
+
+
+_MIN_SLOTS = 64  # the first frames grow it: a search with a context tests the growth
+
+
+@njit(inline="always")
+def _mask_for(n, slots):
+    """The mask of the first slots of a table of `slots` to use for n keys: a power of two
+    >= 4 x n (at least _MIN_SLOTS), at most all of them."""
+    size = _MIN_SLOTS
+    while size < 4 * n and size < slots:
+        size *= 2
+    return min(size, slots) - 1
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def _table_for(ht, n):
+    """With a context, a frame's tokens are recombined in the first slots of the hash table
+    only, sized for the last frame's n tokens (ht.count[0]: their mask) and doubled when
+    half full (_grow_table).  A search with a context has few thousand tokens a frame in a
+    table sized for its worst frame (2^17 slots on the large rescoring setup), and the
+    probes of a table that fits the cache wait less."""
+    ht.count[0] = _mask_for(n, ht.key.shape[0])
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def _grow_table(ht, tl, n):
+    """Twice the slots in use for the frame's n tokens: their keys rehashed (a key's best
+    (cost, arc) is its token's; its tie-break is held meanwhile in ht.stamp).  Returns the
+    new mask."""
+    mask = 2 * ht.count[0] + 1
+    for j in range(n):
+        s = tl.slot[j]
+        ht.stamp[j] = ht.pctx[s]
+        ht.key[s] = EMPTY_KEY
+    for j in range(n):
+        key = token_key(tl.state[j], tl.ctx[j])
+        slot = hash_slot(key, mask)
+        while ht.key[slot] != EMPTY_KEY:
+            slot = (slot + 1) & mask
+        ht.key[slot] = key
+        ht.val[slot] = pack(tl.cost[j], tl.arc[j])
+        ht.tok[slot] = j
+        ht.pctx[slot] = ht.stamp[j]
+        tl.slot[j] = slot
+    ht.count[0] = mask
+    return mask
 
 
 @njit(nogil=True, cache=True, _nrt=False)
@@ -349,8 +403,9 @@ def _word_step(cost, ctx, word, context, memo):
 
 @njit(nogil=True, cache=True, _nrt=False)
 def _group_by_state(sv, ns, sg):
-    """Map each survivor's state to the state's cheapest survivor (ties: the first), in sg."""
-    mask = sg.key.shape[0] - 1
+    """Map each survivor's state to the state's cheapest survivor (ties: the first), in sg
+    (in its first slots only, sized for ns keys: see _table_for)."""
+    mask = _mask_for(ns, sg.key.shape[0])
     for i in range(ns):
         s = sv.state[i]
         slot = hash_slot(s, mask)
@@ -667,6 +722,7 @@ def begin(graph, boosts, context, memo, ws, lat):
     start_ctx = np.int32(0)
     if context is not None:
         start_ctx = context.start[0]
+    _table_for(ws.ht, 0)
     _, n, _ = _recombine(graph.start, start_ctx, np.float32(0.0), NO_TOKEN, NO_ARC, start_ctx, ws.ht, ws.tl, 0,
                          context)
     return _closure(np.float32(np.finfo(np.float32).max), n, graph, boosts, context, memo, ws.ht, ws.tl, ws.stack,
@@ -712,6 +768,7 @@ def _store(ws, n, keep, cutoff, last, prev, arc, stored, lat):
                 sv.gid[ns] = gid[j]
                 ns += 1
         ht.key[tl.slot[j]] = EMPTY_KEY
+    _table_for(ht, n)
     return prev, arc, stored, ns
 
 

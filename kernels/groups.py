@@ -76,8 +76,8 @@ class HashTable(NamedTuple):
     val: np.ndarray  # uint64 best common.pack(cost, arc id) reaching the key
     tok: np.ndarray  # int32 the key's token index (-1: not listed yet)
     pctx: np.ndarray  # int32 predecessor's ctx of the best (the last tie-break)
-    stamp: np.ndarray  # int32 closure round that last queued the slot (GPU; the CPU uses a stack)
-    count: np.ndarray  # (B,) keys inserted, to detect overflow (GPU; the CPU counts tokens)
+    stamp: np.ndarray  # int32 closure round that last queued the slot (GPU); CPU: tie-breaks while the table grows
+    count: np.ndarray  # (B,) keys inserted, to detect overflow (GPU); CPU: (1,) the mask of the slots in use
 
 
 class Survivors(NamedTuple):

@@ -133,6 +133,7 @@ def test_malformed_arpa_names_file_and_line(tiny, tmp_path, old, new, message):
     ("-0.45\ta cab", "x\ta cab", r"bad.arpa:22: not a number"),
     ("-0.45\ta cab", "-0.45\tab ba", r"bad.arpa:22: 2-gram 'ab ba' listed twice"),
     ("-0.45\ta cab", "-0.45\ta zz", r"bad.arpa:22: word 'zz' is not a unigram"),
+    ("-0.45\ta cab", "0.45\ta cab", r"bad.arpa:22: positive log10 probability 0.45 \(a probability above 1\)"),
 ])
 def test_malformed_arpa_for_the_lm_store(tiny, old, new, message):
     with pytest.raises(InputFileError, match=message):

@@ -122,6 +122,10 @@ def test_cache_follows_the_fst(tmp_path):
     assert load_graph(d).num_arcs == 6
     (d / "TLG.csr.npz").write_bytes(b"garbage")  # a damaged cache is rebuilt, not trusted
     assert load_graph(d).num_arcs == 6
+    whole = (d / "TLG.csr.npz").read_bytes()
+    (d / "TLG.csr.npz").write_bytes(whole[:len(whole) // 2])  # half written (a full disk): rebuilt too
+    assert load_graph(d).num_arcs == 6
+    assert (d / "TLG.csr.npz").read_bytes() == whole
 
 
 def test_missing_and_corrupt_graphs(tmp_path):
@@ -142,6 +146,10 @@ def test_missing_and_corrupt_graphs(tmp_path):
     (d3 / "words.txt").write_text("<eps> 0\n")
     with pytest.raises(GraphFormatError, match="output label 1, but words.txt has ids 0..0"):
         load_graph(d3)
+    d4 = riva_style_dir(tmp_path / "z")
+    (d4 / "graph.json").write_text("[]")
+    with pytest.raises(GraphFormatError, match=r"graph.json: not a JSON object \(found a list\)"):
+        load_graph(d4)
 
 
 def test_unwritable_directory_still_loads(tmp_path, monkeypatch):

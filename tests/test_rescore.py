@@ -64,17 +64,26 @@ def test_damaged_store_files_are_refused(tmp_path):
     good = save_lm(read_arpa(tmp_path / "lm.arpa"), tmp_path / "good.lmstore").read_bytes()
     with pytest.raises(MissingFileError):
         load_lm(tmp_path / "absent.lmstore")
-    cases = {"magic": (b"NOTASTORE" + good[9:], "not an LM store"),
-             "truncated": (good[:-64], "truncated"),
-             "header": (good[:17] + b"}}}" + good[20:], "damaged header"),
-             "offsets": None}
-    body = bytearray(good)
     import json
     n = int(np.frombuffer(good[8:16], np.uint64)[0])
     meta = json.loads(good[16:16 + n])
-    start = -(-(16 + n) // 64) * 64 + meta["arrays"]["offsets"]["offset"]
-    body[start + 8:start + 16] = np.int64(10**6).tobytes()  # offsets[1] far out of range
-    cases["offsets"] = (bytes(body), "damaged store")
+
+    def patched(name: str, i: int, value) -> bytes:
+        """The store with element i of array `name` set to value."""
+        spec = meta["arrays"][name]
+        at = -(-(16 + n) // 64) * 64 + spec["offset"] + i * np.dtype(spec["dtype"]).itemsize
+        value = np.array(value, spec["dtype"]).tobytes()
+        return good[:at] + value + good[at + len(value):]
+
+    deep = int(np.argmax(read_arpa(tmp_path / "lm.arpa").depth))  # a state whose backoff chain has two steps
+    cases = {"magic": (b"NOTASTORE" + good[9:], "not an LM store"),
+             "truncated": (good[:-64], "truncated"),
+             "header": (good[:17] + b"}}}" + good[20:], "damaged header"),
+             "offsets": (patched("offsets", 1, 10**6), "damaged store: offsets are not a CSR index"),
+             # each would hang every walk of the chain, or give wrong words without a word of warning
+             "cycle": (patched("backoff", deep, deep), "damaged store: a backoff chain that does not end at the root"),
+             "nan_backoff": (patched("bo_weight", 1, np.nan), "damaged store: NaN or infinite backoff costs"),
+             "negative": (patched("weights", 0, -1e30), r"damaged store: NaN or negative word costs")}
     for name, (data, message) in cases.items():
         (tmp_path / f"{name}.lmstore").write_bytes(data)
         with pytest.raises(LmStoreError, match=message):
@@ -139,6 +148,8 @@ def test_graph_lm_is_found_through_graph_json(small_graph):
     small.write_text(small.read_text() + "\n")
     with pytest.raises(wfst.WfstError, match="changed since the graph was built"):
         Decoder(g, rescore_lm=big)
+    with pytest.warns(UserWarning, match=r"graph_lm= .*small.arpa is not the file the graph was built with"):
+        Decoder(g, rescore_lm=big, graph_lm=small)  # given: it may hold the same n-grams (gzipped, say)
     small.unlink()
     with pytest.raises(MissingFileError, match="graph_lm="):
         Decoder(g, rescore_lm=big)

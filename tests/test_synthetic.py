@@ -266,3 +266,15 @@ def test_load_errors(tmp_path):
     np.savez(tmp_path / "bad.npz", log_probs=np.zeros((2, 3, 4), np.float32), lengths=np.array([3, 4]))
     with pytest.raises(InputFileError, match=r"bad.npz: lengths must be in \[0, 3\], got 3..4"):
         load_npz(tmp_path / "bad.npz")
+    whole = (tmp_path / "other.npz").read_bytes()  # a zip cut short, or one bit flipped: the zip module's errors
+    (tmp_path / "cut.npz").write_bytes(whole[:len(whole) // 2])
+    flipped = bytearray(whole)
+    flipped[whole.index(b"log_probs.npy") + 200] ^= 1
+    (tmp_path / "flipped.npz").write_bytes(bytes(flipped))
+    for name in ("cut", "flipped"):
+        with pytest.raises(InputFileError, match=f"{name}.npz: not a readable .npz file"):
+            load_npz(tmp_path / f"{name}.npz")
+    np.savez(tmp_path / "flag.npz", log_probs=np.zeros((2, 3, 4), np.float32), lengths=np.array([3, 3]),
+             synthetic=np.array([1, 0]))
+    with pytest.raises(InputFileError, match=r"flag.npz: 'synthetic' must be one bool, got int64 of shape \(2,\)"):
+        load_npz(tmp_path / "flag.npz")

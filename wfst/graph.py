@@ -19,6 +19,7 @@ import json
 import os
 import struct
 import warnings
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -209,7 +210,7 @@ def _read_csr_cache(cache: Path, key: np.ndarray) -> dict | None:
             if not np.array_equal(z["key"], key):
                 return None
             return {name: z[name] for name in (*_ARRAYS, "start")}
-    except (OSError, KeyError, ValueError, EOFError):
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):  # damaged (a half-written copy): rebuilt
         return None
 
 
@@ -265,6 +266,8 @@ def load_graph(path: str | os.PathLike, *, use_cache: bool = True) -> Graph:
             info = json.loads(info_path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise GraphFormatError(f"{info_path}: not valid JSON ({e})") from None
+        if not isinstance(info, dict):
+            raise GraphFormatError(f"{info_path}: not a JSON object (found a {type(info).__name__})")
         if info.get("blank_column") is not None and info["blank_column"] != tokens.blank:
             raise GraphFormatError(f"{info_path} says the blank is column {info['blank_column']}, "
                                    f"{tokens_path} says {tokens.blank}")

@@ -122,6 +122,9 @@ def read_arpa(path: str | os.PathLike, *, progress: bool = False) -> LmStore:
             raise InputFileError(path, no, f"not a number in {line!r}") from None
         if not (math.isfinite(bo) and (math.isfinite(logp) or logp == -math.inf)):
             raise InputFileError(path, no, f"NaN or infinite value in {line!r}")
+        if logp > 0:  # as kenlm refuses them by default
+            raise InputFileError(path, no, f"positive log10 probability {fields[0]} (a probability above 1) "
+                                 f"in {line!r}")
         if k == 1 and fields[1] not in ids:
             ids[fields[1]] = len(words)
             words.append(fields[1])
@@ -251,21 +254,35 @@ def load_lm(path: str | os.PathLike) -> LmStore:
     N, A = meta["num_states"], meta["num_arcs"]
     o = arrays["offsets"]
     problems = []
-    if o.shape != (N + 1,) or arrays["backoff"].shape != (N,) or arrays["labels"].shape != (A,):
+    backoff, depth = arrays["backoff"], arrays["depth"]
+    if (o.shape != (N + 1,) or backoff.shape != (N,) or depth.shape != (N,) or arrays["bo_weight"].shape != (N,)
+            or arrays["labels"].shape != (A,) or arrays["weights"].shape != (A,) or arrays["nexts"].shape != (A,)):
         problems.append("array sizes disagree with the header")
     elif o[0] != 0 or o[-1] != A or np.any(np.diff(o) < 0):
         problems.append("offsets are not a CSR index")
     elif A and (arrays["labels"].min() < 0 or arrays["labels"].max() >= len(meta["words"])
                 or arrays["nexts"].min() < 0 or arrays["nexts"].max() >= N):
         problems.append("labels or next states out of range")
-    elif N and (arrays["backoff"].max() >= N or arrays["backoff"].min() < -1 or not 0 <= meta["start"] < N):
+    elif N and (backoff.max() >= N or backoff.min() < -1 or not 0 <= meta["start"] < N):
         problems.append("backoff or start states out of range")
-    elif not (np.isfinite(arrays["weights"]) | (arrays["weights"] == np.inf)).all():
-        problems.append("NaN weights")
+    elif N and not _backoff_descends(backoff, depth):
+        problems.append("a backoff chain that does not end at the root (each backoff state must have a shorter "
+                        "history)")
+    elif not (arrays["weights"] >= 0).all():  # +inf: a word of probability 0
+        problems.append("NaN or negative word costs (probabilities above 1)")
+    elif not np.isfinite(arrays["bo_weight"]).all():
+        problems.append("NaN or infinite backoff costs")
     if problems:
         raise LmStoreError(f"{path}: damaged store: {problems[0]}; prepare it again")
     return LmStore(tuple(meta["words"]), meta["order"], tuple(meta["counts"]), meta["start"], **arrays,
                    source=meta["source"])
+
+
+def _backoff_descends(backoff: np.ndarray, depth: np.ndarray) -> bool:
+    """Whether every state's backoff chain ends at a root: the history shortens at each backoff
+    (a cycle would hang every walk of the chain)."""
+    has = backoff >= 0
+    return bool((depth >= 0).all() and (depth[~has] == 0).all() and (depth[backoff[has]] < depth[has]).all())
 
 
 def prepare_lm(arpa: str | os.PathLike, out: str | os.PathLike | None = None, *, progress: bool = True) -> Path:

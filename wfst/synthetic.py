@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import zipfile
 from collections.abc import Sequence
 
 import numpy as np
@@ -336,7 +337,7 @@ def load_npz(path: str | os.PathLike) -> Emissions:
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {name: z[name] for name in z.files}
-    except (OSError, ValueError, EOFError) as e:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
         raise InputFileError(path, None, f"not a readable .npz file ({e})") from None
     for name in ("log_probs", "lengths"):
         if name not in arrays:
@@ -354,6 +355,10 @@ def load_npz(path: str | os.PathLike) -> Emissions:
         texts = [str(t) for t in arrays["texts"].reshape(-1)]
         if len(texts) != log_probs.shape[0]:
             raise InputFileError(path, None, f"{len(texts)} texts for {log_probs.shape[0]} utterances")
-    synthetic = bool(arrays["synthetic"]) if "synthetic" in arrays else False
+    synthetic = arrays.get("synthetic", np.False_)
+    if synthetic.size != 1 or synthetic.dtype.kind not in "bi":
+        raise InputFileError(path, None, f"'synthetic' must be one bool, got {synthetic.dtype} of shape "
+                             f"{synthetic.shape}")
+    synthetic = bool(synthetic.reshape(-1)[0])
     return Emissions(log_probs.astype(np.float32, copy=False), lengths.astype(np.int32, copy=False),
                      texts, synthetic)

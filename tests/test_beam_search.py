@@ -280,6 +280,8 @@ def test_phrases_outside_the_token_set_name_the_phrase_and_symbol():
         dec.decode(x, phrases=["abz"])
     with pytest.raises(BoostError, match=r"reward inf"):
         dec.decode(x, phrases={"ab": math.inf})
+    with pytest.raises(BoostError, match=r"phrase 'ab': reward 1e\+09 is above 10000: costs are float32"):
+        dec.decode(x, phrases={"ab": 1e9})
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])

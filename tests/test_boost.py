@@ -191,6 +191,16 @@ def test_boost_input_is_checked_and_reported(tiny_graph):
     for bad in [{"ab": math.nan}, {"ab": np.float32("nan")}, {"ab": math.inf}, {"ab": "2"}, {"ab": True}]:
         with pytest.raises(BoostError, match="finite number"):
             dec.decode(x, boost=bad)
+    # float32 costs near -1e9 step by 64 nats, more than the beam: every token would die, blamed on the emissions
+    for bad in [{"ab": 1e9}, {"ab": 20000}, {"a ab": 1e5}]:
+        with pytest.raises(BoostError, match=r"utterance 0: boost of .*: reward .* is above 10000: costs are float32"):
+            dec.decode(x, boost=bad)
+    top = Decoder(g, beam=1e6).decode(x, boost={"ab": 1e4})[0]  # the largest reward taken
+    assert "ab" in top.words and np.isfinite(top.cost)
+    with pytest.warns(UserWarning, match=r"\(listed in Stream.boost_unknown\): 'zzz'"):  # a stream's own
+        assert dec.stream(boost={"zzz": 1.0, "ab": 1.0}).boost_unknown == ("zzz",)
+    with pytest.raises(BoostError, match=r"Decoder.stream\(\): boost of 'ab': reward nan must be a finite number"):
+        dec.stream(boost={"ab": math.nan})
     with pytest.raises(BoostError, match="2 utterances"):
         dec.decode(x, boost=[{"ab": 1.0}])
     with warnings.catch_warnings():

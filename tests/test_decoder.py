@@ -350,6 +350,7 @@ def test_bad_inputs_name_the_problem(tiny_decoder):
         (x, np.array([6, -1, 2]), "utterance 1: length -1"),
         (x, np.array([6, 6]), r"lengths must have shape \(3,\)"),
         (x, np.array([6.5, 6, 6]), "integers"),
+        (x, np.array([6, 2**63 + 5, 2], np.uint64), r"utterance 1: length 9223372036854775813 outside"),  # not wrapped
     ]
     for inputs, lengths, message in cases:
         with pytest.raises(DecodeInputError, match=message):

@@ -133,7 +133,7 @@ class CtcBeamDecoder:
     def phrase_automaton(self, phrases):
         """The Aho-Corasick automaton of phrases (a list, each rewarded phrase_reward, or a
         mapping phrase -> reward) over the model's tokens; None without phrases."""
-        from .boost import phrase_automaton
+        from .boost import check_reward, phrase_automaton
 
         if phrases is None or len(phrases) == 0:
             return None
@@ -144,8 +144,7 @@ class CtcBeamDecoder:
         for phrase, reward in items:
             if not isinstance(phrase, str) or not phrase.split():
                 raise BoostError(f"phrase {phrase!r}: must be a non-empty string")
-            if not isinstance(reward, numbers.Real) or isinstance(reward, bool) or not math.isfinite(reward):
-                raise BoostError(f"phrase {phrase!r}: reward {reward!r} must be a finite number")
+            reward = check_reward(reward, f"phrase {phrase!r}")
             try:
                 key = tuple(tokenize(phrase, self.tokens, spm=self.spm, word_boundary=self.word_boundary))
             except OptionError as e:

@@ -98,9 +98,10 @@ class BoostTables:
         return self._dense[id(m)]
 
 
-def boost_tables(boost, batch: int, words: WordTable | None, beam: float) -> BoostTables:
+def boost_tables(boost, batch: int, words: WordTable | None, beam: float, *, stream: bool = False) -> BoostTables:
     """Validate `boost` (None, one mapping for the batch, or one mapping or None per
-    utterance) and build the per-utterance maps."""
+    utterance) and build the per-utterance maps (stream: of one stream, which messages name)."""
+    where = (lambda b: "Decoder.stream()") if stream else (lambda b: f"utterance {b}")
     if boost is None:
         per_utt: Sequence = [None] * batch
     elif isinstance(boost, Mapping):
@@ -120,16 +121,15 @@ def boost_tables(boost, batch: int, words: WordTable | None, beam: float) -> Boo
             automata.append(NO_PHRASES)
             continue
         if not isinstance(m, Mapping):
-            raise BoostError(f"utterance {b}: boost must be a mapping word -> reward; got {type(m).__name__}")
+            raise BoostError(f"{where(b)}: boost must be a mapping word -> reward; got {type(m).__name__}")
         if id(m) not in built and (known := _plain_words(m, ids, beam)) is not None:
             built[id(m)] = (known, [], NO_PHRASES)
         if id(m) not in built:  # one mapping shared by many utterances is checked once
             known, missing, phrases = {}, [], {}
             for word, reward in m.items():
                 if not isinstance(word, str):
-                    raise BoostError(f"utterance {b}: boost keys must be words or phrases (str); got {word!r}")
-                if not isinstance(reward, numbers.Real) or isinstance(reward, bool) or not math.isfinite(reward):
-                    raise BoostError(f"utterance {b}: boost of {word!r} is {reward!r}; it must be a finite number")
+                    raise BoostError(f"{where(b)}: boost keys must be words or phrases (str); got {word!r}")
+                reward = check_reward(reward, f"{where(b)}: boost of {word!r}")
                 i = ids.get(word)
                 parts = [word] if i is not None else word.split()  # a plain word skips the split
                 if not parts or any(w not in ids or w in _NOT_WORDS for w in parts):
@@ -151,10 +151,10 @@ def boost_tables(boost, batch: int, words: WordTable | None, beam: float) -> Boo
         automata.append(automaton)
     if unknown:
         distinct = list(dict.fromkeys(w for _, w in unknown))
-        shown = ", ".join(repr(w) for w in distinct[:10])
+        shown = ", ".join(repr(w) for w in distinct[:10]) + (" ..." if len(distinct) > 10 else "")
+        listed = "Stream.boost_unknown" if stream else "Decoder.stats.boost_unknown"
         warnings.warn(f"{len(distinct)} boosted word(s) or phrase(s) are not in the graph's vocabulary and are ignored "
-                      f"(listed in Decoder.stats.boost_unknown): {shown}{' ...' if len(distinct) > 10 else ''}",
-                      stacklevel=3)
+                      f"(listed in {listed}): {shown}", stacklevel=3)
     return BoostTables(tuple(unknown), tuple(maps), tuple(automata), len(words or ()))
 
 
@@ -172,17 +172,29 @@ def _fill_hash_row(keys, costs, ids, values):
 
 
 _NOT_WORDS = ("<eps>", "#0", "<s>", "</s>")
+MAX_REWARD = 1e4  # nats: beyond it float32 costs near -reward are too coarse for a beam (their step grows with it)
+
+
+def check_reward(reward, what: str) -> float:
+    """A boost reward as a float, or a BoostError naming `what` (a word or phrase and where)."""
+    if not isinstance(reward, numbers.Real) or isinstance(reward, bool) or not math.isfinite(reward):
+        raise BoostError(f"{what}: reward {reward!r} must be a finite number")
+    if reward > MAX_REWARD:
+        raise BoostError(f"{what}: reward {reward:g} is above {MAX_REWARD:g}: costs are float32, whose step near "
+                         f"-{reward:g} is {float(np.spacing(np.float32(reward))):g} nats; a reward above half the "
+                         f"beam already wins over any acoustics")
+    return float(reward)
 
 
 def _plain_words(m: Mapping, ids: dict, beam: float) -> dict | None:
     """boost_tables' word map of a mapping whose keys are all words of the vocabulary and
-    whose rewards are all finite ints or floats up to beam / 2, checked in bulk (per-utterance
+    whose rewards are all finite ints or floats up to beam / 2 (and MAX_REWARD), checked in bulk (per-utterance
     lists of many words); None for any other mapping, which the full check then explains."""
     word_ids = list(map(ids.get, m))
     if None in word_ids or not set(map(type, m.values())) <= {int, float} or any(w in m for w in _NOT_WORDS):
         return None
     rewards = np.fromiter(m.values(), np.float64, len(m))
-    if not (np.isfinite(rewards).all() and (rewards <= beam / 2).all()):
+    if not (np.isfinite(rewards).all() and (rewards <= min(beam / 2, MAX_REWARD)).all()):
         return None
     return dict(zip(word_ids, (0.0 - rewards).tolist()))
 

@@ -20,6 +20,7 @@ import dataclasses
 import os
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -151,11 +152,12 @@ class Decoder:
                               f"decode with a Decoder without lattice_beam")
         if endpoint is not None and not isinstance(endpoint, EndpointConfig):
             raise OptionError(f"endpoint must be a wfst.EndpointConfig or None; got {type(endpoint).__name__}")
-        boosts = boost_tables(None if boost is None else [boost], 1, self.graph.words, self.config.beam)
+        boosts = boost_tables(None if boost is None else [boost], 1, self.graph.words, self.config.beam, stream=True)
         with self._lock:
             state = self._backend.open_stream(boosts, self.rescorer, self._settings, self._capacity)
             self._grow_to(state.capacity)
-        return Stream(self, state, boosts.maps[0], boosts.phrases[0], endpoint or EndpointConfig())
+        return Stream(self, state, boosts.maps[0], boosts.phrases[0], endpoint or EndpointConfig(),
+                      tuple(w for _, w in boosts.unknown))
 
     def advance(self, streams, chunks) -> None:
         """Decode the next chunk of each stream in one batched step: chunks[i] is a (T_i, V)
@@ -204,7 +206,7 @@ class Decoder:
             for s in streams:
                 status, path, prefix = self._backend.finish_stream(s._state)
                 if status == C.EPS_CYCLE:
-                    raise WfstError("a stream's path loops: the graph has a zero-cost epsilon cycle")
+                    raise WfstError("a stream's path loops: the graph has an epsilon cycle of zero or negative cost")
                 results.append(path_result(self.graph, self.config, path, s.frames, s._boost_map, s._phrases,
                                            self.rescorer, prefix) if s.frames else EMPTY_RESULT)
                 s._final_rule = s.endpoint_rule
@@ -275,7 +277,7 @@ class Decoder:
             again = []
             for b, outcome in outcomes:
                 if outcome.status == C.EPS_CYCLE:
-                    raise WfstError(f"utterance {b}: the graph has a zero-cost epsilon cycle; "
+                    raise WfstError(f"utterance {b}: the graph has an epsilon cycle of zero or negative cost; "
                                     f"the best path cannot be traced back")
                 if outcome.status == C.OK:
                     paths[b] = outcome.path
@@ -326,8 +328,8 @@ def _rescorer(graph: Graph, rescore_lm, graph_lm):
 
     if graph.words is None:
         raise OptionError(f"{graph!r} has no words.txt: rescoring needs the graph's word symbols")
+    lm = graph.info.get("inputs", {}).get("lm", {})
     if graph_lm is None:
-        lm = graph.info.get("inputs", {}).get("lm", {})
         path = lm.get("path")
         if not path or not os.path.isfile(path):
             raise MissingFileError(path or "(none recorded)", "the graph's LM (graph.json inputs.lm.path); pass "
@@ -336,7 +338,13 @@ def _rescorer(graph: Graph, rescore_lm, graph_lm):
             raise OptionError(f"{path} changed since the graph was built (sha256 differs from graph.json); "
                               f"pass graph_lm= the LM the graph was built with")
         graph_lm = path
-    return Rescorer(open_lm(rescore_lm), open_lm(graph_lm), graph.words)
+    graph_lm = open_lm(graph_lm)
+    made_from = graph_lm.source.get("sha256")  # of the ARPA file a store was prepared from
+    if lm.get("sha256") and made_from and made_from != lm["sha256"]:  # (the same LM may be gzipped, say)
+        warnings.warn(f"graph_lm= {graph_lm.source.get('path')} is not the file the graph was built with (its sha256 "
+                      f"differs from graph.json's inputs.lm, {lm.get('path')}): unless it holds the same n-grams, "
+                      f"every rescored cost is off by the difference", stacklevel=3)
+    return Rescorer(open_lm(rescore_lm), graph_lm, graph.words)
 
 
 class _FinishedState:

@@ -30,12 +30,11 @@ def check_batch(x, lengths, num_columns: int) -> np.ndarray:
             lengths = lengths.astype(np.int64)
         else:
             raise DecodeInputError(f"lengths must be integers; got {lengths.dtype}")
-    lengths = lengths.astype(np.int64)
-    bad = np.flatnonzero((lengths < 0) | (lengths > T))
+    bad = np.flatnonzero((lengths < 0) | (lengths > T))  # before the cast: a uint64 above 2**63 would wrap
     if bad.size:
         b = int(bad[0])
         raise DecodeInputError(f"utterance {b}: length {int(lengths[b])} outside [0, T={T}]")
-    return lengths
+    return lengths.astype(np.int64)
 
 
 def frame_fault(x: np.ndarray) -> tuple[int, str] | None:

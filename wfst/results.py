@@ -111,8 +111,9 @@ def no_path(results, what: str) -> tuple[int, ...]:
     if dead:
         warnings.warn(f"{len(dead)} {what}(s) have no path through all their frames ({what} "
                       f"{', '.join(map(str, dead[:5]))}{', ...' if len(dead) > 5 else ''}): every token died at a "
-                      f"frame whose columns with a finite log-prob the graph cannot follow; their results have "
-                      f"cost inf and no words from there on", stacklevel=3)
+                      f"frame where none of the tokens that survived pruning has an arc whose column has a finite "
+                      f"log-prob (masked emissions, or a max_active or beam too small to keep a token that can go "
+                      f"on); their results have cost inf and no words from there on", stacklevel=3)
     return dead
 
 

@@ -108,10 +108,12 @@ class Stream:
     frames: frames decoded so far; endpoint: whether an endpoint rule fired at the last
     advance (endpoint_rule: which one, an index into the EndpointConfig's rules; none
     before the first frame); finished: Decoder.finish() took its result, and it takes no
-    more chunks."""
+    more chunks; boost_unknown: the boosted words or phrases not in the graph's vocabulary
+    (ignored, with a warning)."""
 
-    def __init__(self, decoder, state, boost_map, phrases, endpoint: EndpointConfig):
+    def __init__(self, decoder, state, boost_map, phrases, endpoint: EndpointConfig, boost_unknown: tuple = ()):
         self._decoder = decoder
+        self.boost_unknown = boost_unknown
         self._state = state  # the backend's search state
         self._boost_map, self._phrases = boost_map, phrases
         self.endpoint_config = endpoint

@@ -153,6 +153,8 @@ def test_graph_lm_is_found_through_graph_json(small_graph):
     small.unlink()
     with pytest.raises(MissingFileError, match="graph_lm="):
         Decoder(g, rescore_lm=big)
+    with pytest.raises(MissingFileError, match=r"language model \(ARPA or LM store file\) .*: is a directory"):
+        Decoder(g, rescore_lm=big.parent, graph_lm=big)
 
 
 def test_big_lm_vocabulary_mismatch(small_graph, tmp_path):

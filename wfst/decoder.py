@@ -328,6 +328,7 @@ def _rescorer(graph: Graph, rescore_lm, graph_lm):
 
     if graph.words is None:
         raise OptionError(f"{graph!r} has no words.txt: rescoring needs the graph's word symbols")
+    big = open_lm(rescore_lm)
     lm = graph.info.get("inputs", {}).get("lm", {})
     if graph_lm is None:
         path = lm.get("path")
@@ -344,7 +345,7 @@ def _rescorer(graph: Graph, rescore_lm, graph_lm):
         warnings.warn(f"graph_lm= {graph_lm.source.get('path')} is not the file the graph was built with (its sha256 "
                       f"differs from graph.json's inputs.lm, {lm.get('path')}): unless it holds the same n-grams, "
                       f"every rescored cost is off by the difference", stacklevel=3)
-    return Rescorer(open_lm(rescore_lm), graph_lm, graph.words)
+    return Rescorer(big, graph_lm, graph.words)
 
 
 class _FinishedState:

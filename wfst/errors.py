@@ -32,8 +32,9 @@ class InputFileError(WfstError, ValueError):
 class MissingFileError(WfstError, FileNotFoundError):
     """An input or graph file that does not exist or cannot be read."""
 
-    def __init__(self, path: str | os.PathLike, what: str, reason: str = "not found"):
+    def __init__(self, path: str | os.PathLike, what: str, reason: str | None = None):
         self.path = os.fspath(path)
+        reason = reason or ("is a directory" if os.path.isdir(self.path) else "not found")
         super().__init__(f"cannot read {what} {self.path}: {reason}")
 
 

@@ -333,7 +333,7 @@ def load_npz(path: str | os.PathLike) -> Emissions:
     """Read a file written by :func:`save_npz` (or any ``.npz`` with ``log_probs`` and ``lengths``;
     ``synthetic`` is then False)."""
     if not os.path.isfile(path):
-        raise MissingFileError(path, "emissions file", "is a directory" if os.path.isdir(path) else "not found")
+        raise MissingFileError(path, "emissions file")
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {name: z[name] for name in z.files}

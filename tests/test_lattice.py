@@ -249,3 +249,22 @@ def test_bad_calibrations(noisy, tmp_path):
         Decoder(g, lattice_beam=8.0, confidence_calibration=3)
     with pytest.raises(OptionError, match="references"):
         Calibration.fit(results, texts[:-1])
+
+
+def test_nbest_paths_of_many_words_are_read_without_recursion():
+    """shortestpath's paths as (words, cost): a path of 5,000 words (an hour of speech) read
+    by a loop; Python's recursion stopped at ~1,000 words and lost the batch's results."""
+    f = fst.VectorFst()
+    start = f.add_state()
+    f.set_start(start)
+    for first, words in ((1, 5000), (7, 3)):  # two paths sharing only the start, as shortestpath writes them
+        s = start
+        for i in range(words):
+            t = f.add_state()
+            f.add_arc(s, fst.Arc(1, first + i if i % 2 == 0 else 0, fst.Weight(f.weight_type(), 0.5), t))
+            s = t
+        f.set_final(s, fst.Weight(f.weight_type(), 1.0))
+    got = _paths(f)
+    assert [len(labels) for labels, _ in got] == [2500, 2]
+    assert got[0][0][:3] == (1, 3, 5) and got[1] == ((7, 9), 2.5)
+    assert got[0][1] == pytest.approx(5000 * 0.5 + 1.0)

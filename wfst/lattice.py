@@ -367,13 +367,21 @@ def _paths(f) -> list[tuple[tuple[int, ...], float]]:
     if start < 0:
         return out
     zero = float("inf")
-
-    def walk(s, labels, cost):
+    nodes = [(0, -1)]  # (output label, parent node): the labels so far, shared along a path
+    todo = [(start, 0, 0.0)]  # (state, its node, cost so far): a loop, not a recursion (paths of 10^4+ words)
+    while todo:
+        s, node, cost = todo.pop()
         final = float(f.final(s))
         if final != zero:
-            out.append((tuple(labels), cost + final))
-        for a in f.arcs(s):
-            walk(a.nextstate, labels + ([a.olabel] if a.olabel else []), cost + float(a.weight))
-
-    walk(start, [], 0.0)
+            labels, k = [], node
+            while k > 0:
+                labels.append(nodes[k][0])
+                k = nodes[k][1]
+            out.append((tuple(reversed(labels)), cost + final))
+        for a in reversed(list(f.arcs(s))):  # reversed: popped in the arcs' order
+            child = node
+            if a.olabel:
+                nodes.append((a.olabel, node))
+                child = len(nodes) - 1
+            todo.append((a.nextstate, child, cost + float(a.weight)))
     return out

@@ -85,7 +85,9 @@ def test_detokenize_inverts_tokenize(demo):
     (["--batch-size", "0"], "--batch-size: must be >= 1"),
     (["--beam", "wide"], "argument --beam: invalid float value: 'wide'"),
     (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
-    (["--stream", "--chunk-ms", "10"], "--chunk-ms: must be at least one frame (40 ms)"),
+    (["--stream", "--chunk-ms", "10"], "--chunk-ms: must be a finite number of ms, at least one frame (40 ms)"),
+    (["--stream", "--chunk-ms", "inf"], "--chunk-ms: must be a finite number of ms"),  # was an OverflowError
+    (["--stream", "--chunk-ms", "1e308", "--frame-ms", "1e-300"], "--chunk-ms: must be a finite number of ms"),
     (["--lattice-beam", "0"], "--lattice-beam=0.0: must be None (no lattice) or a finite number > 0"),
     (["--nbest", "3"], "--nbest: N-best lists come from the lattice; give --lattice-beam too"),
     (["--lattice-beam", "8", "--nbest", "0"], "--nbest: must be >= 1"),
@@ -122,7 +124,10 @@ def test_decode_cli_beam_search_without_a_graph(tiny_setup, tmp_path, capsys):
     assert on_gpu.read_text() == out.read_text()
     lines = [line.split() for line in ctm.read_text().splitlines()]
     assert [w[4] for w in lines] == " ".join(texts).split() and all(float(w[3]) > 0 for w in lines)
-    for extra, message in ((["--graph", "g"], "decodes without a graph"), (["--stream"], "--stream: not available")):
+    for extra, message in ((["--graph", "g"], "decodes without a graph"), (["--stream"], "--stream: not available"),
+                           (["--beam", "3"], "--beam: is for the graph search"),  # was silently ignored
+                           (["--threads", "-2"], "--threads: must be >= 1"),
+                           (["--ctm", str(tmp_path / "no" / "a.ctm")], "--ctm: cannot write")):  # was after decoding
         with pytest.raises(SystemExit) as e:  # usage errors: argparse's exit, one line
             decode_main(base + extra)
         assert e.value.code == 2 and message in capsys.readouterr().err

@@ -44,3 +44,14 @@ def test_unreachable_lm_state_is_a_damaged_store(tiny):
     with pytest.raises(LmStoreError, match=r"the LM store made from .*lm.arpa is damaged: an LM state cannot be "
                                            r"reached from the root; prepare it again"):
         _small_states(damaged, store)
+
+
+def test_a_text_output_that_cannot_be_written_names_the_file(tmp_path):
+    """Results written after a long decode: an OSError there (a full disk, a path that became a
+    directory) is an OutputFileError naming the file, which the CLIs print in one line."""
+    from wfst.files import write_text_atomic
+
+    (tmp_path / "taken").mkdir()
+    for path in (tmp_path / "missing" / "out.txt", tmp_path / "taken"):
+        with pytest.raises(errors.OutputFileError, match=f"cannot write file {path}: "):
+            write_text_atomic(path, "x\n")

@@ -18,6 +18,7 @@ means a bug.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -129,10 +130,7 @@ def decode_main(argv: list[str] | None = None) -> int:
         ap.error(f"argument --nbest: must be >= 1, got {args.nbest}")
     if args.nbest is not None and args.lattice_beam is None:
         ap.error("argument --nbest: N-best lists come from the lattice; give --lattice-beam too")
-    for option, path in (("--output", args.output), ("--ctm", args.ctm)):
-        problem = _unwritable(path) if path else None
-        if problem:
-            ap.error(f"argument {option}: cannot write {path}: {problem}")
+    _check_outputs(ap, args)
     if args.stream and args.ctm:
         ap.error("argument --ctm: word times are kept for whole utterances, not yet for streams (leave out --stream)")
     if args.stream and args.lattice_beam is not None:
@@ -141,8 +139,9 @@ def decode_main(argv: list[str] | None = None) -> int:
         ap.error(f"argument --batch-size: must be >= 1, got {args.batch_size}")
     if not args.frame_ms > 0:
         ap.error(f"argument --frame-ms: must be > 0, got {args.frame_ms}")
-    if not args.chunk_ms >= args.frame_ms:
-        ap.error(f"argument --chunk-ms: must be at least one frame ({args.frame_ms:g} ms), got {args.chunk_ms}")
+    if not (args.chunk_ms >= args.frame_ms and math.isfinite(args.chunk_ms / args.frame_ms)):
+        ap.error(f"argument --chunk-ms: must be a finite number of ms, at least one frame ({args.frame_ms:g} ms), "
+                 f"got {args.chunk_ms}")
     try:
         return _decode(args, config)
     except WfstError as e:
@@ -158,11 +157,14 @@ def _beam_search_main(ap, args) -> int:
     for option, given in (("--stream", args.stream), ("--lattice-beam", args.lattice_beam is not None)):
         if given:
             ap.error(f"argument {option}: not available with --beam-search yet")
+    for option in ("beam", "max_active", "min_active", "acoustic_scale", "blank_penalty", "confidence_calibration"):
+        if getattr(args, option) != ap.get_default(option):  # silently ignored otherwise
+            ap.error(f"argument --{option.replace('_', '-')}: is for the graph search, not --beam-search")
+    if args.threads is not None and args.threads < 1:
+        ap.error(f"argument --threads: must be >= 1, got {args.threads}")
     if args.nbest is not None and args.nbest < 1:
         ap.error(f"argument --nbest: must be >= 1, got {args.nbest}")
-    problem = _unwritable(args.output) if args.output else None
-    if problem:
-        ap.error(f"argument --output: cannot write {args.output}: {problem}")
+    _check_outputs(ap, args)
     from .beam_search import CtcBeamDecoder
 
     try:
@@ -183,6 +185,14 @@ def _beam_search_main(ap, args) -> int:
         return _decode(args, None, decoder, phrases)
     except WfstError as e:
         return fail("wfst-decode", e)
+
+
+def _check_outputs(ap, args) -> None:
+    """--output and --ctm can be written (before decoding, not after)."""
+    for option, path in (("--output", args.output), ("--ctm", args.ctm)):
+        problem = _unwritable(path) if path else None
+        if problem:
+            ap.error(f"argument {option}: cannot write {path}: {problem}")
 
 
 def _unwritable(path: str) -> str | None:

@@ -6,7 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from .errors import InputFileError, MissingFileError
+from .errors import InputFileError, MissingFileError, OutputFileError
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -44,5 +44,8 @@ def atomic_path(path: str | os.PathLike):
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    with atomic_path(path) as tmp:
-        Path(tmp).write_text(text, encoding="utf-8")
+    try:
+        with atomic_path(path) as tmp:
+            Path(tmp).write_text(text, encoding="utf-8")
+    except OSError as e:  # a full disk, a path made a directory meanwhile: say which file
+        raise OutputFileError(path, "file", e.strerror or str(e)) from None

@@ -166,6 +166,9 @@ def test_confidences_are_posteriors(noisy):
         for w, v in zip(r.words, c):
             (right if w in ref else wrong).append(v)
     assert wrong and np.mean(right) > np.mean(wrong)
+    g, _, x, lengths, settings, _ = noisy  # an utterance of no frames: certain, no lattice needed
+    empty = Decoder(g, lattice_beam=7.0, **settings).decode(x[:2], np.array([int(lengths[0]), 0]))[1]
+    assert empty.words == () and empty.word_confidences == () and empty.confidence == 1.0
 
 
 def test_kaldi_text_format(noisy, tmp_path):

@@ -287,6 +287,9 @@ def test_bad_stream_input_is_refused_before_any_stream_moves(demo, demo_graphs):
         EndpointConfig(frame_seconds=0)
     with pytest.raises(OptionError, match="min_trailing_silence"):
         EndpointRule(True, -1.0)
+    with pytest.raises(OptionError, match=r"min_trailing_silence=True: must be a finite number"):
+        EndpointRule(True, True)  # a bool is no number of seconds (it was taken as 1 s)
+    assert EndpointConfig((EndpointRule(True, np.float32(0.5)),), np.float32(0.04)).frame_seconds == np.float32(0.04)
 
 
 # ---------------------------------------------------------------------- endpointing

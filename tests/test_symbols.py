@@ -21,6 +21,7 @@ def test_label_convention():
     "<blk>\na\nb\n",                   # one symbol per line
     "<eps> 0\n<blk> 1\na 2\nb 3\n#0 4\n#1 5\n",  # FST input symbol table (riva, ours)
     "b 2\n<blk> 0\na 1\n",             # any order
+    "\ufeff<blk> 0\na 1\nb 2\n",       # a byte-order mark (Windows editors): it named no blank
 ])
 def test_formats_agree(tmp_path, text):
     t = TokenTable.read(write(tmp_path, text))

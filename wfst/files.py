@@ -15,7 +15,7 @@ os.umask(_UMASK)
 def read_lines(path: str | os.PathLike, what: str) -> list[str]:
     """All lines of a UTF-8 text file, or a MissingFileError that says which file and why."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:  # -sig: a byte-order mark (Windows editors) is dropped
             return f.read().splitlines()
     except FileNotFoundError:
         raise MissingFileError(path, what) from None

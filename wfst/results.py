@@ -70,11 +70,15 @@ class DecodeResult:
     @property
     def word_confidences(self) -> tuple[float, ...]:
         """Each word's posterior in the lattice (Lattice.word_confidences)."""
+        if self.num_frames == 0:  # no frames: no words, no lattice needed
+            return ()
         return self._lattice("word_confidences").word_confidences(self)
 
     @property
     def confidence(self) -> float:
         """The posterior of the whole word sequence in the lattice (Lattice.sequence_posterior)."""
+        if self.num_frames == 0:  # the only word sequence of no frames
+            return 1.0
         return self._lattice("confidence").sequence_posterior(self.word_ids)
 
     def _lattice(self, what: str):

@@ -174,6 +174,9 @@ def test_confidences_are_posteriors(noisy):
 def test_kaldi_text_format(noisy, tmp_path):
     r = noisy[5][0]
     r.lattice.write(tmp_path / "lat.txt", key="utt1")
+    for key in ("has space", "", " utt1"):  # Kaldi reads the key up to the first space
+        with pytest.raises(OptionError, match="lattice key"):
+            r.lattice.write(tmp_path / "bad.txt", key=key)
     lines = (tmp_path / "lat.txt").read_text().splitlines()
     assert lines[0] == "utt1" and lines[-1] == ""
     arcs = [ln.split("\t") for ln in lines[1:-1] if ln.count("\t") == 4]

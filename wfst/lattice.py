@@ -28,6 +28,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .align import linear_acceptor, path_arcs
+from .errors import OptionError
 from .results import DecodeResult, PathPart, part_result, path_part
 
 
@@ -159,6 +160,9 @@ class Lattice:
     def write(self, path_or_file, key: str = "utterance") -> None:
         """Kaldi's text lattice format: the key, then ``src dst ilabel olabel graph,acoustic``
         per arc and ``state graph,acoustic`` per final state, then an empty line."""
+        if not isinstance(key, str) or not key or len(key.split()) != 1 or key != key.strip():
+            raise OptionError(f"lattice key {key!r}: must be one non-empty token without whitespace (Kaldi reads "
+                              f"the key up to the first space)")
         raw = self._raw
         lines = [key]
         for s, d, i, o, g, a in zip(raw.src.tolist(), raw.dst.tolist(), self.ilabel.tolist(), self.olabel.tolist(),
@@ -250,8 +254,6 @@ class Lattice:
         import pywrapfst as fst
 
         if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
-            from .errors import OptionError
-
             raise OptionError(f"nbest={n!r}: must be an integer >= 1")
         if not len(self._raw.final_states):
             return []

@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .config import _int
 from .errors import BoostError, OptionError, VocabularyError
 from .inputs import check_batch, check_finite, host_array, nonfinite_rows
 from .lm import LmStore, open_lm
@@ -110,8 +111,7 @@ class CtcBeamDecoder:
             raise OptionError(f"lm_weight={lm_weight!r}: must be >= 0")
         if device not in ("cpu", "cuda"):
             raise OptionError(f"device={device!r}: must be 'cpu' or 'cuda'")
-        if num_threads is not None and (not isinstance(num_threads, (int, np.integer)) or isinstance(num_threads, bool)
-                                        or num_threads < 1):
+        if num_threads is not None and not (_int(num_threads) and num_threads >= 1):
             raise OptionError(f"num_threads={num_threads!r}: must be None (all cores) or an integer >= 1")
         if word_boundary is None and spm is None and "|" in self.tokens.symbols:
             word_boundary = "|"

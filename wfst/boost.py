@@ -101,7 +101,6 @@ class BoostTables:
 def boost_tables(boost, batch: int, words: WordTable | None, beam: float, *, stream: bool = False) -> BoostTables:
     """Validate `boost` (None, one mapping for the batch, or one mapping or None per
     utterance) and build the per-utterance maps (stream: of one stream, which messages name)."""
-    where = (lambda b: "Decoder.stream()") if stream else (lambda b: f"utterance {b}")
     if boost is None:
         per_utt: Sequence = [None] * batch
     elif isinstance(boost, Mapping):
@@ -120,16 +119,17 @@ def boost_tables(boost, batch: int, words: WordTable | None, beam: float, *, str
             maps.append({})
             automata.append(NO_PHRASES)
             continue
+        where = "Decoder.stream()" if stream else f"utterance {b}"
         if not isinstance(m, Mapping):
-            raise BoostError(f"{where(b)}: boost must be a mapping word -> reward; got {type(m).__name__}")
+            raise BoostError(f"{where}: boost must be a mapping word -> reward; got {type(m).__name__}")
         if id(m) not in built and (known := _plain_words(m, ids, beam)) is not None:
             built[id(m)] = (known, [], NO_PHRASES)
         if id(m) not in built:  # one mapping shared by many utterances is checked once
             known, missing, phrases = {}, [], {}
             for word, reward in m.items():
                 if not isinstance(word, str):
-                    raise BoostError(f"{where(b)}: boost keys must be words or phrases (str); got {word!r}")
-                reward = check_reward(reward, f"{where(b)}: boost of {word!r}")
+                    raise BoostError(f"{where}: boost keys must be words or phrases (str); got {word!r}")
+                reward = check_reward(reward, f"{where}: boost of {word!r}")
                 i = ids.get(word)
                 parts = [word] if i is not None else word.split()  # a plain word skips the split
                 if not parts or any(w not in ids or w in _NOT_WORDS for w in parts):

@@ -75,8 +75,13 @@ class DecoderConfig:
         return top_n, log_rel
 
 
+def _number(x) -> bool:
+    """Python's or NumPy's ints and floats, not bools."""
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+
+
 def _finite(x) -> bool:
-    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) and math.isfinite(x)
+    return _number(x) and math.isfinite(x)
 
 
 def _int(x) -> bool:

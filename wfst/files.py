@@ -17,10 +17,8 @@ def read_lines(path: str | os.PathLike, what: str) -> list[str]:
     try:
         with open(path, encoding="utf-8-sig") as f:  # -sig: a byte-order mark (Windows editors) is dropped
             return f.read().splitlines()
-    except FileNotFoundError:
+    except (FileNotFoundError, IsADirectoryError):  # (the error says which)
         raise MissingFileError(path, what) from None
-    except IsADirectoryError:
-        raise MissingFileError(path, what, "is a directory") from None
     except UnicodeDecodeError as e:
         raise InputFileError(path, None, f"not UTF-8 text ({e.reason} at byte {e.start})") from None
     except OSError as e:

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 
+from .config import _number
 from .errors import OptionError
 from .scoring import FRAME_SECONDS
 
@@ -41,10 +41,10 @@ class EndpointRule:
     def __post_init__(self):
         for name in ("min_trailing_silence", "min_utterance_length"):
             v = getattr(self, name)
-            if not (_real(v) and math.isfinite(v) and v >= 0):
+            if not (_number(v) and math.isfinite(v) and v >= 0):
                 raise OptionError(f"EndpointRule.{name}={v!r}: must be a finite number of seconds >= 0")
         v = self.max_relative_cost
-        if not (_real(v) and not math.isnan(v)):
+        if not (_number(v) and not math.isnan(v)):
             raise OptionError(f"EndpointRule.max_relative_cost={v!r}: must be a number (inf: any cost)")
 
     def fires(self, trailing_silence: float, relative_cost: float, length: float) -> bool:
@@ -54,11 +54,6 @@ class EndpointRule:
                 and trailing_silence >= self.min_trailing_silence
                 and relative_cost <= self.max_relative_cost
                 and length >= self.min_utterance_length)
-
-
-def _real(v) -> bool:
-    """A number of seconds or a cost: Python's or NumPy's ints and floats, not bools."""
-    return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
 
 KALDI_RULES = (
@@ -80,7 +75,7 @@ class EndpointConfig:
     def __post_init__(self):
         if not all(isinstance(r, EndpointRule) for r in self.rules):
             raise OptionError("EndpointConfig.rules: must be EndpointRule objects")
-        if not (_real(self.frame_seconds) and math.isfinite(self.frame_seconds)
+        if not (_number(self.frame_seconds) and math.isfinite(self.frame_seconds)
                 and self.frame_seconds > 0):
             raise OptionError(f"EndpointConfig.frame_seconds={self.frame_seconds!r}: must be a number > 0")
 

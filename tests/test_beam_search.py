@@ -12,6 +12,7 @@ from arpa_files import random_arpa
 
 from wfst import BoostError, DecodeInputError, OptionError, TokenTable, VocabularyError
 from wfst.beam_search import CtcBeamDecoder, TokenLm
+from wfst.synthetic import detokenize
 
 kenlm = pytest.importorskip("kenlm", reason="kenlm is a test dependency: pip install -e '.[test]'")
 
@@ -57,22 +58,27 @@ def exhaustive(x, blank, cost_of_prefix):
     return totals[prefix], prefix, totals
 
 
+PHRASES = {"tokens": {"ab": 2.5, "ca": 1.5, "bab": 2.0},  # matched on tokens alone
+           "words": {"b": 2.5, "c b": 1.5, "bc": 2.0}}  # whole words between "a"s
+
+
 @pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("with_lm,with_phrases", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("with_lm,with_phrases", [(False, None), (True, None), (False, "tokens"), (True, "tokens"),
+                                                  (True, "words")])
 def test_wide_beam_equals_exhaustive_search(tmp_path, seed, with_lm, with_phrases):
     """V = 4 (blank + 3 tokens), T <= 7: with a beam that holds every hypothesis the search
     finds the cheapest prefix over all V^T alignments, LM (with </s>), insertion bonus and
-    phrase boosts included, at the exhaustive search's cost; its N-best list is the
-    exhaustive ranking's head."""
+    phrase boosts included (on tokens, or on whole words with "a" as the word boundary), at
+    the exhaustive search's cost; its N-best list is the exhaustive ranking's head."""
     rng = np.random.default_rng(seed)
     symbols = ("a", "b", "c")
     table = token_table(symbols)
     T = int(rng.integers(1, 8))
     x = np.log(rng.dirichlet(np.full(4, 0.7), size=T)).astype(np.float32)[None]
     lm = random_arpa(tmp_path / "tok.arpa", symbols, 3, seed) if with_lm else None
-    phrases = {"ab": 2.5, "ca": 1.5, "bab": 2.0} if with_phrases else None
+    phrases = PHRASES.get(with_phrases)
     dec = CtcBeamDecoder(table, lm, beam_size=4 ** 7, beam_threshold=1e6, lm_weight=0.7, token_insertion=0.3,
-                         word_boundary=None, num_threads=1)
+                         word_boundary="a" if with_phrases == "words" else None, num_threads=1)
     token_lm = dec.lm
     automaton = dec.phrase_automaton(phrases)
 
@@ -87,7 +93,7 @@ def test_wide_beam_equals_exhaustive_search(tmp_path, seed, with_lm, with_phrase
     ref_cost, ref_prefix, totals = exhaustive(x[0], 0, cost_of_prefix)
     result = dec.decode(x, phrases=phrases)[0]
     assert result.cost == pytest.approx(ref_cost, abs=1e-4)
-    assert "".join(result.words) == "".join(symbols[c - 1] for c in ref_prefix)
+    assert result.words == tuple(detokenize(ref_prefix, table, word_boundary=dec.word_boundary).split())
     assert result.acoustic_cost + result.graph_cost + result.boost_cost == pytest.approx(result.cost, abs=1e-4)
     ranked = sorted(totals.values())[:len(result.nbest)]
     assert [e.cost for e in result.nbest] == pytest.approx(ranked, abs=1e-4)
@@ -140,23 +146,24 @@ def reference_beam(x, K, threshold, lm_weight, insertion, lm=None, automaton=Non
 def test_narrow_beam_equals_the_plain_beam_search(tmp_path, seed):
     """At a narrow beam (3 of up to 5 x 5 candidates) the kernel's short cuts (columns by
     acoustic cost, left at the first that cannot enter; a heap of the best K) keep exactly
-    the hypotheses the plain search keeps, LM and phrases on."""
+    the hypotheses the plain search keeps, LM and phrases on (whole words for odd seeds)."""
     rng = np.random.default_rng(seed)
     symbols = ("a", "b", "c", "d")
     table = token_table(symbols)
     x = np.log(rng.dirichlet(np.full(5, 0.4), size=14)).astype(np.float32)
     lm = random_arpa(tmp_path / "tok.arpa", symbols, 3, seed)
-    phrases = {"ab": 2.0, "dca": 3.0}
-    threshold = (6.0, 1e6)[seed % 2]
+    phrases = {"ab": 2.0, "dca": 3.0} if seed % 2 == 0 else {"b": 2.0, "dc": 3.0, "c b": 1.0}
+    threshold = (6.0, 1e6)[seed // 2 % 2]
     dec = CtcBeamDecoder(table, lm, beam_size=3, beam_threshold=threshold, lm_weight=0.6, token_insertion=0.5,
-                         word_boundary=None, num_threads=1)
+                         word_boundary=None if seed % 2 == 0 else "a", num_threads=1)
     result = dec.decode(x[None], phrases=phrases)[0]
     ref = reference_beam(x, 3, threshold, 0.6, 0.5, dec.lm, dec.phrase_automaton(phrases))
     distinct = {}
     for cost, prefix in ref:
         distinct.setdefault(prefix, cost)
     assert [e.cost for e in result.nbest] == pytest.approx(list(distinct.values()), abs=1e-4)
-    assert ["".join(e.words) for e in result.nbest] == ["".join(symbols[c - 1] for c in p) for p in distinct]
+    assert [e.words for e in result.nbest] == [tuple(detokenize(p, table, word_boundary=dec.word_boundary).split())
+                                               for p in distinct]
 
 
 @pytest.mark.parametrize("beam_size", [1, 4, 16])
@@ -282,6 +289,80 @@ def test_phrases_outside_the_token_set_name_the_phrase_and_symbol():
         dec.decode(x, phrases={"ab": math.inf})
     with pytest.raises(BoostError, match=r"phrase 'ab': reward 1e\+09 is above 10000: costs are float32"):
         dec.decode(x, phrases={"ab": 1e9})
+
+
+def whole_word_rewards(words, phrases):
+    """-(the rewards of every occurrence of a phrase as whole words of `words`), overlaps included."""
+    total = 0.0
+    for phrase, reward in phrases.items():
+        p = phrase.split()
+        total -= reward * sum(words[i:i + len(p)] == p for i in range(len(words) - len(p) + 1))
+    return total
+
+
+def random_phrases(rng, first, letters):
+    return {" ".join(rng.choice(first) + "".join(rng.choice(letters) for _ in range(rng.randint(0, 2)))
+                     for _ in range(rng.randint(1, 2))): round(rng.uniform(0.5, 3.0), 2)
+            for _ in range(rng.randint(1, 4))}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_phrases_match_whole_character_words(seed):
+    """Between word boundaries: a phrase earns its reward once per occurrence as whole words
+    of the text the tokens spell (boundaries repeated, or missing at the edges, included),
+    never inside a longer word ("ab" in "cab" or "abc")."""
+    rng = random.Random(seed)
+    table = token_table(CHARS)
+    dec = CtcBeamDecoder(table, num_threads=1)
+    for _ in range(60):
+        phrases = random_phrases(rng, "abc", "abc")
+        automaton = dec.phrase_automaton(phrases)
+        for _ in range(25):
+            columns = [rng.randrange(1, 5) for _ in range(rng.randint(0, 12))]
+            words = detokenize(columns, table, word_boundary="|").split()
+            assert automaton.path_cost(columns) == pytest.approx(whole_word_rewards(words, phrases), abs=1e-4), \
+                (phrases, columns)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_phrases_match_whole_sentencepiece_words(seed):
+    """Sentencepiece pieces: a phrase starts at a "▁" piece and earns its reward only when the
+    next piece begins a word too, or the utterance ends (not in "▁a b c" for "ab")."""
+    from wfst.boost import phrase_automaton
+
+    rng = random.Random(seed)
+    table = TokenTable(("<blk>", "\u2581a", "\u2581b", "a", "b", "c"), 0, 0)
+    column = {s: c for c, s in enumerate(table.symbols)}
+    starts = np.array([1, 2], np.int64)
+
+    def spell(phrase):
+        return tuple(column[("\u2581" if i == 0 else "") + ch] for word in phrase.split() for i, ch in enumerate(word))
+
+    for _ in range(60):
+        phrases = random_phrases(rng, "ab", "abc")
+        spelled = {}
+        for phrase, reward in phrases.items():
+            spelled[spell(phrase)] = spelled.get(spell(phrase), 0.0) + reward
+        automaton = phrase_automaton(spelled, word_starts=starts)
+        for _ in range(25):
+            columns = [rng.randrange(1, 3)] + [rng.randrange(1, 6) for _ in range(rng.randint(0, 13))]
+            words = detokenize(columns, table).split()
+            assert automaton.path_cost(columns) == pytest.approx(whole_word_rewards(words, phrases), abs=1e-4), \
+                (phrases, columns)
+
+
+def test_a_boosted_word_is_not_rewarded_inside_a_longer_one():
+    """Decoding: "ab" boosted changes nothing where the emissions spell "cab" or "abc", and
+    earns its reward where they spell "ab", also with the word boundaries around it."""
+    table = token_table(CHARS)
+    dec = CtcBeamDecoder(table, token_insertion=0.0, num_threads=1)
+    col = {s: c for c, s in enumerate(table.symbols)}
+    for text, reward in (("cab", 0.0), ("abc", 0.0), ("ab", 2.0), ("|ab|", 2.0), ("c|ab|ab", 4.0)):
+        x = np.full((1, 2 * len(text), 5), math.log(1e-4), np.float32)
+        for i, ch in enumerate(text):
+            x[0, 2 * i, col[ch]] = x[0, 2 * i + 1, 0] = 0.0
+        r = dec.decode(x, phrases={"ab": 2.0})[0]
+        assert "|".join(r.words) == text.strip("|") and r.boost_cost == pytest.approx(-reward), text
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])

@@ -153,7 +153,13 @@ class CtcBeamDecoder:
             except OptionError as e:
                 raise BoostError(f"phrase {phrase!r} cannot be spelled with the model's tokens: {e}") from None
             spelled[key] = spelled.get(key, 0.0) + float(reward)
-        return phrase_automaton(spelled)
+        symbols = self.tokens.symbols
+        if self.word_boundary is not None:  # whole words between word boundaries
+            return phrase_automaton(spelled, separator=symbols.index(self.word_boundary))
+        if self.spm is not None:  # whole words of sentencepiece pieces, each begun by a "▁" piece
+            starts = np.array([c for c, s in enumerate(symbols) if s.startswith("\u2581")], np.int64)
+            return phrase_automaton(spelled, word_starts=starts)
+        return phrase_automaton(spelled)  # no word boundaries known: on the tokens alone
 
     # ------------------------------------------------------------------ decoding
 

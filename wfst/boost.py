@@ -207,7 +207,7 @@ class PhraseAutomaton:
     labels: np.ndarray  # (A,) int32 word ids, sorted within each state
     weights: np.ndarray  # (A,) float32
     nexts: np.ndarray  # (A,) int32
-    backoff: np.ndarray  # (N,) int32 failure state; -1 at the root
+    backoff: np.ndarray  # (N,) int32 failure state; -1 at the trie's root (not state 0 after a separator)
     bo_weight: np.ndarray  # (N,) float32 refund on the failure arc
     final: np.ndarray  # (N,) float32 refund of an open partial match
     phrases: dict  # word-id tuple -> reward
@@ -233,21 +233,40 @@ class PhraseAutomaton:
         return total + (float(self.final[s]) if final else 0.0)
 
 
-def phrase_automaton(phrases: dict[tuple[int, ...], float]) -> PhraseAutomaton:
-    """The Aho-Corasick automaton of word-id phrases -> reward.
+def phrase_automaton(phrases: dict[tuple[int, ...], float], *, separator: int | None = None,
+                     word_starts: np.ndarray | None = None) -> PhraseAutomaton:
+    """The Aho-Corasick automaton of label phrases -> reward (labels: word ids, or tokens).
 
     Trie nodes with children are states (a node without children behaves as its failure
-    node, so arcs into it go there).  Reading word w from node u to child v costs
+    node, so arcs into it go there).  Reading label w from node u to child v costs
     φ(v') - φ(u) - out(v), where v' is v or its stand-in, out(v) the rewards of all
     phrases ending at v (through failure links: overlapping occurrences all count), and
-    φ(u) = -max(0, max over phrases p extending u's words of reward(p) × |u| / |p|).
+    φ(u) = -max(0, max over phrases p extending u of reward(p) × |u| / |p|).
     The failure arc from u costs φ(fail(u)) - φ(u), the final cost is -φ(u): the
     advances telescope away on every complete path.
+
+    Whole words of tokens (the lexicon-free decoder), given how words are told apart:
+    `separator`, a label between words (characters' `|`; repeats of it count once, and the
+    utterance starts and ends as if after and before one), or `word_starts`, the sorted
+    labels that begin a word (sentencepiece's "▁" pieces).  A phrase must then start a
+    word (with a separator the phrase is read after one: the start state, state 0, is its
+    node) and end one: its reward waits at its last node (a state while some phrase ends
+    there) until a label that begins the next word is read, or the utterance ends, and a
+    phrase followed by any other label (a longer word) earns nothing.  So out(u) is paid
+    on u's arcs of those labels, which are all explicit, and in its final cost; the
+    advance of p's last label is |p| / (|p| + 1) of the reward.
     """
+    start = (separator,) if separator is not None and phrases else ()
+    ends = np.array([separator], np.int64) if separator is not None else word_starts
+    phrases = {start + tuple(p): r for p, r in phrases.items()}
+    lead = len(start)
     children: list[dict] = [{}]
     depth = [0]
     own = [0.0]
+    last = [-1]  # the label into each node
     for p, reward in phrases.items():
+        if len(p) <= lead:
+            raise ValueError("an empty phrase")
         u = 0
         for w in p:
             if w not in children[u]:
@@ -255,15 +274,18 @@ def phrase_automaton(phrases: dict[tuple[int, ...], float]) -> PhraseAutomaton:
                 children.append({})
                 depth.append(depth[u] + 1)
                 own.append(0.0)
+                last.append(w)
             u = children[u][w]
         own[u] += reward
     n = len(children)
+    whole = ends is not None
     advance = [0.0] * n  # ρ(u) = -φ(u)
     for p, reward in phrases.items():
         u = 0
-        for w in p[:-1]:
+        share = len(p) - lead + (1 if whole else 0)
+        for w in p if whole else p[:-1]:
             u = children[u][w]
-            advance[u] = max(advance[u], reward * depth[u] / len(p))
+            advance[u] = max(advance[u], reward * (depth[u] - lead) / share)
     fail = [0] * n
     out = list(own)
     order = []
@@ -280,33 +302,71 @@ def phrase_automaton(phrases: dict[tuple[int, ...], float]) -> PhraseAutomaton:
                 out[v] += out[fail[v]]
                 nxt.append(v)
         queue = nxt
+    pending = [whole and out[u] > 0 for u in range(n)]
     stand_in = list(range(n))
     for u in order:
-        if not children[u]:
+        if not children[u] and not pending[u]:
             stand_in[u] = stand_in[fail[u]]
-    states = [u for u in range(n) if u == 0 or children[u]]
-    index = {u: i for i, u in enumerate(states)}
+    first = stand_in[_node(children, start)]
+    states = [first] + [u for u in range(n) if u != first and (u == 0 or children[u] or pending[u])]
+    index = np.full(n, -1, np.int64)
+    index[states] = np.arange(len(states))
+    phi = np.array([-a for a in advance], np.float64)
     N = len(states)
     offsets = np.zeros(N + 1, np.int64)
     labels, weights, nexts = [], [], []
     backoff = np.full(N, -1, np.int32)
     bo_weight = np.zeros(N, np.float32)
     final = np.zeros(N, np.float32)
-    phi = [-a for a in advance]
+    rows: dict[int, np.ndarray] = {}  # node -> its targets (stand-ins) reading each of `ends`
+
+    def row(u):
+        if u not in rows:
+            r = np.zeros(len(ends), np.int64) if u == 0 else row(fail[u]).copy()
+            for w, v in children[u].items():
+                k = np.searchsorted(ends, w)
+                if k < len(ends) and ends[k] == w:
+                    r[k] = stand_in[v]
+            rows[u] = r
+        return rows[u]
+
     for i, u in enumerate(states):
-        for w in sorted(children[u]):
-            v = children[u][w]
-            target = stand_in[v]
-            labels.append(w)
-            weights.append(phi[target] - phi[u] - out[v])
-            nexts.append(index[target])
-        offsets[i + 1] = len(labels)
+        own_labels = sorted(children[u])
+        lab = np.array(own_labels, np.int64)
+        tgt = np.array([stand_in[children[u][w]] for w in own_labels], np.int64)
+        if whole:
+            w = phi[tgt] - phi[u]
+        else:
+            w = phi[tgt] - phi[u] - np.array([out[children[u][x]] for x in own_labels], np.float64)
+        if u and separator is not None and last[u] == separator:  # a repeated separator: no change
+            at = np.searchsorted(lab, separator)
+            lab, w, tgt = np.insert(lab, at, separator), np.insert(w, at, 0.0), np.insert(tgt, at, u)
+        if pending[u]:  # every label of `ends` pays out(u): explicit, children among them included
+            keep = ~np.isin(lab, ends)
+            end_tgt = row(u)
+            lab = np.concatenate([lab[keep], ends.astype(np.int64)])
+            w = np.concatenate([w[keep], phi[end_tgt] - phi[u] - out[u]])
+            tgt = np.concatenate([tgt[keep], end_tgt])
+            by = np.argsort(lab, kind="stable")
+            lab, w, tgt = lab[by], w[by], tgt[by]
+        labels.append(lab)
+        weights.append(w)
+        nexts.append(index[tgt])
+        offsets[i + 1] = offsets[i] + len(lab)
         if u:
             backoff[i] = index[stand_in[fail[u]]]
             bo_weight[i] = phi[stand_in[fail[u]]] - phi[u]
-            final[i] = -phi[u]
-    return PhraseAutomaton(offsets, np.array(labels, np.int32), np.array(weights, np.float32),
-                           np.array(nexts, np.int32), backoff, bo_weight, final, dict(phrases))
+        final[i] = -phi[u] - (out[u] if pending[u] else 0.0)
+    return PhraseAutomaton(offsets, np.concatenate(labels).astype(np.int32),
+                           np.concatenate(weights).astype(np.float32), np.concatenate(nexts).astype(np.int32),
+                           backoff, bo_weight, final, dict(phrases))
+
+
+def _node(children, labels) -> int:
+    u = 0
+    for w in labels:
+        u = children[u][w]
+    return u
 
 
 NO_PHRASES = phrase_automaton({})

@@ -177,6 +177,8 @@ def test_kaldi_text_format(noisy, tmp_path):
     for key in ("has space", "", " utt1"):  # Kaldi reads the key up to the first space
         with pytest.raises(OptionError, match="lattice key"):
             r.lattice.write(tmp_path / "bad.txt", key=key)
+    with pytest.raises(wfst.OutputFileError, match="cannot write file .*no_dir"):  # one line, the path named
+        r.lattice.write(tmp_path / "no_dir" / "lat.txt")
     lines = (tmp_path / "lat.txt").read_text().splitlines()
     assert lines[0] == "utt1" and lines[-1] == ""
     arcs = [ln.split("\t") for ln in lines[1:-1] if ln.count("\t") == 4]
@@ -274,3 +276,17 @@ def test_nbest_paths_of_many_words_are_read_without_recursion():
     assert [len(labels) for labels, _ in got] == [2500, 2]
     assert got[0][0][:3] == (1, 3, 5) and got[1] == ((7, 9), 2.5)
     assert got[0][1] == pytest.approx(5000 * 0.5 + 1.0)
+
+
+def test_oracle_without_words_txt_reads_words_as_their_ids():
+    """A graph with no word table names words by their ids ("3"), in the results and so in
+    the oracle's reference: the best path's own words are 0 errors, one word changed is 1."""
+    f, g = random_tlg(2)
+    assert g.words is None
+    x = random_log_probs(2, 4, 9, g.tokens.num_columns)
+    for r in Decoder(g, beam=500.0, lattice_beam=8.0).decode(x):
+        if not r.reached_final or not r.words:
+            continue
+        assert r.lattice.oracle(" ".join(r.words)) == (0, r.words)
+        assert r.lattice.oracle(["nonword", *r.words[1:]])[0] <= 1
+        assert r.lattice.oracle([*r.words, *r.words])[0] <= len(r.words)

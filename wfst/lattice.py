@@ -29,6 +29,7 @@ import numpy as np
 
 from .align import linear_acceptor, path_arcs
 from .errors import OptionError
+from .files import write_text_atomic
 from .results import DecodeResult, PathPart, part_result, path_part
 
 
@@ -172,8 +173,7 @@ class Lattice:
             lines.append(f"{s}\t{c:.6g},0")
         text = "\n".join(lines) + "\n\n"
         if isinstance(path_or_file, (str, os.PathLike)):
-            with open(path_or_file, "w", encoding="utf-8") as f:
-                f.write(text)
+            write_text_atomic(path_or_file, text)
         else:
             path_or_file.write(text)
 
@@ -288,11 +288,14 @@ class Lattice:
     def oracle(self, reference) -> tuple[int, tuple[str, ...]]:
         """(the fewest word errors of any path of the lattice against `reference` (a string or
         a word sequence), the words of such a path): the lattice's oracle, by edit distance
-        over its word acceptor (unknown reference words never match)."""
+        over its word acceptor (unknown reference words never match).  Without words.txt words
+        are their ids, as in the results ("17")."""
         words = self._scorer.graph.words
         ref = reference.split() if isinstance(reference, str) else list(reference)
-        ids = words.ids() if words is not None else {}
-        ref_ids = np.array([ids.get(w, -1) for w in ref], np.int64)
+        if words is not None:
+            ref_ids = np.array([words.ids().get(w, -1) for w in ref], np.int64)
+        else:
+            ref_ids = np.array([int(w) if str(w).isdecimal() and str(w).isascii() else -1 for w in ref], np.int64)
         if not len(self._raw.final_states):
             return len(ref), ()
         f = self._words_fst().copy()

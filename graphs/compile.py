@@ -33,7 +33,7 @@ from wfst.errors import (
     OutputFileError,
 )
 from wfst.files import atomic_path
-from wfst.graph import FST_NAME, INFO_NAME, graph_from_fst, write_graph_dir
+from wfst.graph import FST_NAME, INFO_NAME, check_replaceable, graph_from_fst, write_graph_dir
 from wfst.memory import reset_peak_rss, rss_mb
 from wfst.symbols import BOS, EOS, TokenTable, WordTable
 
@@ -134,9 +134,9 @@ def _input_record(path, what: str) -> dict:
 
 
 def _check_writable(out_dir: Path, what: str):
-    """Fail before the build, not after it, when `out_dir` cannot be made or written."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise OutputFileError(out_dir, what, "it exists and is not a directory")
+    """Fail before the build, not after it, when `out_dir` cannot be made or written, or
+    holds what a build would lose (wfst.graph.check_replaceable)."""
+    check_replaceable(out_dir)
     parent = out_dir
     while not parent.exists() and parent.parent != parent:
         parent = parent.parent
@@ -275,6 +275,9 @@ def compile_graph(out_dir: str | os.PathLike, *, tokens: str | os.PathLike, lm: 
                           f"not both)")
     out_dir = Path(out_dir)
     cache_dir = Path(cache_dir) if cache_dir is not None else out_dir.resolve().parent / ".wfst-cache"
+    if cache_dir.resolve().is_relative_to(out_dir.resolve()):
+        raise OptionError(f"cache_dir {cache_dir} is inside the graph directory {out_dir}, which a build "
+                          f"replaces as a whole; put it beside (the default: {out_dir.resolve().parent}/.wfst-cache)")
 
     inputs = {"tokens": _input_record(tokens, "token table"), "lm": _input_record(lm, "ARPA language model")}
     for name, value, what in (("lexicon", lexicon, "lexicon"), ("words", words, "word list"),
@@ -409,12 +412,16 @@ def _report_vocabulary(r: dict):
 
 
 def _up_to_date(out_dir: Path, fingerprint: str) -> dict | None:
+    """graph.json, when it records these inputs and options and every file it lists is there
+    at its size."""
     try:
         info = json.loads((out_dir / INFO_NAME).read_text(encoding="utf-8"))
-        fst_bytes = (out_dir / FST_NAME).stat().st_size
-    except (OSError, ValueError):
-        return None
-    if info.get("fingerprint") != fingerprint or info.get("files", {}).get(FST_NAME) != fst_bytes:
+        files = info.get("files") if isinstance(info, dict) else None
+        if not isinstance(files, dict) or FST_NAME not in files or info.get("fingerprint") != fingerprint:
+            return None
+        if any((out_dir / name).stat().st_size != size for name, size in files.items()):
+            return None
+    except (OSError, ValueError, TypeError):
         return None
     return info
 

@@ -138,6 +138,80 @@ def test_epsilon_free_option(tiny):
         assert w1 == w2 and c1 == pytest.approx(c2, abs=1e-4)
 
 
+def test_a_folder_that_is_not_a_graph_directory_is_refused_untouched(tiny):
+    """An icefall-style data/lang folder (tokens.txt and words.txt of the user's own) or a
+    Kaldi/riva graph without graph.json: a build would replace them, so it is refused
+    before any work, and nothing in them changes."""
+    kw = dict(tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", word_boundary="|", progress=False)
+    lang = tiny / "lang"
+    lang.mkdir()
+    (lang / "tokens.txt").write_text("<blk> 0\n| 1\na 2\nb 3\nc 4\n")
+    (lang / "words.txt").write_text("ab\nba\n")
+    for out, what in ((lang, r"holds tokens.txt, words.txt but no graph.json: not a graph a build wrote"),
+                      (tiny, r"holds files a graph build does not write \(lang, lm.arpa\)"),
+                      (tiny / "lang2", r"holds T.fst, TLG.csr.npz, TLG.fst, lexicon.txt, tokens.txt ... but no")):
+        if out.name == "lang2":
+            compile_graph(out, **kw)
+            (out / "graph.json").unlink()
+        before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+        with pytest.raises(OutputFileError, match=what):
+            compile_graph(out, **{**kw, "tokens": lang / "tokens.txt"} if out == lang else kw)
+        assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    with pytest.raises(OptionError, match="cache_dir .*inside the graph directory"):
+        compile_graph(tiny / "g", cache_dir=tiny / "g" / "cache", **kw)
+
+
+def test_a_build_that_fails_while_writing_leaves_the_old_graph_whole(tiny, monkeypatch):
+    """The files go to a hidden directory that takes the graph directory's place at the end:
+    a build that fails half-way through writing (here: the CSR arrays) leaves every old
+    file as it was and no litter; one killed before (its process gone) is cleaned up by the
+    next build of the same directory."""
+    kw = dict(tokens=tiny / "tokens.txt", word_boundary="|", progress=False)
+    compile_graph(tiny / "g", lm=tiny / "lm.arpa", **kw)
+    before = {p.name: p.read_bytes() for p in (tiny / "g").iterdir()}
+    other = tiny / "other.arpa"
+    other.write_text((tiny / "lm.arpa").read_text().replace("-0.45\ta cab", "-0.25\ta cab"))
+
+    def fail(*args):
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr("wfst.graph.write_csr_cache", fail)
+        with pytest.raises(OutputFileError, match="No space left on device"):
+            compile_graph(tiny / "g", lm=other, **kw)
+    assert {p.name: p.read_bytes() for p in (tiny / "g").iterdir()} == before
+    assert sorted(p.name for p in tiny.iterdir() if p.name.startswith(".g.")) == []
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (tiny / f".g.building-{int(dead.stdout)}-0badf00d").mkdir()
+    r = compile_graph(tiny / "g", lm=other, **kw)
+    assert r.rebuilt and (tiny / "g" / "TLG.fst").read_bytes() != before["TLG.fst"]
+    assert sorted(p.name for p in tiny.iterdir() if p.name.startswith(".g.")) == []
+    assert load_graph(tiny / "g").info["inputs"]["lm"]["path"].endswith("other.arpa")
+
+
+def test_a_graph_missing_a_file_is_not_up_to_date(tiny):
+    kw = dict(tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", word_boundary="|", progress=False)
+    compile_graph(tiny / "g", **kw)
+    (tiny / "g" / "words.txt").unlink()
+    assert compile_graph(tiny / "g", **kw).rebuilt
+    assert load_graph(tiny / "g").words is not None
+
+
+def test_a_graph_built_with_a_named_blank_loads_with_it(tiny):
+    """blank=SYM names the blank when it is not <blk>/<blank>/<b>; load_graph takes it from
+    graph.json (tokens.txt alone would not tell it), and decodes with it."""
+    (tiny / "pad_tokens.txt").write_text("<pad> 0\n| 1\na 2\nb 3\nc 4\n")
+    compile_graph(tiny / "g", tokens=tiny / "pad_tokens.txt", lm=tiny / "lm.arpa", word_boundary="|",
+                  blank="<pad>", progress=False)
+    g = load_graph(tiny / "g")
+    assert g.tokens.blank == 0 and g.tokens.symbols[0] == "<pad>"
+    cols = spell(tiny / "g", ["ab", "ba"])
+    x = np.full((1, 2 * len(cols), 5), np.log(1e-4), np.float32)
+    for i, c in enumerate(cols):
+        x[0, 2 * i, c] = x[0, 2 * i + 1, 0] = 0.0
+    assert wfst.Decoder(g).decode(x)[0].words == ("ab", "ba")
+
+
 @pytest.mark.parametrize("change,error,message", [
     (dict(topology="fancy"), OptionError, "unknown topology 'fancy'"),
     (dict(lm="missing.arpa"), MissingFileError, "cannot read ARPA language model .*missing.arpa: not found"),

@@ -13,10 +13,11 @@ Emitting arcs of state s are ``[e_indptr[s], e_indptr[s+1])``, non-emitting arcs
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
+import glob
 import json
 import os
+import shutil
 import struct
 import warnings
 import zipfile
@@ -268,9 +269,15 @@ def load_graph(path: str | os.PathLike, *, use_cache: bool = True) -> Graph:
             raise GraphFormatError(f"{info_path}: not valid JSON ({e})") from None
         if not isinstance(info, dict):
             raise GraphFormatError(f"{info_path}: not a JSON object (found a {type(info).__name__})")
-        if info.get("blank_column") is not None and info["blank_column"] != tokens.blank:
-            raise GraphFormatError(f"{info_path} says the blank is column {info['blank_column']}, "
-                                   f"{tokens_path} says {tokens.blank}")
+        blank = info.get("blank_column")
+        if blank is not None:  # the graph's own blank (a build with blank=... names one of any symbol)
+            if type(blank) is not int or not 0 <= blank < tokens.num_columns:
+                raise GraphFormatError(f"{info_path} says the blank is column {blank!r}, but {tokens_path} has "
+                                       f"columns 0..{tokens.num_columns - 1}")
+            tokens = dataclasses.replace(tokens, blank=blank)
+        if info.get("num_columns") is not None and info["num_columns"] != tokens.num_columns:
+            raise GraphFormatError(f"{info_path} says the model has {info['num_columns']} tokens, {tokens_path} "
+                                   f"has {tokens.num_columns}: the files are of different graphs")
 
     home = directory if fst_path.name == FST_NAME else None  # its lexicon.txt and graph.json are this FST's
     cache = fst_path.with_name(CSR_NAME if fst_path.name == FST_NAME else fst_path.stem + ".csr.npz")
@@ -294,44 +301,109 @@ def load_graph(path: str | os.PathLike, *, use_cache: bool = True) -> Graph:
 
 # --------------------------------------------------------------------------- writing
 
+GRAPH_FILES = (FST_NAME, TOKENS_NAME, WORDS_NAME, LEXICON_NAME, TOPOLOGY_NAME, CSR_NAME, INFO_NAME)
+
+
+def check_replaceable(directory: str | os.PathLike) -> None:
+    """Refuse, before any work, a graph directory that writing would lose files of: one that
+    exists, is not empty, and is not a graph directory written here (graph.json and only
+    the files write_graph_dir writes).  Such a folder is the user's (inputs, another
+    tool's graph): a build replaces the whole directory."""
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise OutputFileError(directory, "graph directory", "it exists and is not a directory")
+    if not directory.is_dir():
+        return
+    try:
+        names = sorted(p.name for p in directory.iterdir())
+    except OSError as e:
+        raise OutputFileError(directory, "graph directory", e.strerror or str(e)) from None
+    if not names:
+        return
+    foreign = [n for n in names if n not in GRAPH_FILES]
+    if foreign or INFO_NAME not in names:
+        shown = foreign or names
+        listed = f"{', '.join(shown[:5])}{' ...' if len(shown) > 5 else ''}"
+        what = (f"it holds files a graph build does not write ({listed})" if foreign else
+                f"it holds {listed} but no {INFO_NAME}: not a graph a build wrote (another tool's, or files of "
+                f"your own)")
+        raise OutputFileError(directory, "graph directory", f"{what}, which a build would replace; give a new or "
+                              f"empty directory, or remove it first")
+
+
 def write_graph_dir(directory: str | os.PathLike, fst, graph: Graph, lexicon: str | None = None,
                     topology=None) -> Graph:
     """Write a complete graph directory for `fst` and its CSR form `graph` (and, for word
     times, `lexicon`, the text of lexicon.txt, and `topology`, T as an FST, when given).
 
-    Each file goes to a temp file and is then moved into place.  graph.json (``graph.info``
-    plus the file sizes) is written last and removed first, so a directory that has a
-    graph.json is complete.
+    The files are written into a new directory beside it, which then takes its place
+    (two renames), so a reader never sees files of two builds mixed, and a build that fails
+    or is killed leaves the old graph as it was.  A directory holding anything else than
+    such a graph is refused (check_replaceable).
     """
     directory = Path(directory)
     if graph.num_states == 0:
         raise GraphFormatError(f"refusing to write an empty graph to {directory}")
+    check_replaceable(directory)
+    parent = directory.absolute().parent
+    stage = None
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileNotFoundError):
-            (directory / INFO_NAME).unlink()
-        with atomic_path(directory / FST_NAME) as tmp:
+        parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_stages(parent, directory.name)
+        stage = parent / f".{directory.name}.building-{os.getpid()}-{os.urandom(4).hex()}"
+        stage.mkdir()
+        with atomic_path(stage / FST_NAME) as tmp:
             fst.write(tmp)
-        graph.tokens.write(directory / TOKENS_NAME)
+        graph.tokens.write(stage / TOKENS_NAME)
         if graph.words is not None:
-            graph.words.write(directory / WORDS_NAME)
-        for name, given in ((LEXICON_NAME, lexicon), (TOPOLOGY_NAME, topology)):
-            if given is None:
-                with contextlib.suppress(FileNotFoundError):
-                    (directory / name).unlink()
-            elif name == LEXICON_NAME:
-                write_text_atomic(directory / name, given)
-            else:
-                with atomic_path(directory / name) as tmp:
-                    given.write(tmp)
-        write_csr_cache(graph, directory / FST_NAME, directory / CSR_NAME)
-        graph.info["files"] = {name: (directory / name).stat().st_size
-                               for name in (FST_NAME, TOKENS_NAME, WORDS_NAME, LEXICON_NAME, TOPOLOGY_NAME, CSR_NAME)
-                               if (directory / name).is_file()}
-        write_text_atomic(directory / INFO_NAME, json.dumps(graph.info, indent=2) + "\n")
+            graph.words.write(stage / WORDS_NAME)
+        if lexicon is not None:
+            write_text_atomic(stage / LEXICON_NAME, lexicon)
+        if topology is not None:
+            with atomic_path(stage / TOPOLOGY_NAME) as tmp:
+                topology.write(tmp)
+        write_csr_cache(graph, stage / FST_NAME, stage / CSR_NAME)
+        graph.info["files"] = {name: (stage / name).stat().st_size for name in GRAPH_FILES
+                               if (stage / name).is_file()}
+        write_text_atomic(stage / INFO_NAME, json.dumps(graph.info, indent=2) + "\n")
+        _swap_in(stage, directory.absolute())
+        stage = None
     except OSError as e:
         reason = e.strerror or str(e)
         if e.filename and Path(e.filename) != directory:
             reason += f" ({e.filename})"
         raise OutputFileError(directory, "graph directory", reason) from None
+    finally:
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
     return graph
+
+
+def _swap_in(stage: Path, directory: Path) -> None:
+    """Put the finished `stage` where `directory` is (the old one is removed)."""
+    if not directory.exists():
+        os.rename(stage, directory)
+        return
+    old = directory.with_name(f".{directory.name}.old-{os.getpid()}-{os.urandom(4).hex()}")
+    os.rename(directory, old)
+    try:
+        os.rename(stage, directory)
+    except OSError:
+        os.rename(old, directory)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _remove_stale_stages(parent: Path, name: str) -> None:
+    """The hidden directories of builds of `name` that were killed (their process is gone)."""
+    for p in parent.glob(f".{glob.escape(name)}.*-*-*"):
+        kind, _, pid = p.name[len(name) + 2:].partition("-")
+        pid = pid.split("-")[0]
+        if kind not in ("building", "old") or not pid.isdecimal():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(p, ignore_errors=True)
+        except OSError:  # alive, another user's
+            pass

@@ -8,6 +8,7 @@ ARPA file, so it runs in a child process and its message becomes an
 """
 from __future__ import annotations
 
+import codecs
 import os
 import re
 import shutil
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pywrapfst as fst
 
-from wfst.arpa import ArpaReader, open_arpa
+from wfst.arpa import ArpaReader, check_sentence_marks, is_gzip, open_arpa, parse_ngram
 from wfst.errors import InputFileError
 from wfst.symbols import EPSILON, WORD_DISAMBIG
 
@@ -28,30 +29,27 @@ _ERROR_NO_LINE = re.compile(r"\[E\] (.*)")
 _WARNING = re.compile(r"\[W\] (.*)")
 
 
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
 def arpa_vocabulary(path: str | os.PathLike) -> tuple[list[str], list[int]]:
     """The unigram words of an ARPA file and its n-gram counts per order.
 
-    Checks the structure (wfst.arpa.ArpaReader) and the unigram lines, with line numbers;
-    kaldilm parses the higher-order lines.
+    Checks the structure (wfst.arpa.ArpaReader) and every n-gram line (wfst.arpa.parse_ngram:
+    fields, numbers, no probability above 1), n-grams listed twice, <s> and </s>, with
+    line numbers, as the rescoring LM's reader does; kaldilm builds G from the lines.
     """
     reader = ArpaReader(path)
     words: list[str] = []
+    seen: dict[int, set] = {}
     for no, order, line in reader:
+        _, gram, _ = parse_ngram(path, no, order, line)
         if order == 1:
-            fields = line.split()
-            if len(fields) not in (2, 3) or not all(_is_number(f) for f in fields[::2]):
-                raise InputFileError(path, no, f"invalid unigram line {line!r}")
-            if fields[1] in (EPSILON, WORD_DISAMBIG):  # G's epsilon and its backoff label
-                raise InputFileError(path, no, f"{fields[1]!r} is reserved and cannot be a word of the LM")
-            words.append(fields[1])
+            if gram[0] in (EPSILON, WORD_DISAMBIG):  # G's epsilon and its backoff label
+                raise InputFileError(path, no, f"{gram[0]!r} is reserved and cannot be a word of the LM")
+            words.append(gram[0])
+        key = " ".join(gram)
+        if key in seen.setdefault(order, set()):
+            raise InputFileError(path, no, f"{order}-gram {key!r} listed twice")
+        seen[order].add(key)
+    check_sentence_marks(path, seen.get(1, ()))
     return words, [reader.counts[k] for k in sorted(reader.counts)]
 
 
@@ -63,13 +61,28 @@ kaldilm.arpa2fst(input_arpa=arpa, output_fst=out, disambig_symbol=disambig,
 """
 
 
+def _plain_text(path: Path) -> bool:
+    """Whether kaldilm can read the file as it is: not gzip, no byte-order mark, no \\r."""
+    if is_gzip(path):
+        return False
+    with open(path, "rb") as f:
+        head = f.read(1 << 20)
+        if head.startswith(codecs.BOM_UTF8):
+            return False
+        while head:
+            if b"\r" in head:
+                return False
+            head = f.read(1 << 20)
+    return True
+
+
 def grammar_fst(arpa_path: str | os.PathLike, words_txt: str | os.PathLike,
                 max_warnings: int = 5) -> fst.MutableFst:
     """G for `arpa_path` with word ids from `words_txt` (which must hold every ARPA word and #0)."""
     arpa_path = Path(arpa_path)
     with tempfile.TemporaryDirectory(prefix="wfst-G-") as tmp:
         plain = arpa_path
-        if arpa_path.suffix == ".gz":
+        if not _plain_text(arpa_path):  # kaldilm reads LF text only: a \r would end each line's last field
             plain = Path(tmp) / "lm.arpa"
             with open_arpa(arpa_path) as src, open(plain, "w", encoding="utf-8") as dst:
                 shutil.copyfileobj(src, dst)

@@ -234,7 +234,7 @@ def test_bad_arguments(tiny, change, error, message):
 
 
 def test_inputs_that_do_not_fit(tiny, monkeypatch):
-    (tiny / "zero.arpa").write_text("\\data\\\nngram 1=1\n\n\\1-grams:\n-1.0\t</s>\n\n\\end\\\n")
+    (tiny / "zero.arpa").write_text("\\data\\\nngram 1=2\n\n\\1-grams:\n-99\t<s>\n-1.0\t</s>\n\n\\end\\\n")
     with pytest.raises(InputFileError, match=r"zero.arpa: the LM has no words to spell"):
         compile_graph(tiny / "out", tokens=tiny / "tokens.txt", lm=tiny / "zero.arpa", progress=False)
     (tiny / "other_tokens.txt").write_text("<blk>\nx\ny\n")
@@ -298,7 +298,7 @@ def test_cli(tiny):
     (["--topo", "fancy"], r"argument --topo: invalid choice: 'fancy' .*\(see wfst-make-graph --help\)"),
     (["--bogus"], r"unrecognized arguments: --bogus"),
     (["--lm", "missing.arpa"], r"cannot read ARPA language model missing.arpa: not found"),
-    (["--lm", "bad.arpa", "--quiet"], r"bad.arpa:22: Invalid n-gram data line: '-0.45 a'"),
+    (["--lm", "bad.arpa", "--quiet"], r"bad.arpa:22: a 2-gram line needs 3 or 4 fields: '-0.45 a'"),
     (["--lm", "junk.arpa"], r"junk.arpa:1: text before the \\data\\ header: 'junk'"),
     (["--blank", "<nope>"], r"tokens.txt: blank symbol '<nope>' is not in the table"),
     (["--blank", "|"], r"word-boundary unit '\|' is the blank of tokens.txt"),

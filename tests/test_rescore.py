@@ -84,10 +84,55 @@ def test_damaged_store_files_are_refused(tmp_path):
              "cycle": (patched("backoff", deep, deep), "damaged store: a backoff chain that does not end at the root"),
              "nan_backoff": (patched("bo_weight", 1, np.nan), "damaged store: NaN or infinite backoff costs"),
              "negative": (patched("weights", 0, -1e30), r"damaged store: NaN or negative word costs")}
+    def with_header(fields) -> bytes:
+        """The store with a hand-edited header (its data moved to the new alignment)."""
+        head = good[:8] + np.uint64(len(fields)).tobytes() + fields
+        return head + b"\0" * (-len(head) % 64) + good[-(-(16 + n) // 64) * 64:]
+
+    for field, value in (("arrays", {}), ("arrays", {"labels": 3}), ("start", "0"), ("num_states", None),
+                         ("data_bytes", "x")):  # fields missing or of the wrong type
+        cases[f"{field}_{type(value).__name__}"] = (with_header(json.dumps({**meta, field: value}).encode()),
+                                                    "damaged header")
+    labels = {**meta["arrays"]["labels"], "offset": 10**9}  # an array past the file's end
+    cases["beyond"] = (with_header(json.dumps({**meta, "arrays": {**meta["arrays"], "labels": labels}}).encode()),
+                       "damaged header")
     for name, (data, message) in cases.items():
         (tmp_path / f"{name}.lmstore").write_bytes(data)
         with pytest.raises(LmStoreError, match=message):
             load_lm(tmp_path / f"{name}.lmstore")
+
+
+def test_truncate_and_prepare_refuse_what_they_cannot_write(tmp_path, monkeypatch):
+    """truncate_arpa: order >= 1, a .gz destination gzipped (it was plain text under a .gz
+    name), an unwritable one an OutputFileError; prepare_lm: an explicit store path that
+    cannot be written is an error (it went silently to ./.wfst-cache), and a store in the
+    fallback folder is reused (it was parsed again at every open)."""
+    from wfst.errors import OptionError, OutputFileError
+
+    (tmp_path / "lm.arpa").write_text(TINY_ARPA.lstrip())
+    for order in (0, -1, "2", 1.5, True):
+        with pytest.raises(OptionError, match="order=.*must be an integer >= 1"):
+            truncate_arpa(tmp_path / "lm.arpa", tmp_path / "x.arpa", order)
+    small = truncate_arpa(tmp_path / "lm.arpa", tmp_path / "small.arpa.gz", 2)
+    assert small.read_bytes()[:2] == b"\x1f\x8b" and read_arpa(small).order == 2
+    for dst in (tmp_path, tmp_path / "no" / "x.arpa"):
+        with pytest.raises(OutputFileError, match="cannot write ARPA file"):
+            truncate_arpa(tmp_path / "lm.arpa", dst, 2)
+    with pytest.raises(OutputFileError, match="cannot write LM store file"):
+        prepare_lm(tmp_path / "lm.arpa", tmp_path, progress=False)
+    monkeypatch.chdir(tmp_path)
+    real_save = save_lm
+
+    def beside_unwritable(store, path):
+        if path.name == "lm.arpa.lmstore":
+            raise PermissionError(13, "Permission denied")
+        return real_save(store, path)
+
+    monkeypatch.setattr("wfst.lm.save_lm", beside_unwritable)
+    first = prepare_lm(tmp_path / "lm.arpa", progress=False)
+    assert first.parent.name == ".wfst-cache"
+    monkeypatch.setattr("wfst.lm.read_arpa", lambda *a, **kw: pytest.fail("parsed again"))
+    assert prepare_lm(tmp_path / "lm.arpa", progress=False) == first
 
 
 @pytest.fixture

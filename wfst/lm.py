@@ -22,6 +22,7 @@ when every small-LM history is also a big-LM history (checked).
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import hashlib
 import json
 import math
@@ -31,8 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .arpa import ArpaReader
-from .errors import InputFileError, LmStoreError, MissingFileError, VocabularyError
+from .arpa import ArpaReader, check_sentence_marks, parse_ngram
+from .config import _int
+from .errors import InputFileError, LmStoreError, MissingFileError, OptionError, OutputFileError, VocabularyError
 from .files import atomic_path
 
 LN10 = math.log(10.0)
@@ -111,33 +113,28 @@ def read_arpa(path: str | os.PathLike, *, progress: bool = False) -> LmStore:
     ngrams: dict[int, dict] = {}  # ngrams[k]: word-id tuple -> (log10 p, log10 backoff)
     words: list[str] = []
     ids: dict[str, int] = {}
+    orphans, first_orphan = 0, None
     for no, k, line in reader:
-        fields = line.split()
-        if len(fields) not in (k + 1, k + 2):
-            raise InputFileError(path, no, f"a {k}-gram line needs {k + 1} or {k + 2} fields: {line!r}")
+        logp, gram, bo = parse_ngram(path, no, k, line)
+        if k == 1 and gram[0] not in ids:
+            ids[gram[0]] = len(words)
+            words.append(gram[0])
         try:
-            logp = float(fields[0])
-            bo = float(fields[k + 1]) if len(fields) == k + 2 else 0.0
-        except ValueError:
-            raise InputFileError(path, no, f"not a number in {line!r}") from None
-        if not (math.isfinite(bo) and (math.isfinite(logp) or logp == -math.inf)):
-            raise InputFileError(path, no, f"NaN or infinite value in {line!r}")
-        if logp > 0:  # as kenlm refuses them by default
-            raise InputFileError(path, no, f"positive log10 probability {fields[0]} (a probability above 1) "
-                                 f"in {line!r}")
-        if k == 1 and fields[1] not in ids:
-            ids[fields[1]] = len(words)
-            words.append(fields[1])
-        try:
-            key = tuple(ids[w] for w in fields[1:k + 1])
+            key = tuple(ids[w] for w in gram)
         except KeyError as e:
             raise InputFileError(path, no, f"word {e.args[0]!r} is not a unigram") from None
         table = ngrams.setdefault(k, {})
         if key in table:
-            raise InputFileError(path, no, f"{k}-gram {' '.join(fields[1:k + 1])!r} listed twice")
+            raise InputFileError(path, no, f"{k}-gram {' '.join(gram)!r} listed twice")
+        if k > 2 and key[:-1] not in ngrams.get(k - 1, ()):  # no history state leads to it: skipped, as arpa2fst does
+            orphans += 1
+            first_orphan = first_orphan or no
+            continue
         table[key] = (logp, bo)
-    if "<s>" not in ids:
-        raise InputFileError(path, None, "no <s> unigram: the LM has no sentence start")
+    check_sentence_marks(path, ids)
+    if orphans:
+        warnings.warn(f"{path}: {orphans} n-grams skipped whose history is not an n-gram of the file (the first "
+                      f"on line {first_orphan}), as Kaldi's arpa2fst skips them", stacklevel=2)
     order = len(reader.counts)
     return _build(words, [None] + [ngrams.get(k, {}) for k in range(1, order + 1)], order,
                   {"path": str(path.resolve()), "sha256": _sha256(path), "bytes": path.stat().st_size})
@@ -243,15 +240,21 @@ def load_lm(path: str | os.PathLike) -> LmStore:
         raise LmStoreError(f"{path}: store format {meta.get('format')!r}, this version reads {FORMAT}; "
                            f"prepare it again")
     data_start = -(-(len(MAGIC) + 8 + n) // _ALIGN) * _ALIGN
-    if size < data_start + meta["data_bytes"]:
-        raise LmStoreError(f"{path}: truncated ({size} bytes, the header needs {data_start + meta['data_bytes']})")
-    arrays = {}
-    for name, dtype in _ARRAYS.items():
-        spec = meta["arrays"][name]
-        if np.dtype(spec["dtype"]) != np.dtype(dtype):
-            raise LmStoreError(f"{path}: array {name} has dtype {spec['dtype']}")
-        arrays[name] = np.memmap(path, dtype, "r", data_start + spec["offset"], tuple(spec["shape"]))
-    N, A = meta["num_states"], meta["num_arcs"]
+    try:
+        if size < data_start + meta["data_bytes"]:
+            raise LmStoreError(f"{path}: truncated ({size} bytes, the header needs {data_start + meta['data_bytes']})")
+        arrays = {}
+        for name, dtype in _ARRAYS.items():
+            spec = meta["arrays"][name]
+            if np.dtype(spec["dtype"]) != np.dtype(dtype):
+                raise LmStoreError(f"{path}: array {name} has dtype {spec['dtype']}")
+            arrays[name] = np.memmap(path, dtype, "r", data_start + spec["offset"], tuple(spec["shape"]))
+        N, A = int(meta["num_states"]), int(meta["num_arcs"])
+        if not (_int(meta["start"]) and _int(meta["order"]) and isinstance(meta["words"], list)
+                and isinstance(meta["counts"], list) and isinstance(meta.get("source", {}), dict)):
+            raise ValueError("fields of the wrong type")
+    except (KeyError, TypeError, ValueError) as e:  # a hand-edited or damaged header
+        raise LmStoreError(f"{path}: damaged header ({type(e).__name__}: {e}); prepare it again") from None
     o = arrays["offsets"]
     problems = []
     backoff, depth = arrays["backoff"], arrays["depth"]
@@ -275,7 +278,7 @@ def load_lm(path: str | os.PathLike) -> LmStore:
     if problems:
         raise LmStoreError(f"{path}: damaged store: {problems[0]}; prepare it again")
     return LmStore(tuple(meta["words"]), meta["order"], tuple(meta["counts"]), meta["start"], **arrays,
-                   source=meta["source"])
+                   source=meta.get("source", {}))
 
 
 def _backoff_descends(backoff: np.ndarray, depth: np.ndarray) -> bool:
@@ -292,20 +295,24 @@ def prepare_lm(arpa: str | os.PathLike, out: str | os.PathLike | None = None, *,
     arpa = Path(arpa)
     if not arpa.is_file():
         raise MissingFileError(arpa, "ARPA language model")
-    out = Path(out) if out is not None else arpa.with_name(arpa.name + ".lmstore")
-    if out.is_file():
-        try:
-            if load_lm(out).source.get("sha256") == _sha256(arpa):
-                return out
-        except (LmStoreError, MissingFileError):
-            pass  # damaged or stale: made again
+    sha = _sha256(arpa)
+    fallback = Path(".wfst-cache") / f"lm-{sha[:20]}.lmstore"
+    places = [Path(out)] if out is not None else [arpa.with_name(arpa.name + ".lmstore"), fallback]
+    for place in places:
+        if place.is_file():
+            try:
+                if load_lm(place).source.get("sha256") == sha:
+                    return place
+            except (LmStoreError, MissingFileError):
+                pass  # damaged or stale: made again
     store = read_arpa(arpa, progress=progress)
-    try:
-        return save_lm(store, out)
-    except OSError:
-        fallback = Path(".wfst-cache") / f"lm-{store.source['sha256'][:20]}.lmstore"
-        fallback.parent.mkdir(parents=True, exist_ok=True)
-        return save_lm(store, fallback)
+    for place in places:
+        try:
+            place.parent.mkdir(parents=True, exist_ok=True)
+            return save_lm(store, place)
+        except OSError as e:
+            if place == places[-1]:
+                raise OutputFileError(place, "LM store file", e.strerror or str(e)) from None
 
 
 def open_lm(source: str | os.PathLike | LmStore) -> LmStore:
@@ -325,19 +332,27 @@ def open_lm(source: str | os.PathLike | LmStore) -> LmStore:
 def truncate_arpa(src: str | os.PathLike, dst: str | os.PathLike, order: int) -> Path:
     """Write the ARPA LM of `src` cut to its n-grams up to `order` (a valid, normalised LM:
     the kept orders' probabilities and backoffs are unchanged; the top kept order's
-    backoff weights are dropped).  Makes the small LM of the rescoring demo."""
+    backoff weights are dropped), gzipped when `dst` ends in .gz.  Makes the small LM of
+    the rescoring demo."""
     src, dst = Path(src), Path(dst)
+    if not _int(order) or order < 1:
+        raise OptionError(f"order={order!r}: must be an integer >= 1")
     reader = ArpaReader(src)
     sections: dict[int, list[str]] = {}
     for _, k, line in reader:
         if k <= order:
             sections.setdefault(k, []).append(" ".join(line.split()[:order + 1]) if k == order else line)
     kept = [k for k in sorted(reader.counts) if k <= order]
-    with atomic_path(dst) as tmp, open(tmp, "w", encoding="utf-8") as out:
-        out.write("\\data\\\n" + "".join(f"ngram {k}={reader.counts[k]}\n" for k in kept))
-        for k in kept:
-            out.write(f"\n\\{k}-grams:\n" + "".join(line + "\n" for line in sections.get(k, [])))
-        out.write("\n\\end\\\n")
+    text = "\\data\\\n" + "".join(f"ngram {k}={reader.counts[k]}\n" for k in kept)
+    for k in kept:
+        text += f"\n\\{k}-grams:\n" + "".join(line + "\n" for line in sections.get(k, []))
+    text += "\n\\end\\\n"
+    try:
+        with atomic_path(dst) as tmp:
+            data = text.encode("utf-8")
+            Path(tmp).write_bytes(gzip.compress(data, mtime=0) if dst.suffix == ".gz" else data)
+    except OSError as e:
+        raise OutputFileError(dst, "ARPA file", e.strerror or str(e)) from None
     return dst
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 import wfst
-from wfst.cli import CliParser, fail
+from wfst.cli import CliParser, command, fail
 from wfst.files import read_lines
 from wfst.scoring import FRAME_SECONDS, rtfx, word_errors
 from wfst.synthetic import from_texts_seeds, load_npz
@@ -137,6 +137,7 @@ def _parse(argv) -> argparse.Namespace:
     return args
 
 
+@command("wfst-bench")
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from wfst.cli import CliParser, fail
+from wfst.cli import CliParser, command, fail
 from wfst.errors import WfstError
 
 from .compile import compile_graph
@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@command(PROG)
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     conflict = None

@@ -265,6 +265,12 @@ def compile_graph(out_dir: str | os.PathLike, *, tokens: str | os.PathLike, lm: 
     """
     t_start = time.perf_counter()
     check_topology(topology)
+    if type(epsilon_free) is not bool:
+        raise OptionError(f"epsilon_free={epsilon_free!r}: must be True or False")
+    for name, value in (("out_dir", out_dir), ("tokens", tokens), ("lm", lm), ("lexicon", lexicon),
+                        ("words", words), ("spm", spm), ("cache_dir", cache_dir)):
+        if isinstance(value, str) and not value.strip():  # Path("") is the current directory
+            raise OptionError(f"{name}={value!r}: an empty path")
     if lexicon is not None and (words is not None or spm is not None):
         given = ", ".join(f"{k}={v}" for k, v in (("words", words), ("spm", spm)) if v is not None)
         raise OptionError(f"give either a lexicon file or a word list (with spm / per character), not both: "

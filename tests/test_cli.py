@@ -139,3 +139,23 @@ def test_decode_cli_beam_search_without_a_graph(tiny_setup, tmp_path, capsys):
     phrases.write_text("ab\tlots\n")
     assert decode_main(base + ["--phrases", str(phrases)]) == 2
     assert "phrases.txt:1: reward 'lots' is not a number" in capsys.readouterr().err
+
+
+def test_commands_show_warnings_and_interrupts_as_one_line(capsys):
+    """A command's warnings name the command, not the library line that raised them; Ctrl-C
+    is one line and exit status 130, not a traceback."""
+    import warnings
+
+    from wfst.cli import command
+
+    @command("wfst-x")
+    def main(interrupt: bool) -> int:
+        warnings.warn("the LM has 3 unreachable words", UserWarning)
+        if interrupt:
+            raise KeyboardInterrupt
+        return 0
+
+    assert main(False) == 0
+    assert capsys.readouterr().err == "wfst-x: warning: the LM has 3 unreachable words\n"
+    assert main(True) == 130
+    assert capsys.readouterr().err.splitlines()[-1] == "wfst-x: interrupted"

@@ -223,6 +223,7 @@ def test_a_graph_built_with_a_named_blank_loads_with_it(tiny):
     (dict(spm="tokens.txt"), OptionError, r"word_boundary='\|' is for per-character spelling.*not both"),
     (dict(blank="<nope>"), InputFileError, "blank symbol '<nope>' is not in the table"),
     (dict(out="tokens.txt"), OutputFileError, "cannot write graph directory .*tokens.txt: it exists and is not a dir"),
+    (dict(epsilon_free="no"), OptionError, "epsilon_free='no': must be True or False"),
     (dict(out="tokens.txt/g"), OutputFileError, "cannot write graph directory .*tokens.txt/g: .*tokens.txt is not a"),
 ])
 def test_bad_arguments(tiny, change, error, message):
@@ -231,6 +232,13 @@ def test_bad_arguments(tiny, change, error, message):
     kw = {k: (tiny / v if k in ("tokens", "lm", "lexicon", "words", "spm", "out") else v) for k, v in kw.items()}
     with pytest.raises(error, match=message):
         compile_graph(kw.pop("out"), **kw)
+
+
+def test_empty_paths_are_refused(tiny):
+    for name in ("cache_dir", "lexicon", "out_dir"):
+        kw = {"out_dir": tiny / "g", "tokens": tiny / "tokens.txt", "lm": tiny / "lm.arpa", "progress": False, name: ""}
+        with pytest.raises(OptionError, match=f"{name}='': an empty path"):
+            compile_graph(kw.pop("out_dir"), **kw)
 
 
 def test_inputs_that_do_not_fit(tiny, monkeypatch):

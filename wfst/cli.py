@@ -18,10 +18,12 @@ means a bug.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -56,12 +58,33 @@ def fail(prog: str, e: BaseException) -> int:
     return 2
 
 
+def command(prog: str):
+    """A command's main function, as every command runs: warnings as `prog: warning: ...`
+    (not the library line that raised them), Ctrl-C as one line and exit status 130."""
+    def wrap(main):
+        @functools.wraps(main)
+        def run(*args, **kwargs) -> int:
+            def show(message, category, filename, lineno, file=None, line=None):
+                print(f"{prog}: warning: {message}", file=sys.stderr)
+
+            with warnings.catch_warnings():
+                warnings.showwarning = show
+                try:
+                    return main(*args, **kwargs)
+                except KeyboardInterrupt:
+                    print(f"{prog}: interrupted", file=sys.stderr)
+                    return 130
+        return run
+    return wrap
+
+
 def _progress(total: int, enabled: bool):
     from tqdm import tqdm
 
     return tqdm(total=total, unit="utt", disable=not enabled, file=sys.stderr)
 
 
+@command("wfst-decode")
 def decode_main(argv: list[str] | None = None) -> int:
     defaults = DecoderConfig()
     ap = CliParser(prog="wfst-decode", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -266,7 +266,7 @@ def phrase_automaton(phrases: dict[tuple[int, ...], float], *, separator: int | 
     last = [-1]  # the label into each node
     for p, reward in phrases.items():
         if len(p) <= lead:
-            raise ValueError("an empty phrase")
+            raise BoostError("an empty phrase")
         u = 0
         for w in p:
             if w not in children[u]:

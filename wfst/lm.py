@@ -252,7 +252,7 @@ def load_lm(path: str | os.PathLike) -> LmStore:
         N, A = int(meta["num_states"]), int(meta["num_arcs"])
         if not (_int(meta["start"]) and _int(meta["order"]) and isinstance(meta["words"], list)
                 and isinstance(meta["counts"], list) and isinstance(meta.get("source", {}), dict)):
-            raise ValueError("fields of the wrong type")
+            raise LmStoreError(f"{path}: damaged header (fields of the wrong type); prepare it again")
     except (KeyError, TypeError, ValueError) as e:  # a hand-edited or damaged header
         raise LmStoreError(f"{path}: damaged header ({type(e).__name__}: {e}); prepare it again") from None
     o = arrays["offsets"]

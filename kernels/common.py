@@ -318,7 +318,7 @@ def trailing_blanks(keep, tok_prev, tok_arc, bp_prev, bp_arc, ilabel, blank):
     if keep < 0:
         return 0, False
     k = keep
-    while True:
+    for _ in range(tok_prev.shape[0]):  # a longer chain loops (an epsilon cycle): finish reports it
         a = tok_arc[k]
         if a != NO_ARC and ilabel[a] != 0:
             if ilabel[a] != blank:
@@ -329,7 +329,9 @@ def trailing_blanks(keep, tok_prev, tok_arc, bp_prev, bp_arc, ilabel, blank):
             break
         k = in_frame(p)
     g = tok_prev[k]
-    while g >= 0:
+    for _ in range(bp_prev.shape[0]):
+        if g < 0:
+            break
         a = bp_arc[g]
         if a != NO_ARC and ilabel[a] != 0:
             if ilabel[a] != blank:

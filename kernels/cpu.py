@@ -978,15 +978,18 @@ def release(ws, n):
 def partial_path(tl, n, final, context, prev, arc, stored):
     """The path of the frame's best token (final costs left out, as for a partial result):
     (graph arc ids in path order, each arc's backpointer or -1 for the frame's own
-    in-frame arcs).  No arcs when there is no token."""
+    in-frame arcs, False when the path loops: an epsilon cycle).  No arcs when there is no
+    token."""
     keep = _best_token(tl, n, final, context, False)
     arcs = np.empty(0, np.int32)
     gids = np.empty(0, np.int32)
     if keep < 0:
-        return arcs, gids
+        return arcs, gids, True
     in_frame_arcs = 0
     k = keep
-    while True:  # the frame's own epsilon chain back to a stored token
+    for step in range(n + 1):  # the frame's own epsilon chain back to a stored token
+        if step == n:
+            return arcs, gids, False
         if tl.arc[k] != NO_ARC:
             in_frame_arcs += 1
         p = tl.prev[k]
@@ -996,7 +999,7 @@ def partial_path(tl, n, final, context, prev, arc, stored):
     g = tl.prev[k]
     length = trace_length(prev, g, stored) if g >= 0 else 0
     if length < 0:
-        return arcs, gids
+        return arcs, gids, False
     stored_arcs = max(length - 1, 0)
     arcs = np.empty(stored_arcs + in_frame_arcs, np.int32)
     gids = np.full(stored_arcs + in_frame_arcs, -1, np.int32)
@@ -1012,29 +1015,35 @@ def partial_path(tl, n, final, context, prev, arc, stored):
         if p > -2:
             break
         k = in_frame(p)
-    return arcs, gids
+    return arcs, gids, True
+
+
+@njit(inline="always", cache=True)
+def _stored_of(tl, k, n):
+    """The backpointer token k's in-frame chain starts from, or -2 when the chain loops."""
+    for _ in range(n + 1):
+        if tl.prev[k] > -2:
+            return tl.prev[k]
+        k = in_frame(tl.prev[k])
+    return -2
 
 
 @njit(nogil=True, cache=True)
 def common_ancestor(tl, n, prev, stored):
     """The last backpointer shared by the paths of all the frame's tokens (their words up
-    to it can no longer change), or -1 when they share none but the start."""
+    to it can no longer change), or -1 when they share none but the start (or a path loops:
+    an epsilon cycle, which finish reports)."""
     if n == 0:
         return -1
     NONE = np.int32(-1)
     # the first token's chain, each node with its depth from the start
     depth = np.full(stored, NONE, np.int32)
-    k = 0
-    while tl.prev[k] <= -2:
-        k = in_frame(tl.prev[k])
-    g = tl.prev[k]
+    g = _stored_of(tl, 0, n)
     if g < 0:
         return -1
-    chain = 0
-    h = g
-    while h >= 0:
-        chain += 1
-        h = prev[h]
+    chain = trace_length(prev, g, stored)
+    if chain < 0:
+        return -1
     h = g
     d = chain - 1
     while h >= 0:
@@ -1045,16 +1054,15 @@ def common_ancestor(tl, n, prev, stored):
     meet = np.full(stored, NONE, np.int32)
     lowest = chain - 1
     for j in range(1, n):
-        k = j
-        while tl.prev[k] <= -2:
-            k = in_frame(tl.prev[k])
-        h = tl.prev[k]
+        h = _stored_of(tl, j, n)
         if h < 0:
             return -1
         first = h
+        steps = 0
         while depth[h] < 0 and meet[h] < 0:
             h = prev[h]
-            if h < 0:
+            steps += 1
+            if h < 0 or steps > stored:
                 return -1
         m = depth[h] if depth[h] >= 0 else meet[h]
         lowest = min(lowest, m)

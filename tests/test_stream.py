@@ -338,3 +338,38 @@ def test_endpoints_fire_on_a_stream(demo, demo_graphs):
         dec.advance([quiet], [blank[t:t + 5]])
         assert quiet.endpoint == (t + 5 >= 125), t  # 5 s at 40 ms a frame
     assert quiet.endpoint_rule == 0
+
+
+@pytest.mark.parametrize("loop_cost", [0.0, -0.5])
+def test_an_epsilon_cycle_stops_streams_with_an_error_not_a_hang(loop_cost):
+    """A foreign graph with an epsilon self-loop of zero or negative cost (a #0 loop read as
+    an epsilon): advance() returns, partial() and finish() say what is wrong, as decode()
+    does; before, partial() spun forever (and advance() too for a negative loop).  Run in a
+    child process with a time limit so that a hang fails the test instead of the suite."""
+    import subprocess
+    import sys
+
+    script = f"""
+import sys, numpy as np, pywrapfst as fst
+sys.path.insert(0, {os.path.dirname(__file__)!r})
+from decoding import random_log_probs, random_tlg
+from wfst import Decoder, WfstError
+from wfst.graph import graph_from_fst
+f, g = random_tlg(3)
+f.add_arc(f.start(), fst.Arc(0, 0, fst.Weight("tropical", {loop_cost}), f.start()))
+dec = Decoder(graph_from_fst(f, g.tokens, g.words))
+x = random_log_probs(3, 1, 8, g.tokens.num_columns)
+for call in ("partial", "finish"):
+    s = dec.stream()
+    dec.advance([s], [x[0]])
+    try:
+        s.partial() if call == "partial" else dec.finish([s])
+        print(call, "no error")
+    except WfstError as e:
+        print(call, e)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("partial a stream's path loops: the graph has an epsilon cycle"), lines
+    assert lines[1].startswith("finish a stream's path loops"), lines

@@ -13,6 +13,7 @@ import numpy as np
 
 from wfst.kernels import constants as C
 
+from .errors import WfstError
 from .results import PathPart, TracedPath, emitting_reads, path_part
 
 COMMIT_AT = 1 << 16  # backpointers at which a stream first tries to commit its path (then at each doubling)
@@ -67,7 +68,9 @@ class Ledger:
         search state's tokens `tl` (groups.Tokens) and backpointers `trace`."""
         from wfst.kernels import cpu
 
-        arcs, gids = cpu.partial_path(tl, n, graph.final, None, trace.prev, trace.arc, stored)
+        arcs, gids, whole = cpu.partial_path(tl, n, graph.final, None, trace.prev, trace.arc, stored)
+        if not whole:
+            raise WfstError("a stream's path loops: the graph has an epsilon cycle of zero or negative cost")
         meet = cpu.common_ancestor(tl, n, trace.prev, stored)
         part = self.part(graph, trace.steps, arcs, gids)
         olab = graph.olabel[np.asarray(arcs, np.int64)]

@@ -64,8 +64,9 @@ class ArpaReader:
     and line: text before the \\data\\ header, a bad or repeated count line, sections out
     of order or not in the header, text after \\end\\, a missing \\end\\ (a truncated
     file), a section whose number of lines differs from the header's count, orders that
-    are not 1..N, text that is not UTF-8.  The lines themselves are the caller's to parse.  `counts` holds the header's
-    count per order once the first section starts.
+    are not 1..N, text that is not UTF-8.  The lines themselves are the caller's to parse
+    (parse_ngram).  `counts` holds the header's count per order once the first section
+    starts.
     """
 
     def __init__(self, path: str | os.PathLike, *, progress: bool = False):

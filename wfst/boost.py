@@ -307,7 +307,7 @@ def phrase_automaton(phrases: dict[tuple[int, ...], float], *, separator: int | 
     for u in order:
         if not children[u] and not pending[u]:
             stand_in[u] = stand_in[fail[u]]
-    first = stand_in[_node(children, start)]
+    first = stand_in[children[0][separator]] if start else 0  # the start: after a separator
     states = [first] + [u for u in range(n) if u != first and (u == 0 or children[u] or pending[u])]
     index = np.full(n, -1, np.int64)
     index[states] = np.arange(len(states))
@@ -360,13 +360,6 @@ def phrase_automaton(phrases: dict[tuple[int, ...], float], *, separator: int | 
     return PhraseAutomaton(offsets, np.concatenate(labels).astype(np.int32),
                            np.concatenate(weights).astype(np.float32), np.concatenate(nexts).astype(np.int32),
                            backoff, bo_weight, final, dict(phrases))
-
-
-def _node(children, labels) -> int:
-    u = 0
-    for w in labels:
-        u = children[u][w]
-    return u
 
 
 NO_PHRASES = phrase_automaton({})

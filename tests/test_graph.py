@@ -1,6 +1,7 @@
 """The CSR graph: equal to the FST it came from, loadable from foreign directories, robust to damage."""
 import os
 import random
+import struct
 
 import numpy as np
 import pytest
@@ -76,6 +77,19 @@ def test_bad_labels_and_weights_are_refused():
         graph_from_fst(empty, tok)
 
 
+@pytest.mark.parametrize("final", ["nan", "-inf"])
+def test_bad_final_weights_are_refused(final):
+    """NaN read as 'not final' and -inf as a final cost of -inf: both silently wrong."""
+    f = fst.VectorFst()
+    s = f.add_state()
+    f.set_start(s)
+    f.set_final(s, 0.5)  # pywrapfst refuses NaN and -inf; other tools' binaries can hold them
+    buf = fst.convert(f, "const").write_to_string()
+    f = fst.Fst.read_from_string(buf.replace(struct.pack("<f", 0.5), struct.pack("<f", float(final))))
+    with pytest.raises(GraphFormatError, match=f"state 0 has final weight {final}"):
+        graph_from_fst(f, TokenTable(("<blk>", "a"), 0))
+
+
 def riva_style_dir(tmp_path):
     """A graph directory as riva/NeMo/Kaldi write it: TLG.fst, words.txt, tokens.txt, no graph.json;
     the TLG keeps a #0 input label on a backoff arc."""
@@ -126,6 +140,43 @@ def test_cache_follows_the_fst(tmp_path):
     (d / "TLG.csr.npz").write_bytes(whole[:len(whole) // 2])  # half written (a full disk): rebuilt too
     assert load_graph(d).num_arcs == 6
     assert (d / "TLG.csr.npz").read_bytes() == whole
+
+
+def damage(name, arrays):
+    """Cached arrays with the FST's key but contents a kernel cannot walk."""
+    a = dict(arrays)
+    if name == "nextstate":
+        a["nextstate"] = a["nextstate"].copy()
+        a["nextstate"][1] = 1 << 30  # read past the state arrays (a segfault)
+    elif name == "ilabel":
+        a["ilabel"] = a["ilabel"].copy()
+        a["ilabel"][0] = 99  # a logit column past V
+    elif name == "indptr":
+        a["e_indptr"] = a["e_indptr"][::-1].copy()
+    elif name == "dtype":
+        a["weight"] = a["weight"].astype(np.float64)
+    elif name == "length":
+        a["olabel"] = a["olabel"][:-1]
+    elif name == "start":
+        a["start"] = np.int64(7)
+    elif name == "final":
+        a["final"] = np.full_like(a["final"], np.nan)
+    return a
+
+
+@pytest.mark.parametrize("name", ["nextstate", "ilabel", "indptr", "dtype", "length", "start", "final"])
+def test_damaged_cache_with_the_right_key_is_rebuilt(tmp_path, name):
+    d = riva_style_dir(tmp_path)
+    good = load_graph(d)
+    cache = d / "TLG.csr.npz"
+    with np.load(cache) as z:
+        arrays = {k: z[k] for k in z.files}
+    np.savez(cache, **damage(name, arrays))
+    g = load_graph(d)
+    for field in ("final", "e_indptr", "ne_indptr", "ilabel", "olabel", "weight", "nextstate"):
+        np.testing.assert_array_equal(getattr(g, field), getattr(good, field))
+        assert getattr(g, field).dtype == getattr(good, field).dtype
+    assert g.start == good.start
 
 
 def test_missing_and_corrupt_graphs(tmp_path):

@@ -72,3 +72,17 @@ def test_word_table(tmp_path):
     assert WordTable.read(tmp_path / "words.txt") == w
     with pytest.raises(InputFileError, match="words.txt:2: id 0 already used"):
         WordTable.read(write(tmp_path, "<eps> 0\nx 0\n", "words.txt"))
+    with pytest.raises(InputFileError, match="words.txt:3: word 'x' already on line 2"):
+        WordTable.read(write(tmp_path, "<eps> 0\nx 1\nx 2\n", "words.txt"))
+
+
+@pytest.mark.parametrize("text,missing", [
+    ("<eps> 0\na 1\nc 3\n", "id 2 is missing \\(the largest is 3\\)"),
+    ("a 1\nb 2\n", "id 0 is missing"),
+    # A typo'd id: refused at once, not a table of two billion entries (load_graph was OOM-killed).
+    ("<eps> 0\na 1\nzz 2000000000\n", "id 2 is missing \\(the largest is 2000000000\\)"),
+])
+def test_word_ids_without_gaps(tmp_path, text, missing):
+    """Output labels index the table: a gap would print as an empty word."""
+    with pytest.raises(InputFileError, match=f"word ids must run from 0 without gaps; {missing}"):
+        WordTable.read(write(tmp_path, text, "words.txt"))

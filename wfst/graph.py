@@ -139,6 +139,11 @@ def _const_fst_arrays(fst) -> tuple[int, np.ndarray, np.ndarray]:
     return start, states, arcs
 
 
+def _bad_costs(costs: np.ndarray) -> np.ndarray:
+    """Where a cost is NaN or -inf (+inf is an arc never taken, or a state that is not final)."""
+    return np.isnan(costs) | (costs == -np.inf)
+
+
 def graph_from_fst(fst, tokens: TokenTable, words: WordTable | None = None, info: dict | None = None,
                    source: str = "FST") -> Graph:
     """Flatten an OpenFST FST (pywrapfst) into a CSR :class:`Graph`."""
@@ -160,12 +165,22 @@ def graph_from_fst(fst, tokens: TokenTable, words: WordTable | None = None, info
         raise GraphFormatError(
             f"{source}: arc {a} leaving state {src[a]} has input label {ilabel[a]}, but the token "
             f"table has {V} columns (labels 1..{V}) and {D} disambiguation symbols")
-    bad = np.flatnonzero(np.isnan(weight) | (weight == -np.inf))
+    bad = np.flatnonzero(_bad_costs(weight))
     if bad.size:
         a = bad[0]
         raise GraphFormatError(f"{source}: arc {a} leaving state {src[a]} has weight {weight[a]}")
     if (arcs["olabel"] < 0).any():
         raise GraphFormatError(f"{source}: negative output label")
+    bad = np.flatnonzero((arcs["nextstate"] < 0) | (arcs["nextstate"] >= num_states))
+    if bad.size:
+        a = bad[0]
+        raise GraphFormatError(f"{source}: arc {a} leaving state {src[a]} goes to state {arcs['nextstate'][a]}, "
+                               f"but the graph has states 0..{num_states - 1}")
+    if start >= num_states:
+        raise GraphFormatError(f"{source}: start state {start}, but the graph has states 0..{num_states - 1}")
+    bad = np.flatnonzero(_bad_costs(states["final"]))
+    if bad.size:
+        raise GraphFormatError(f"{source}: state {bad[0]} has final weight {states['final'][bad[0]]}")
     if words is not None and arcs["olabel"].size and arcs["olabel"].max() >= len(words):
         a = int(np.argmax(arcs["olabel"]))
         raise GraphFormatError(f"{source}: arc {a} has output label {arcs['olabel'][a]}, "
@@ -205,14 +220,39 @@ def _csr_key(fst_path: Path, tokens: TokenTable) -> np.ndarray:
                     dtype=np.int64)
 
 
-def _read_csr_cache(cache: Path, key: np.ndarray) -> dict | None:
+_CSR_DTYPES = {"final": np.float32, "e_indptr": np.int64, "ne_indptr": np.int64, "ilabel": np.int32,
+               "olabel": np.int32, "weight": np.float32, "nextstate": np.int32}
+
+
+def _read_csr_cache(cache: Path, key: np.ndarray, num_columns: int) -> dict | None:
+    """The cached arrays, or None when the cache is stale or damaged (then it is rebuilt)."""
     try:
         with np.load(cache) as z:
             if not np.array_equal(z["key"], key):
                 return None
-            return {name: z[name] for name in (*_ARRAYS, "start")}
-    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):  # damaged (a half-written copy): rebuilt
+            arrays = {name: z[name] for name in (*_ARRAYS, "start")}
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):  # a half-written copy
         return None
+    return arrays if _csr_consistent(arrays, num_columns) else None
+
+
+def _csr_consistent(a: dict, num_columns: int) -> bool:
+    """Whether cached arrays are of a graph the kernels can walk: the key matching says the
+    FST has not changed, not that the arrays were not damaged (an index out of range would
+    crash a kernel)."""
+    if any(a[name].dtype != dt or a[name].ndim != 1 for name, dt in _CSR_DTYPES.items()) or a["start"].ndim:
+        return False
+    S, E = len(a["final"]), len(a["ilabel"])
+    e, ne = a["e_indptr"], a["ne_indptr"]
+    if S == 0 or len(e) != S + 1 or len(ne) != S + 1 or any(len(a[n]) != E for n in ("olabel", "weight", "nextstate")):
+        return False
+    if e[0] != 0 or ne[0] != e[-1] or ne[-1] != E or (np.diff(e) < 0).any() or (np.diff(ne) < 0).any():
+        return False
+    emitting = a["ilabel"][:e[-1]]
+    return bool(0 <= a["start"] < S
+                and ((emitting >= 1) & (emitting <= num_columns)).all() and not a["ilabel"][e[-1]:].any()
+                and ((a["nextstate"] >= 0) & (a["nextstate"] < S)).all() and (a["olabel"] >= 0).all()
+                and not _bad_costs(a["final"]).any() and not _bad_costs(a["weight"]).any())
 
 
 def write_csr_cache(graph: Graph, fst_path: str | os.PathLike, cache: str | os.PathLike) -> None:
@@ -282,7 +322,7 @@ def load_graph(path: str | os.PathLike, *, use_cache: bool = True) -> Graph:
     home = directory if fst_path.name == FST_NAME else None  # its lexicon.txt and graph.json are this FST's
     cache = fst_path.with_name(CSR_NAME if fst_path.name == FST_NAME else fst_path.stem + ".csr.npz")
     key = _csr_key(fst_path, tokens)
-    arrays = _read_csr_cache(cache, key) if use_cache and cache.is_file() else None
+    arrays = _read_csr_cache(cache, key, tokens.num_columns) if use_cache and cache.is_file() else None
     if arrays is not None:
         start = int(arrays.pop("start"))
         graph = Graph(start=start, tokens=tokens, words=words, info=info, directory=home, **arrays)

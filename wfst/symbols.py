@@ -196,6 +196,7 @@ class WordTable:
     @classmethod
     def read(cls, path: str | os.PathLike) -> "WordTable":
         table: dict[int, str] = {}
+        lines: dict[str, int] = {}
         for no, raw in enumerate(read_lines(path, "word table"), start=1):
             fields = raw.split()
             if not fields:
@@ -205,10 +206,13 @@ class WordTable:
             i = int(fields[1])
             if i in table:
                 raise InputFileError(path, no, f"id {i} already used by {table[i]!r}")
-            table[i] = fields[0]
+            if fields[0] in lines:
+                raise InputFileError(path, no, f"word {fields[0]!r} already on line {lines[fields[0]]}")
+            table[i], lines[fields[0]] = fields[0], no
         if not table:
             raise InputFileError(path, None, "no words in the file")
-        symbols = [""] * (max(table) + 1)
-        for i, s in table.items():
-            symbols[i] = s
-        return cls(tuple(symbols))
+        if len(table) != max(table) + 1:  # output labels index the table: a gap would print as ''
+            gap = next(i for i in range(len(table) + 1) if i not in table)
+            raise InputFileError(path, None, f"word ids must run from 0 without gaps; id {gap} is missing "
+                                 f"(the largest is {max(table)})")
+        return cls(tuple(table[i] for i in range(len(table))))

@@ -24,7 +24,7 @@ import numpy as np
 
 import wfst
 from wfst.cli import CliParser, command, fail
-from wfst.files import read_lines
+from wfst.files import read_lines, why_unwritable
 from wfst.scoring import FRAME_SECONDS, rtfx, word_errors
 from wfst.synthetic import from_texts_seeds, load_npz
 
@@ -76,13 +76,19 @@ def run(graph_dir, log_probs, lengths, refs, *, decoders: Sequence[str] = tuple(
                     continue
                 on_gpu = getattr(system, "device", "cpu") == "cuda"
                 peak = rows[name]["peak_mb"] if name in rows else (out.peak_mb if on_gpu else out.process_peak_mb)
-                rows[name] = {"decoder": name, "wer": word_errors(refs, out.hyps).rate if refs is not None else None,
+                rows[name] = {"decoder": name, "wer": _wer(refs, out.hyps),
                               "seconds": out.seconds, "rtfx": rtfx(em.frames, out.seconds),
                               "frames_per_second": em.frames / out.seconds, "tokens_per_frame": out.tokens_per_frame,
                               "peak_mb": peak}
     for system in systems.values():
         system.teardown()
     return [rows[name] for name in decoders]
+
+
+def _wer(refs, hyps) -> float | None:
+    """The word error rate, None without references or without reference words."""
+    errors = word_errors(refs, hyps) if refs is not None else None
+    return errors.rate if errors is not None and errors.words else None
 
 
 def format_table(rows: list[dict], title: str) -> str:
@@ -130,6 +136,8 @@ def _parse(argv) -> argparse.Namespace:
         ap.error(f"argument --batch-size: must be >= 1, got {args.batch_size}")
     if args.rounds < 1:
         ap.error(f"argument --rounds: must be >= 1, got {args.rounds}")
+    if args.json and (problem := why_unwritable(args.json)):
+        ap.error(f"argument --json: cannot write {args.json}: {problem}")
     try:
         wfst.DecoderConfig(beam=args.beam, max_active=args.max_active, min_active=args.min_active)
     except ValueError as e:
@@ -147,10 +155,19 @@ def main(argv: list[str] | None = None) -> int:
             log_probs, lengths, refs, synthetic = em.log_probs, em.lengths, em.texts, em.synthetic
         else:
             texts = [t for t in read_lines(args.texts, "texts file") if t.strip()]
+            if not texts:
+                raise wfst.InputFileError(args.texts, None, "no sentences in the file")
+            if args.word_boundary is None and args.spm is None:  # spelled as the graph was built
+                args.word_boundary = graph.info.get("word_boundary")
+                spm = graph.info.get("inputs", {}).get("spm", {}).get("path")
+                args.spm = spm if spm and Path(spm).is_file() else None
             log_probs, lengths = from_texts_seeds(texts, graph.tokens, args.seeds, spm=args.spm,
                                                   word_boundary=args.word_boundary)
             refs, synthetic = texts * args.seeds, True
         del graph
+        if not np.sum(lengths):
+            raise wfst.InputFileError(args.emissions or args.texts, None,
+                                      f"no frames to decode ({len(lengths)} utterances)")
     except (wfst.WfstError, ValueError) as e:  # unreadable inputs, text the token set cannot spell
         return fail("wfst-bench", e)
     settings = {"beam": args.beam, "max_active": args.max_active, "min_active": args.min_active}

@@ -93,6 +93,29 @@ def test_bench_makes_synthetic_emissions_from_texts(bench_inputs, tmp_path, caps
     assert [r["decoder"] for r in rows] == ["greedy", "cpu1"] and all(r["rtfx"] > 0 for r in rows)
 
 
+def test_texts_are_spelled_as_the_graph_was_built(bench_inputs, tmp_path, capsys):
+    """Without --word-boundary, a character graph's sentences get the boundary its graph.json
+    names (they were spelled as one word each: WER near 100%)."""
+    graph, texts, _ = bench_inputs
+    assert main(["--graph", str(graph), "--texts", str(texts), "--decoders", "cpu1",
+                 "--json", str(tmp_path / "b.json")]) == 0
+    assert json.loads((tmp_path / "b.json").read_text())["rows"][0]["wer"] == 0.0
+
+
+def test_nothing_to_decode_and_unwritable_json_are_said_before_the_run(bench_inputs, tmp_path, capsys):
+    graph, texts, em = bench_inputs
+    with pytest.raises(SystemExit) as e:
+        main(["--graph", str(graph), "--texts", str(texts), "--json", str(tmp_path / "no" / "b.json")])
+    assert e.value.code == 2 and "argument --json: cannot write" in capsys.readouterr().err
+    (tmp_path / "blank.txt").write_text("\n \n")
+    assert main(["--graph", str(graph), "--texts", str(tmp_path / "blank.txt")]) == 2
+    assert "blank.txt: no sentences in the file" in capsys.readouterr().err
+    x, n = synthetic.load_npz(em).log_probs, synthetic.load_npz(em).lengths
+    synthetic.save_npz(tmp_path / "zero.npz", x, n * 0)
+    assert main(["--graph", str(graph), "--emissions", str(tmp_path / "zero.npz")]) == 2
+    assert "zero.npz: no frames to decode (4 utterances)" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv,message", [
     (["--decoders", "foo"], "argument --decoders: unknown decoder 'foo'; choose from greedy, cpu1, cpu, kaldi, cuda"),
     (["--decoders", "greedy,cpu2"], "unknown decoder 'cpu2'"),

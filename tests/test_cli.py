@@ -43,6 +43,24 @@ def test_decode_cli_refs_file_and_errors(tiny_setup, tmp_path, capsys):
     assert "cannot read graph" in capsys.readouterr().err
 
 
+def test_decode_cli_inputs_it_cannot_use_are_said_before_decoding(tiny_setup, tmp_path, capsys, monkeypatch):
+    graph, em, texts = tiny_setup
+    np.save(tmp_path / "x.npy", np.zeros((1, 4, 5), np.float32))
+    assert decode_main(["--graph", str(graph), "--emissions", str(tmp_path / "x.npy")]) == 2
+    assert "x.npy: one float32 array of shape (1, 4, 5) (a .npy file), not an .npz" in capsys.readouterr().err
+    (graph / "lexicon.txt").unlink()  # word times cannot be had: known before any decoding
+    monkeypatch.setattr(wfst.Decoder, "decode", lambda *a, **k: pytest.fail("decoded first"))
+    assert decode_main(["--graph", str(graph), "--emissions", str(em), "--ctm", str(tmp_path / "o.ctm")]) == 2
+    assert "word times need the graph's lexicon and topology" in capsys.readouterr().err
+
+
+def test_wer_without_reference_words_is_undefined(tiny_setup, tmp_path, capsys):
+    graph, em, _ = tiny_setup
+    (tmp_path / "refs.txt").write_text("\n" * 4)
+    assert decode_main(["--graph", str(graph), "--emissions", str(em), "--refs", str(tmp_path / "refs.txt")]) == 0
+    assert "WER undefined (the references have no words) (7/0: 0 sub, 7 ins, 0 del)" in capsys.readouterr().out
+
+
 def test_decode_cli_streams_print_partials_then_the_offline_finals(tiny_setup, tmp_path, capsys):
     graph, em, texts = tiny_setup
     base = ["--graph", str(graph), "--emissions", str(em), "--batch-size", "2"]
@@ -93,7 +111,7 @@ def test_detokenize_inverts_tokenize(demo):
     (["--lattice-beam", "8", "--nbest", "0"], "--nbest: must be >= 1"),
     (["--confidence-calibration", "cal.json"], "--confidence-calibration: confidences come from the lattice"),
     (["--lattice-beam", "8", "--confidence-calibration", "/no/cal.json"],
-     "confidence calibration /no/cal.json: no such file"),
+     "cannot read confidence calibration /no/cal.json: not found"),
 ])
 def test_decode_cli_bad_options_are_one_line(tiny_setup, capsys, options, message):
     graph, em, _ = tiny_setup

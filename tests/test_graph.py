@@ -164,6 +164,13 @@ def damage(name, arrays):
     return a
 
 
+def test_graph_json_of_another_token_set_is_refused(tmp_path):
+    d = riva_style_dir(tmp_path)
+    (d / "graph.json").write_text('{"word_boundary": "|"}')
+    with pytest.raises(GraphFormatError, match=r"graph.json says the word boundary is '\|', but .*tokens.txt has no"):
+        load_graph(d)
+
+
 @pytest.mark.parametrize("name", ["nextstate", "ilabel", "indptr", "dtype", "length", "start", "final"])
 def test_damaged_cache_with_the_right_key_is_rebuilt(tmp_path, name):
     d = riva_style_dir(tmp_path)

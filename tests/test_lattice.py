@@ -13,7 +13,7 @@ from fst_paths import emission_fsa
 
 import wfst
 from wfst import Decoder, synthetic
-from wfst.errors import OptionError
+from wfst.errors import InputFileError, MissingFileError, OptionError
 from wfst.lattice import _paths
 
 
@@ -248,11 +248,21 @@ def test_bad_calibrations(noisy, tmp_path):
     g, texts, _, _, _, results = noisy
     with pytest.raises(OptionError, match="slope"):
         Calibration(slope=float("nan"))
-    with pytest.raises(OptionError, match="missing.json"):
+    with pytest.raises(OptionError, match="slope=-0.5: must be >= 0"):
+        Calibration(slope=-0.5)
+    with pytest.raises(MissingFileError, match="missing.json: not found"):
         Decoder(g, lattice_beam=8.0, confidence_calibration=tmp_path / "missing.json")
-    (tmp_path / "bad.json").write_text('{"slope": 1.0}')
-    with pytest.raises(OptionError, match="bad.json"):
-        Calibration.load(tmp_path / "bad.json")
+    with pytest.raises(MissingFileError, match="is a directory"):
+        Calibration.load(tmp_path)
+    for text, why in (('{"slope": 1.0}', "'offset'"), ('{"slope": 1' + "0" * 400 + ', "offset": 0}', "too large"),
+                      ('[1, 2]', "attribute"), ('{"format": 2, "slope": 1, "offset": 0}', "format 2")):
+        (tmp_path / "bad.json").write_text(text)
+        with pytest.raises(InputFileError, match=f"bad.json: not a saved Calibration.*{why}"):
+            Calibration.load(tmp_path / "bad.json")
+    with pytest.raises(OptionError, match="labels must be bools"):
+        Calibration.fit_posteriors([0.5, 0.9], ["no", "yes"])  # "no" read as True
+    with pytest.raises(OptionError, match="rank wrong words above right ones"):
+        Calibration.fit_posteriors(np.linspace(0.05, 0.95, 50), np.arange(50) < 25)
     with pytest.raises(OptionError, match="confidence_calibration"):
         Decoder(g, lattice_beam=8.0, confidence_calibration=3)
     with pytest.raises(OptionError, match="references"):

@@ -191,6 +191,9 @@ def test_from_texts_seeds_stacks_each_seed_padded():
         assert (ln[2 * s:2 * s + 2] == n).all()
         assert lp[2 * s:2 * s + 2, :x.shape[1]].tobytes() == x.tobytes()
         assert not lp[2 * s:2 * s + 2, x.shape[1]:].any()  # padding is zeros
+    for seeds in (0, 2.0, True):
+        with pytest.raises(OptionError, match=f"seeds must be a whole number >= 1, got {seeds!r}"):
+            from_texts_seeds(texts, CHARS, seeds, word_boundary="|")
 
 
 @pytest.mark.parametrize("seqs,kw,message", [

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import functools
 import math
-import os
 import sys
 import time
 import warnings
@@ -31,7 +30,7 @@ import numpy as np
 from .config import DecoderConfig
 from .decoder import Decoder
 from .errors import InputFileError, WfstError
-from .files import read_lines, write_text_atomic
+from .files import read_lines, why_unwritable, write_text_atomic
 from .scoring import FRAME_SECONDS, rtfx, word_errors
 from .synthetic import load_npz
 
@@ -213,22 +212,9 @@ def _beam_search_main(ap, args) -> int:
 def _check_outputs(ap, args) -> None:
     """--output and --ctm can be written (before decoding, not after)."""
     for option, path in (("--output", args.output), ("--ctm", args.ctm)):
-        problem = _unwritable(path) if path else None
+        problem = why_unwritable(path) if path else None
         if problem:
             ap.error(f"argument {option}: cannot write {path}: {problem}")
-
-
-def _unwritable(path: str) -> str | None:
-    """Why a file cannot be written at `path` (checked before decoding, not after), or None."""
-    path = Path(path)
-    if path.is_dir():
-        return "it is a directory"
-    parent = path.parent
-    if not parent.is_dir():
-        return f"{parent} is not a directory"
-    if not os.access(parent, os.W_OK | os.X_OK):
-        return f"no permission to write in {parent}"
-    return None
 
 
 def _decode(args, config: DecoderConfig | None, beam_decoder=None, phrases=None) -> int:
@@ -242,6 +228,10 @@ def _decode(args, config: DecoderConfig | None, beam_decoder=None, phrases=None)
     elif em.texts is not None:
         refs = list(em.texts)
     decoder = beam_decoder or Decoder(args.graph, config, device=args.device)
+    if args.ctm and beam_decoder is None:
+        from .align import word_aligner
+
+        word_aligner(decoder.graph)  # a graph without what word times need: said now, not after decoding
     results, seconds = [], 0.0
     B = len(em.lengths)
     with _progress(B, B > args.batch_size and not args.stream) as bar:

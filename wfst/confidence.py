@@ -21,12 +21,13 @@ import dataclasses
 import json
 import math
 import os
-from pathlib import Path
 
 import numpy as np
 
-from .errors import OptionError
+from .errors import InputFileError, OptionError
+from .files import read_lines, write_text_atomic
 
+_FORMAT = 1  # of the saved JSON
 EPSILON = 1e-6  # posteriors are clipped to [EPSILON, 1 - EPSILON] before their log-odds
 
 
@@ -47,6 +48,8 @@ class Calibration:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
                 raise OptionError(f"Calibration {name}={value!r}: must be a finite number")
+        if self.slope < 0:  # it would rank the words the lattice is surest of last
+            raise OptionError(f"Calibration slope={self.slope!r}: must be >= 0 (a calibration keeps the ranking)")
 
     def __call__(self, posteriors) -> np.ndarray:
         return 0.5 * (1.0 + np.tanh(0.5 * (self.slope * _logit(posteriors) + self.offset)))
@@ -61,11 +64,16 @@ class Calibration:
     @classmethod
     def fit_posteriors(cls, posteriors, correct, l2: float = 1e-3) -> Calibration:
         """The fit on word posteriors and whether each word is right (fit's core)."""
-        correct = np.asarray(correct, bool)
-        if len(correct) == 0 or len(correct) != len(posteriors):
-            raise OptionError(f"Calibration.fit: {len(posteriors)} posteriors and {len(correct)} labels; "
+        labels = np.asarray(correct)
+        if labels.dtype.kind not in "biu" or not np.isin(labels, (0, 1)).all():  # "no" would read as True
+            raise OptionError(f"Calibration.fit: labels must be bools (or 0 and 1), got {labels.dtype} values")
+        posteriors = np.asarray(posteriors, np.float64)
+        if len(labels) == 0 or labels.shape != posteriors.shape or labels.ndim != 1:
+            raise OptionError(f"Calibration.fit: {len(posteriors)} posteriors and {len(labels)} labels; "
                               f"needs as many, and at least one")
-        x, y = _logit(posteriors), correct.astype(np.float64)
+        if not ((posteriors >= 0) & (posteriors <= 1)).all():
+            raise OptionError("Calibration.fit: posteriors must be probabilities in [0, 1]")
+        x, y = _logit(posteriors), labels.astype(np.float64)
 
         def loss(w):  # the negative log-likelihood, penalized
             z = w[0] * x + w[1]
@@ -84,21 +92,24 @@ class Calibration:
             w = w - t * step
             if np.abs(t * step).max() < 1e-9:
                 break
+        if w[0] < 0:
+            raise OptionError(f"Calibration.fit: the data rank wrong words above right ones (fitted slope "
+                              f"{w[0]:.3g}); are the labels or references those of these results?")
         return cls(float(w[0]), float(w[1]))
 
     def save(self, path: str | os.PathLike) -> None:
-        Path(path).write_text(json.dumps(dataclasses.asdict(self), indent=2) + "\n")
+        write_text_atomic(path, json.dumps({"format": _FORMAT, **dataclasses.asdict(self)}, indent=2) + "\n")
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Calibration:
+        text = "\n".join(read_lines(path, "confidence calibration"))
         try:
-            data = json.loads(Path(path).read_text())
+            data = json.loads(text)
+            if data.get("format", _FORMAT) != _FORMAT:
+                raise ValueError(f"format {data['format']!r}, this version reads format {_FORMAT}")
             return cls(float(data["slope"]), float(data["offset"]))
-        except FileNotFoundError:
-            raise OptionError(f"confidence calibration {path}: no such file") from None
-        except (ValueError, KeyError, TypeError) as e:
-            raise OptionError(f"confidence calibration {path}: not a saved Calibration (JSON with slope and "
-                              f"offset): {e}") from None
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as e:
+            raise InputFileError(path, None, f"not a saved Calibration (JSON with slope and offset): {e}") from None
 
 
 def word_correctness(results, references) -> tuple[np.ndarray, np.ndarray]:

@@ -47,3 +47,17 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
             Path(tmp).write_text(text, encoding="utf-8")
     except OSError as e:  # a full disk, a path made a directory meanwhile: say which file
         raise OutputFileError(path, "file", e.strerror or str(e)) from None
+
+
+def why_unwritable(path: str | os.PathLike) -> str | None:
+    """Why a file cannot be written at `path`, or None: for commands to check their outputs
+    before the work, not after it."""
+    path = Path(path)
+    if path.is_dir():
+        return "it is a directory"
+    parent = path.parent
+    if not parent.is_dir():
+        return f"{parent} is not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"no permission to write in {parent}"
+    return None

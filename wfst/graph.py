@@ -315,6 +315,10 @@ def load_graph(path: str | os.PathLike, *, use_cache: bool = True) -> Graph:
                 raise GraphFormatError(f"{info_path} says the blank is column {blank!r}, but {tokens_path} has "
                                        f"columns 0..{tokens.num_columns - 1}")
             tokens = dataclasses.replace(tokens, blank=blank)
+        boundary = info.get("word_boundary")
+        if boundary is not None and (type(boundary) is not str or boundary not in tokens.symbols):
+            raise GraphFormatError(f"{info_path} says the word boundary is {boundary!r}, but {tokens_path} has "
+                                   "no such token")
         if info.get("num_columns") is not None and info["num_columns"] != tokens.num_columns:
             raise GraphFormatError(f"{info_path} says the model has {info['num_columns']} tokens, {tokens_path} "
                                    f"has {tokens.num_columns}: the files are of different graphs")

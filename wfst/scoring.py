@@ -19,10 +19,12 @@ class WordErrors:
 
     @property
     def rate(self) -> float:
-        return self.errors / self.words if self.words else 0.0
+        """errors / reference words; NaN without reference words (a rate of nothing is not 0%)."""
+        return self.errors / self.words if self.words else float("nan")
 
     def __str__(self) -> str:
-        return (f"WER {100 * self.rate:.2f}% ({self.errors}/{self.words}: {self.substitutions} sub, "
+        rate = f"{100 * self.rate:.2f}%" if self.words else "undefined (the references have no words)"
+        return (f"WER {rate} ({self.errors}/{self.words}: {self.substitutions} sub, "
                 f"{self.insertions} ins, {self.deletions} del)")
 
 

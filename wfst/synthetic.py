@@ -283,6 +283,8 @@ def from_texts(texts: Sequence[str], tokens: TokenTable, *, spm=None, word_bound
 def from_texts_seeds(texts: Sequence[str], tokens: TokenTable, seeds: int, **kw) -> tuple[np.ndarray, np.ndarray]:
     """:func:`from_texts` with seeds 0 .. seeds-1, one batch after the other (padded to the
     longest): `seeds` synthetic copies of each text (`kw` goes to from_texts)."""
+    if type(seeds) is not int or seeds < 1:
+        raise OptionError(f"seeds must be a whole number >= 1, got {seeds!r}")
     parts = [from_texts(texts, tokens, seed=s, **kw) for s in range(seeds)]
     T = max(x.shape[1] for x, _ in parts)
     return (np.concatenate([np.pad(x, ((0, 0), (0, T - x.shape[1]), (0, 0))) for x, _ in parts]),
@@ -335,7 +337,14 @@ def load_npz(path: str | os.PathLike) -> Emissions:
     if not os.path.isfile(path):
         raise MissingFileError(path, "emissions file")
     try:
-        with np.load(path, allow_pickle=False) as z:
+        z = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise InputFileError(path, None, f"not a readable .npz file ({e})") from None
+    if not isinstance(z, np.lib.npyio.NpzFile):  # a .npy: one array, without its lengths
+        raise InputFileError(path, None, f"one {z.dtype} array of shape {z.shape} (a .npy file), not an .npz "
+                             "archive: save it with numpy.savez(path, log_probs=..., lengths=...)")
+    try:
+        with z:
             arrays = {name: z[name] for name in z.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
         raise InputFileError(path, None, f"not a readable .npz file ({e})") from None

@@ -28,6 +28,12 @@ def test_formats_agree(tmp_path, text):
     assert t.symbols == ("<blk>", "a", "b") and t.blank == 0
 
 
+def test_k2_table_with_disambig_symbols(tmp_path):
+    """icefall's lang_bpe tokens.txt ends with #0, #1, ...: they are no logit columns."""
+    t = TokenTable.read(write(tmp_path, "<blk> 0\na 1\nb 2\n#0 3\n#1 4\n"))
+    assert t.symbols == ("<blk>", "a", "b") and t.blank == 0 and t.num_disambig == 2
+
+
 def test_fst_table_keeps_disambig_and_round_trips(tmp_path):
     t = TokenTable.read(write(tmp_path, "<eps> 0\na 1\nb 2\n<blk> 3\n#0 4\n#1 5\n"))
     assert t.blank == 2 and t.num_disambig == 2 and t.disambig_ilabel(1) == 5
@@ -52,7 +58,9 @@ def test_blank_by_name(tmp_path):
     ("<blk> 0\na\n", r"tokens.txt:2: some lines have ids and some do not"),
     ("<blk> 0\na x\n", r"tokens.txt:2: id 'x' is not an integer"),
     ("<blk> 0 1\n", r"tokens.txt:1: expected 'symbol \[id\]'"),
-    ("<blk> 0\n#0 1\n", r"tokens.txt:2: '#0' is reserved"),
+    ("<blk> 0\n#0 1\na 2\n", r"tokens.txt:2: a disambiguation symbol among the model's tokens"),
+    ("<blk> 0\na 1\n#1 2\n", r"disambiguation symbols must be #0..#0"),
+    ("<blk> 0\n<eps> 1\n", r"tokens.txt:2: '<eps>' is reserved"),
     ("\n\n", r"no tokens"),
 ])
 def test_bad_token_tables(tmp_path, text, message):

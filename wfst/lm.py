@@ -113,7 +113,7 @@ def read_arpa(path: str | os.PathLike, *, progress: bool = False) -> LmStore:
     ngrams: dict[int, dict] = {}  # ngrams[k]: word-id tuple -> (log10 p, log10 backoff)
     words: list[str] = []
     ids: dict[str, int] = {}
-    orphans, first_orphan = 0, None
+    orphans, first_orphan, unknown, first_unknown = 0, None, 0, None
     for no, k, line in reader:
         logp, gram, bo = parse_ngram(path, no, k, line)
         if k == 1 and gram[0] not in ids:
@@ -121,8 +121,10 @@ def read_arpa(path: str | os.PathLike, *, progress: bool = False) -> LmStore:
             words.append(gram[0])
         try:
             key = tuple(ids[w] for w in gram)
-        except KeyError as e:
-            raise InputFileError(path, no, f"word {e.args[0]!r} is not a unigram") from None
+        except KeyError:  # skipped, as the graph compiler (kaldilm) skips it
+            unknown += 1
+            first_unknown = first_unknown or no
+            continue
         table = ngrams.setdefault(k, {})
         if key in table:
             raise InputFileError(path, no, f"{k}-gram {' '.join(gram)!r} listed twice")
@@ -135,6 +137,9 @@ def read_arpa(path: str | os.PathLike, *, progress: bool = False) -> LmStore:
     if orphans:
         warnings.warn(f"{path}: {orphans} n-grams skipped whose history is not an n-gram of the file (the first "
                       f"on line {first_orphan}), as Kaldi's arpa2fst skips them", stacklevel=2)
+    if unknown:
+        warnings.warn(f"{path}: {unknown} n-grams skipped with a word that is not a unigram of the file (the first "
+                      f"on line {first_unknown}), as the graph compiler skips them", stacklevel=2)
     order = len(reader.counts)
     return _build(words, [None] + [ngrams.get(k, {}) for k in range(1, order + 1)], order,
                   {"path": str(path.resolve()), "sha256": _sha256(path), "bytes": path.stat().st_size})

@@ -93,7 +93,8 @@ class TokenTable:
 
         * the FST input symbol table (has ``<eps> 0``; riva/NeMo/Kaldi TLG directories
           and ours): logit column = id - 1; ``#k`` lines are disambiguation symbols;
-        * the model's vocabulary as ``symbol column`` lines (k2/icefall tokens.txt);
+        * the model's vocabulary as ``symbol column`` lines (k2/icefall tokens.txt; ``#k``
+          lines after the tokens are disambiguation symbols there too);
         * one symbol per line, the line number being the column.
 
         The blank is the symbol named `blank`, else the first of <blk>, <blank>, <b>
@@ -129,6 +130,7 @@ class TokenTable:
         seen_id: dict[int, int] = {}
         tokens: dict[int, str] = {}
         disambig: list[str] = []
+        disambig_ids: list[tuple[int, int]] = []  # (line, id) of #k in a table without <eps>
         for no, sym, i in rows:
             if sym in seen_sym:
                 raise InputFileError(path, no, f"symbol {sym!r} already on line {seen_sym[sym]}")
@@ -145,19 +147,27 @@ class TokenTable:
                     continue
                 tokens[column_of_ilabel(i)] = sym
             else:
-                if sym == EPSILON or is_disambig_symbol(sym):
+                if sym == EPSILON:
                     raise InputFileError(path, no, f"{sym!r} is reserved and cannot be a model token")
+                if is_disambig_symbol(sym):  # k2/icefall list #0, #1, ... after the tokens
+                    disambig.append(sym)
+                    disambig_ids.append((no, i))
+                    continue
                 tokens[i] = sym
         if not tokens:
             raise InputFileError(path, None, "no tokens in the file")
         columns = sorted(tokens)
+        early = [no for no, i in disambig_ids if i < columns[-1]]
+        if early:
+            raise InputFileError(path, early[0], "a disambiguation symbol among the model's tokens (#k must "
+                                 "follow them: they are no logit columns)")
         if columns != list(range(len(columns))):
             gap = next(c for k, c in enumerate(columns) if c != k)
             first = 1 if fst_table else 0
             raise InputFileError(path, None, f"token ids must be contiguous from {first}; "
                                  f"id {gap + first} follows a gap")
         symbols = tuple(tokens[c] for c in columns)
-        if fst_table and disambig:
+        if disambig:
             expected = [f"#{k}" for k in range(len(disambig))]
             if sorted(disambig, key=lambda s: int(s[1:])) != expected:
                 raise InputFileError(path, None, f"disambiguation symbols must be #0..#{len(disambig) - 1}")

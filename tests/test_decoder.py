@@ -370,6 +370,54 @@ def test_bad_inputs_name_the_problem(tiny_decoder):
     d.decode(z, np.array([6, 3, 6]))  # beyond utterance 1's length: fine
 
 
+def test_emissions_that_are_no_log_probs_are_warned_about(tiny_decoder, recwarn):
+    """Probabilities or raw logits decode without an error, to words the LM weight no longer
+    balances: each way in (batch, stream, lexicon-free) says so, on the user's line."""
+    import warnings
+
+    from wfst.beam_search import CtcBeamDecoder
+    from wfst.errors import LogProbsWarning
+
+    d = tiny_decoder
+    x = random_log_probs(2, batch=2, frames=6, columns=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        d.decode(x)  # log-softmax rows: nothing to say
+        padded = x.copy()
+        padded[1, 4:] = 7.0  # beyond utterance 1's length: not read
+        d.decode(padded, np.array([6, 4]))
+    beam = CtcBeamDecoder(d.graph.tokens)
+    for call, where in ((lambda: d.decode(np.exp(x)), "utterance 0, frame 0 has 0.[0-9]+ > 0"),
+                        (lambda: d.decode(padded), "utterance 1, frame 4 has 7 > 0"),
+                        (lambda: d.advance([d.stream()], [x[1] + 2.0]), "stream 0, chunk frame 0 has"),
+                        (lambda: beam.decode(x + 3.0), "utterance 0, frame 0 has")):
+        with pytest.warns(LogProbsWarning, match=f"not log-probabilities: {where}") as caught:
+            call()
+        assert caught[0].filename == __file__  # the user's line, not the package's
+
+
+def test_a_graph_that_reads_no_frame_is_refused():
+    """Its start state (and what its epsilon arcs reach) has no token arc: every utterance would
+    die at frame 0, and the warning would blame the emissions."""
+    import pywrapfst as fst
+
+    from wfst.graph import graph_from_fst
+
+    f = fst.VectorFst()
+    for _ in range(3):
+        f.add_state()
+    f.set_start(0)
+    f.set_final(2)
+    f.add_arc(0, fst.Arc(0, 0, fst.Weight.one(f.weight_type()), 1))
+    f.add_arc(2, fst.Arc(2, 0, fst.Weight.one(f.weight_type()), 2))  # unreachable
+    g = graph_from_fst(f, wfst.TokenTable(("<blk>", "a"), 0))
+    with pytest.raises(wfst.GraphFormatError, match="reads no frame: no arc with a token leaves its start state 0 "
+                                                    "or the states its epsilon arcs reach"):
+        Decoder(g)
+    f.add_arc(1, fst.Arc(1, 0, fst.Weight.one(f.weight_type()), 2))  # one epsilon away: fine
+    Decoder(graph_from_fst(f, wfst.TokenTable(("<blk>", "a"), 0)))
+
+
 def test_edge_inputs_are_handled(tiny_decoder):
     d = tiny_decoder
     x = random_log_probs(1, batch=3, frames=6, columns=5)

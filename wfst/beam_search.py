@@ -28,7 +28,7 @@ import numpy as np
 
 from .config import _int
 from .errors import BoostError, OptionError, VocabularyError
-from .inputs import check_batch, check_finite, host_array, nonfinite_rows
+from .inputs import check_batch, check_log_probs, host_array, input_faults
 from .lm import LmStore, open_lm
 from .results import DecodeResult, DecodeStats
 from .symbols import TokenTable
@@ -174,7 +174,7 @@ class CtcBeamDecoder:
         gpu = self._gpu
         x = gpu.to_batch(log_probs) if gpu else host_array(log_probs)
         lengths = check_batch(x, lengths, self.tokens.num_columns)
-        check_finite(gpu.nonfinite_rows(x, lengths) if gpu else nonfinite_rows(np, x, lengths), x, lengths)
+        check_log_probs(gpu.input_faults(x, lengths) if gpu else input_faults(np, x, lengths), x, lengths)
         B = len(lengths)
         per_utt = self._phrases_per_utterance(phrases, B)
         built: dict[int, object] = {}

@@ -21,7 +21,7 @@ from wfst.kernels.groups import InterleavedGraph
 
 from . import contexts
 from .batch import BatchPlan, Outcome
-from .inputs import host_array, nonfinite_rows
+from .inputs import host_array, input_faults
 from .lattice import RawLattice
 from .ledger import Ledger
 from .memory import available_host_bytes
@@ -67,8 +67,8 @@ class CpuBackend:
     def to_batch(self, log_probs) -> np.ndarray:
         return host_array(log_probs)
 
-    def nonfinite_rows(self, x, lengths) -> np.ndarray:
-        return nonfinite_rows(np, x, lengths)
+    def input_faults(self, x, lengths):
+        return input_faults(np, x, lengths)
 
     def free_bytes(self) -> int | None:
         return available_host_bytes()

@@ -36,7 +36,7 @@ from .cuda_arrays import SIMULATOR, SearchStream, array_module, device_views, on
 from .cuda_arrays import to_host as _to_host
 from .cuda_lattice import LatticeChunks, device_links
 from .errors import OptionError
-from .inputs import host_array, nonfinite_rows
+from .inputs import host_array, input_faults
 from .results import TracedPath, emitting_reads
 
 numba_config.CUDA_LOW_OCCUPANCY_WARNINGS = False  # a batch of one is one block per kernel: expected, not news
@@ -107,8 +107,8 @@ class CudaBackend:
     def to_batch(self, log_probs):
         return device_input(log_probs)
 
-    def nonfinite_rows(self, x, lengths) -> np.ndarray:
-        return _to_host(nonfinite_rows(self.xp, x, lengths))
+    def input_faults(self, x, lengths):
+        return input_faults(self.xp, x, lengths)
 
     def free_bytes(self) -> int | None:
         if SIMULATOR:

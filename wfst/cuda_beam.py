@@ -54,10 +54,10 @@ class CudaBeamSearch:
 
         return device_input(log_probs)
 
-    def nonfinite_rows(self, x, lengths) -> np.ndarray:
-        from .inputs import nonfinite_rows
+    def input_faults(self, x, lengths):
+        from .inputs import input_faults
 
-        return to_host(nonfinite_rows(self.xp, x, lengths))
+        return input_faults(self.xp, x, lengths)
 
     def search(self, x, lengths: np.ndarray, settings, phrases, rows: np.ndarray):
         """The last beams of a batch: for each utterance (kernels.beam.Beam of host arrays,

@@ -31,8 +31,8 @@ from wfst.kernels.groups import settings_of
 from .batch import BatchPlan, Capacity
 from .config import DecoderConfig
 from .errors import DecodeInputError, DecoderMemoryError, MissingFileError, OptionError, WfstError
-from .graph import Graph, load_graph
-from .inputs import check_batch, check_finite, first_nonfinite_chunk
+from .graph import Graph, check_reads_frames, load_graph
+from .inputs import check_batch, check_log_probs, first_chunk_above_zero, first_nonfinite_chunk, warn_not_log_probs
 from .lattice import Lattice, PathScorer
 from .results import EMPTY_RESULT, DecodeResult, DecodeStats, no_path, path_result
 from .stream import EndpointConfig, Partial, Stream
@@ -68,6 +68,7 @@ class Decoder:
             raise OptionError(f"device={device!r}: must be 'cpu' or 'cuda'")
         if graph.num_arcs >= 2**31 - 1:
             raise OptionError(f"{graph!r}: more than 2^31 - 1 arcs; arc ids must fit in 31 bits")
+        check_reads_frames(graph)
         self.graph = graph
         self.config = config
         self.device = device
@@ -186,6 +187,8 @@ class Decoder:
             contextual = contextual or s._phrases.num_states > 1
         if (bad := first_nonfinite_chunk(arrays)) is not None:
             raise DecodeInputError(f"stream {bad[0]}: chunk frame {bad[1]} {bad[2]}")
+        if (above := first_chunk_above_zero(arrays)) is not None:
+            warn_not_log_probs(f"stream {above[0]}, chunk frame {above[1]}", above[2])
         with self._lock:
             start = time.perf_counter()
             lm_before = self._backend.counters() if contextual else None
@@ -261,7 +264,7 @@ class Decoder:
                     raise DecodeInputError(f"utterance {b}: {automaton.num_states} phrase-automaton states x "
                                            f"{self.rescorer.big.num_states} LM states do not fit a token's 31-bit "
                                            f"context; boost fewer phrases per utterance")
-        check_finite(self._backend.nonfinite_rows(x, lengths), x, lengths)
+        check_log_probs(self._backend.input_faults(x, lengths), x, lengths)
         lattice = None if self.config.lattice_beam is None else (self.config.lattice_beam, self.config.prune_interval)
         return BatchPlan(x, lengths, boosts, self.rescorer, self._settings, self._capacity, lattice)
 

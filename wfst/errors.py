@@ -72,3 +72,9 @@ class LmStoreError(WfstError):
 
 class VocabularyError(WfstError, ValueError):
     """A rescoring LM that cannot score the graph's words."""
+
+
+class LogProbsWarning(UserWarning):
+    """Emissions that decode but are no log-probabilities (a value above 0): probabilities, or
+    logits before log_softmax.  Silence it where positive scores are meant (pseudo
+    log-likelihoods): ``warnings.simplefilter("ignore", wfst.errors.LogProbsWarning)``."""

@@ -209,6 +209,24 @@ def graph_from_fst(fst, tokens: TokenTable, words: WordTable | None = None, info
     )
 
 
+def check_reads_frames(graph: Graph) -> None:
+    """Refuse a graph whose start state reaches no arc that reads a frame through epsilon
+    arcs: every non-empty utterance would die at its first frame, and the warning then
+    would blame the emissions."""
+    seen, todo = {graph.start}, [graph.start]
+    while todo:
+        s = todo.pop()
+        if graph.e_indptr[s + 1] > graph.e_indptr[s]:
+            return
+        for a in graph.arcs(s, emitting=False):
+            n = int(graph.nextstate[a])
+            if n not in seen:
+                seen.add(n)
+                todo.append(n)
+    raise GraphFormatError(f"{graph!r} reads no frame: no arc with a token leaves its start state "
+                           f"{graph.start}{' or the states its epsilon arcs reach' if len(seen) > 1 else ''}")
+
+
 # --------------------------------------------------------------------------- loading
 
 _ARRAYS = ("final", "e_indptr", "ne_indptr", "ilabel", "olabel", "weight", "nextstate")

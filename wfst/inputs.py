@@ -1,9 +1,13 @@
 """Checks of decode inputs, shared by the backends, and NumPy views of any array library's data."""
 from __future__ import annotations
 
+import os
+import sys
+import warnings
+
 import numpy as np
 
-from .errors import DecodeInputError
+from .errors import DecodeInputError, LogProbsWarning
 
 
 def check_batch(x, lengths, num_columns: int) -> np.ndarray:
@@ -51,23 +55,60 @@ def frame_fault(x: np.ndarray) -> tuple[int, str] | None:
     return t, "has NaN or +inf"
 
 
-def check_finite(bad_rows: np.ndarray, x, lengths: np.ndarray) -> None:
+# float32 log_softmax can round the log-prob of a near-certain token a little above 0
+LOG_PROB_SLACK = 1e-3
+
+
+def input_faults(xp, x, lengths: np.ndarray) -> tuple[np.ndarray, tuple[int, int, float] | None]:
+    """What check_log_probs judges, of x (B, T, V) on xp's device: bool (B,) host, the
+    utterances with a frame within their length whose largest log-prob is not finite (a NaN
+    or +inf column, or -inf in every column); and (utterance, frame, value) of the first
+    value above 0 within the lengths (no log-probability), or None."""
+    if not x.size:
+        return np.zeros(x.shape[0], bool), None
+    if bool(xp.isfinite(x).all()):  # the usual case, in a tenth of the time of the rows' maxima
+        bad = np.zeros(x.shape[0], bool)
+    else:
+        valid = xp.asarray(np.arange(x.shape[1])[None, :] < lengths[:, None])
+        bad = host_array((~xp.isfinite(x.max(axis=2)) & valid).any(axis=1))
+    above = None
+    if float(xp.nan_to_num(x.max(), nan=0.0)) > LOG_PROB_SLACK:  # then find where, within the lengths
+        top = host_array(x.max(axis=2))
+        top[np.arange(x.shape[1])[None, :] >= lengths[:, None]] = -np.inf
+        hits = np.argwhere(np.nan_to_num(top, nan=-np.inf) > LOG_PROB_SLACK)
+        if len(hits):
+            b, t = (int(v) for v in hits[0])
+            above = b, t, float(top[b, t])
+    return bad, above
+
+
+def check_log_probs(faults, x, lengths: np.ndarray) -> None:
     """Raise for the first utterance of x (B, T, V) with a frame within its length that no
-    search can read (frame_fault); bad_rows: bool (B,), nonfinite_rows."""
+    search can read (frame_fault); warn when a value is above 0 (faults: input_faults)."""
+    bad_rows, above = faults
     bad = np.flatnonzero(bad_rows)
     if bad.size:
         b = int(bad[0])
         t, what = frame_fault(host_array(x[b, :int(lengths[b])]))
         raise DecodeInputError(f"utterance {b}: log_probs at frame {t} {what} ({bad.size} utterance(s) affected)")
+    if above is not None:
+        warn_not_log_probs(f"utterance {above[0]}, frame {above[1]}", above[2])
 
 
-def nonfinite_rows(xp, x, lengths: np.ndarray):
-    """bool (B,): the utterances with a frame within their length whose largest log-prob is
-    not finite: a NaN or +inf column, or -inf in every column (x on xp's device)."""
-    if bool(xp.isfinite(x).all()):  # the usual case, in a tenth of the time of the rows' maxima
-        return xp.zeros(x.shape[0], bool)
-    valid = xp.asarray(np.arange(x.shape[1])[None, :] < lengths[:, None])
-    return (~xp.isfinite(x.max(axis=2)) & valid).any(axis=1)
+def warn_not_log_probs(where: str, value: float) -> None:
+    """Probabilities or raw logits decode without an error, to words the LM weight no longer
+    balances: say so (a log-probability is at most 0)."""
+    warnings.warn(f"log_probs are not log-probabilities: {where} has {value:.4g} > 0 (probabilities, or "
+                  "logits before log_softmax?); decoding them as they are", LogProbsWarning,
+                  stacklevel=_first_caller_outside())
+
+
+def _first_caller_outside() -> int:
+    """The stack level of the first caller outside this package (the user's line)."""
+    package, frame, level = os.path.dirname(__file__), sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def first_nonfinite_chunk(chunks) -> tuple[int, int, str] | None:
@@ -90,6 +131,25 @@ def first_nonfinite_chunk(chunks) -> tuple[int, int, str] | None:
         fault = frame_fault(host_array(chunks[i]))
         if fault is not None:
             return i, *fault
+    return None
+
+
+def first_chunk_above_zero(chunks) -> tuple[int, int, float] | None:
+    """(chunk, frame, value) of the first value above 0 in a list of (T_i, V) chunks of one
+    array library (no log-probability: warn_not_log_probs), or None; one transfer for GPU chunks."""
+    live = [i for i, x in enumerate(chunks) if len(x)]
+    if not live:
+        return None
+    tops = [chunks[i].max() for i in live]
+    if type(chunks[live[0]]).__module__.split(".")[0] == "cupy":
+        import cupy
+
+        tops = cupy.stack(tops).get()
+    for i, top in zip(live, tops):
+        if top > LOG_PROB_SLACK:
+            frames = host_array(chunks[i].max(axis=1))
+            t = int(np.argmax(frames > LOG_PROB_SLACK))
+            return i, t, float(frames[t])
     return None
 
 

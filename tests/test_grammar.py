@@ -165,20 +165,15 @@ def test_line_endings_and_marks(tiny, tmp_path):
     for reader in (arpa_vocabulary, read_arpa):
         with pytest.raises(InputFileError, match=r"noeos.arpa: no </s> unigram: no sentence can end"):
             reader(tmp_path / "noeos.arpa")
-    orphan = corrupt(tiny, "-0.05\tab ba abc", "-0.05\tabc cab a")  # no bigram "abc cab"
-    with pytest.warns(UserWarning, match=r"bad.arpa: 1 n-grams skipped whose history is not an n-gram of the "
-                                         r"file \(the first on line 27\)"):
-        store = read_arpa(orphan)
-    assert store.num_arcs == read_arpa(tiny / "lm.arpa").num_arcs - 1
-    with pytest.warns(UserWarning, match=r"bad.arpa: 1 warnings from arpa2fst"):
-        grammar_fst(orphan, tmp_path / "words.txt")
-    unknown = corrupt(tiny, "-0.45\ta cab", "-0.45\ta zz")  # "zz" is no unigram: skipped by both
-    with pytest.warns(UserWarning, match=r"bad.arpa: 1 n-grams skipped with a word that is not a unigram of the "
-                                         r"file \(the first on line 22\)"):
-        store = read_arpa(unknown)
-    assert store.num_arcs == read_arpa(tiny / "lm.arpa").num_arcs - 1
-    with pytest.warns(UserWarning, match=r"bad.arpa: 1 warnings from arpa2fst"):
-        grammar_fst(unknown, tmp_path / "words.txt")
+    skipped = [("whose history is not an n-gram of the file", "-0.05\tab ba abc", "-0.05\tabc cab a"),
+               ("with a word that is not a unigram of the file", "-0.45\ta cab", "-0.45\ta zz")]
+    for why, old, new in skipped:  # no bigram "abc cab"; no word "zz": both skip the line
+        bad = corrupt(tiny, old, new)
+        with pytest.warns(UserWarning, match=rf"bad.arpa: 1 n-grams skipped {why} \(the first on line \d+\)"):
+            store = read_arpa(bad)
+        assert store.num_arcs == read_arpa(tiny / "lm.arpa").num_arcs - 1
+        with pytest.warns(UserWarning, match=r"bad.arpa: 1 warnings from arpa2fst"):
+            grammar_fst(bad, tmp_path / "words.txt")
 
 
 def test_arpa2fst_failure_without_a_line_is_one_line(tiny, tmp_path, monkeypatch):

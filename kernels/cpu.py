@@ -1269,3 +1269,37 @@ def advance_streams_parallel(graph, settings, spaces, slots, numbers, relative, 
         stops[t, 1] = done
         beams[t] = beam
     return stops[:, 0].max() >= 0
+
+
+@njit(nogil=True, cache=True)
+def epsilon_cycle_state(ne_indptr, nextstate, num_states):
+    """A state on a cycle of non-emitting arcs, or -1 if they form none (a depth-first
+    search, without recursion: a chain of millions of epsilon arcs is no deeper a stack)."""
+    NEW, OPEN, DONE = 0, 1, 2
+    color = np.zeros(num_states, np.int8)
+    states = np.empty(num_states, np.int32)
+    next_arc = np.empty(num_states, np.int64)
+    for root in range(num_states):
+        if color[root] != NEW or ne_indptr[root] == ne_indptr[root + 1]:
+            continue
+        top = 0
+        states[0] = root
+        next_arc[0] = ne_indptr[root]
+        color[root] = OPEN
+        while top >= 0:
+            s = states[top]
+            a = next_arc[top]
+            if a == ne_indptr[s + 1]:
+                color[s] = DONE
+                top -= 1
+                continue
+            next_arc[top] = a + 1
+            d = nextstate[a]
+            if color[d] == OPEN:
+                return d
+            if color[d] == NEW:
+                color[d] = OPEN
+                top += 1
+                states[top] = d
+                next_arc[top] = ne_indptr[d]
+    return -1

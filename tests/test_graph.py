@@ -35,6 +35,8 @@ def reference_arcs(f, num_columns):
         e, ne = [], []
         for a in f.arcs(s):
             emitting = 1 <= a.ilabel <= num_columns
+            if not emitting and a.nextstate == s and float(a.weight) >= 0:
+                continue  # an epsilon self-loop that costs nothing or more: on no best path
             rec = (a.ilabel if emitting else 0, a.olabel, np.float32(float(a.weight)), a.nextstate)
             (e if emitting else ne).append(rec)
         out[s] = (e, ne)

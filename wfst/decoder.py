@@ -31,7 +31,7 @@ from wfst.kernels.groups import settings_of
 from .batch import BatchPlan, Capacity
 from .config import DecoderConfig
 from .errors import DecodeInputError, DecoderMemoryError, MissingFileError, OptionError, WfstError
-from .graph import Graph, check_reads_frames, load_graph
+from .graph import Graph, check_searchable, load_graph
 from .inputs import check_batch, check_log_probs, first_chunk_above_zero, first_nonfinite_chunk, warn_not_log_probs
 from .lattice import Lattice, PathScorer
 from .results import EMPTY_RESULT, DecodeResult, DecodeStats, no_path, path_result
@@ -68,7 +68,7 @@ class Decoder:
             raise OptionError(f"device={device!r}: must be 'cpu' or 'cuda'")
         if graph.num_arcs >= 2**31 - 1:
             raise OptionError(f"{graph!r}: more than 2^31 - 1 arcs; arc ids must fit in 31 bits")
-        check_reads_frames(graph)
+        check_searchable(graph)
         self.graph = graph
         self.config = config
         self.device = device
@@ -170,7 +170,7 @@ class Decoder:
             raise DecodeInputError(f"advance() got {len(streams)} streams but {len(chunks)} chunks")
         V = self.graph.tokens.num_columns
         to_batch = self._backend.to_batch
-        states, arrays, seen = [], [], set()
+        arrays, seen = [], set()
         contextual = self.rescorer is not None  # the context steps' counters only where a stream has one
         for i, (s, chunk) in enumerate(zip(streams, chunks)):  # one pass: a stream's chunk costs µs to search
             if type(s) is not Stream or s._decoder is not self or s.finished or id(s) in seen:
@@ -182,14 +182,15 @@ class Decoder:
                                        f"blank included); got shape {tuple(x.shape)}")
             if x.dtype != np.float32:
                 raise DecodeInputError(f"stream {i}: a chunk must be float32 log-posteriors; got {x.dtype}")
-            states.append(s._state)
             arrays.append(x)
             contextual = contextual or s._phrases.num_states > 1
         if (bad := first_nonfinite_chunk(arrays)) is not None:
             raise DecodeInputError(f"stream {bad[0]}: chunk frame {bad[1]} {bad[2]}")
         if (above := first_chunk_above_zero(arrays)) is not None:
             warn_not_log_probs(f"stream {above[0]}, chunk frame {above[1]}", above[2])
-        with self._lock:
+        with self._lock:  # checked again, and the states read, in turn: another thread may have finished one
+            self._check_streams(streams, "advance")
+            states = [s._state for s in streams]
             start = time.perf_counter()
             lm_before = self._backend.counters() if contextual else None
             survivors = self._backend.advance(states, arrays)
@@ -203,9 +204,9 @@ class Decoder:
     def finish(self, streams) -> list[DecodeResult]:
         """The streams' results, exactly as decode() gives them for the whole of each stream's
         frames; the streams take no more chunks."""
-        streams = self._check_streams(streams, "finish")
         results = []
-        with self._lock:
+        with self._lock:  # checked in turn: another thread may be finishing one of them
+            streams = self._check_streams(streams, "finish")
             for s in streams:
                 status, path, prefix = self._backend.finish_stream(s._state)
                 if status == C.EPS_CYCLE:
@@ -219,7 +220,9 @@ class Decoder:
         return results
 
     def _partial(self, s: Stream) -> Partial:
-        with self._lock:
+        with self._lock:  # checked in turn: another thread may be finishing it
+            if s.finished:
+                raise OptionError("this stream was finished: its result came from Decoder.finish()")
             part, stable = self._backend.stream_partial(s._state)
         words = tuple(self.graph.words[w] if self.graph.words is not None else str(w) for w in part.word_ids)
         return Partial(words, part.word_ids, part.word_frames, stable, s.frames)

@@ -36,7 +36,7 @@ INFO_NAME = "graph.json"
 CSR_NAME = "TLG.csr.npz"
 LEXICON_NAME = "lexicon.txt"  # the spellings, for word times (wfst.align)
 TOPOLOGY_NAME = "T.fst"  # the CTC topology without disambiguation loops, for word times
-CSR_FORMAT = 1  # bump when the cached arrays change meaning
+CSR_FORMAT = 2  # bump when the cached arrays change meaning
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -187,10 +187,13 @@ def graph_from_fst(fst, tokens: TokenTable, words: WordTable | None = None, info
                                f"but words.txt has ids 0..{len(words) - 1}")
     # Disambiguation symbols left on input are epsilons to a decoder.  Arcs are stored
     # state by state, so taking the emitting ones, then the others, keeps them grouped.
+    # An epsilon self-loop that costs nothing or more is on no best path (a #0 loop of a
+    # foreign T): dropped, where a tie could send a backpointer around it.
     nonemitting = (ilabel == 0) | (ilabel > V)
-    order = np.concatenate((np.flatnonzero(~nonemitting), np.flatnonzero(nonemitting)))
+    idle_loop = nonemitting & (arcs["nextstate"] == src) & (weight >= 0)
+    order = np.concatenate((np.flatnonzero(~nonemitting), np.flatnonzero(nonemitting & ~idle_loop)))
     e_count = np.bincount(src[~nonemitting], minlength=num_states)
-    ne_count = np.bincount(src[nonemitting], minlength=num_states)
+    ne_count = np.bincount(src[nonemitting & ~idle_loop], minlength=num_states)
     del src
     e_indptr = np.concatenate(([0], np.cumsum(e_count))).astype(np.int64)
     ne_indptr = (e_indptr[-1] + np.concatenate(([0], np.cumsum(ne_count)))).astype(np.int64)
@@ -209,22 +212,33 @@ def graph_from_fst(fst, tokens: TokenTable, words: WordTable | None = None, info
     )
 
 
-def check_reads_frames(graph: Graph) -> None:
-    """Refuse a graph whose start state reaches no arc that reads a frame through epsilon
-    arcs: every non-empty utterance would die at its first frame, and the warning then
-    would blame the emissions."""
+def check_searchable(graph: Graph) -> None:
+    """Refuse a graph that no search can walk: one whose start state reaches no arc that
+    reads a frame through epsilon arcs (every non-empty utterance would die at its first
+    frame, and the warning then would blame the emissions), or one with a cycle of epsilon
+    arcs (the closure of a frame could improve a token around it forever, and a path
+    around it cannot be traced back).  Graph builds give neither: G's backoff arcs go to
+    lower orders, and the CSR drops epsilon self-loops that cost nothing or more."""
+    from wfst.kernels.cpu import epsilon_cycle_state
+
     seen, todo = {graph.start}, [graph.start]
     while todo:
         s = todo.pop()
         if graph.e_indptr[s + 1] > graph.e_indptr[s]:
-            return
+            break
         for a in graph.arcs(s, emitting=False):
             n = int(graph.nextstate[a])
             if n not in seen:
                 seen.add(n)
                 todo.append(n)
-    raise GraphFormatError(f"{graph!r} reads no frame: no arc with a token leaves its start state "
-                           f"{graph.start}{' or the states its epsilon arcs reach' if len(seen) > 1 else ''}")
+    else:
+        raise GraphFormatError(f"{graph!r} reads no frame: no arc with a token leaves its start state "
+                               f"{graph.start}{' or the states its epsilon arcs reach' if len(seen) > 1 else ''}")
+    on_cycle = epsilon_cycle_state(graph.ne_indptr, graph.nextstate, graph.num_states)
+    if on_cycle >= 0:
+        raise GraphFormatError(f"{graph!r} has a cycle of epsilon arcs (or disambiguation symbols, read as "
+                               f"epsilons) through state {on_cycle}: a search cannot settle on it; remove it "
+                               f"(a graph whose #k symbols were not removed after composition?)")
 
 
 # --------------------------------------------------------------------------- loading

@@ -142,8 +142,6 @@ class Stream:
 
     def partial(self) -> Partial:
         """The best words so far, their frames and how many of them are stable."""
-        if self.finished:
-            raise OptionError("this stream was finished: its result came from Decoder.finish()")
         return self._decoder._partial(self)
 
     def __repr__(self) -> str:

@@ -2,6 +2,7 @@
 hand-made frames on the tiny graph, N-best entries, CTM lines and what has no word times."""
 from __future__ import annotations
 
+import pickle
 import shutil
 
 import numpy as np
@@ -161,6 +162,24 @@ def test_ctm_lines(demo, demo_graphs, tmp_path):
     assert lines[0].split()[:2] == ["0", "1"] and len(lines[0].split()) == 5
 
 
+def test_results_pickle_with_their_word_times_not_their_graph(demo, demo_graphs):
+    """A result sent between processes is a few kB: the graph (tens of MB) stays behind, the
+    word times it gives are worked out first."""
+    path, kw = demo_graphs["char_compact"]
+    g = wfst.load_graph(path)
+    _, x, lengths = demo_emissions(demo, g, kw, count=2)
+    dec = Decoder(g)
+    for r in dec.decode(x, lengths):
+        blob = pickle.dumps(r)
+        back = pickle.loads(blob)
+        assert len(blob) < 20_000 and back == r and back.graph is None
+        assert back.word_times == r.word_times and r.graph is g  # the original keeps its graph
+    s = dec.stream()
+    dec.advance([s], [x[0, :int(lengths[0])]])
+    r = dec.finish([s])[0]
+    assert len(pickle.dumps(r)) < 20_000 and pickle.loads(pickle.dumps(r)) == r
+
+
 def test_what_has_no_word_times(demo, demo_graphs, tmp_path, capsys):
     """A graph directory without lexicon.txt (e.g. riva's) and stream results say why; so does
     --ctm with --stream or an unwritable path, before decoding."""
@@ -174,6 +193,8 @@ def test_what_has_no_word_times(demo, demo_graphs, tmp_path, capsys):
     r = Decoder(g).decode(x, lengths)[0]
     with pytest.raises(GraphFormatError, match="no lexicon.txt and T.fst"):
         r.word_times
+    with pytest.raises(OptionError, match="which a pickled result leaves behind"):
+        pickle.loads(pickle.dumps(r)).word_times
     r = Decoder(g, lattice_beam=4.0).decode(x, lengths)[0]  # confidences fall back to label-frame windows
     assert len(r.word_confidences) == len(r.words) and all(0.0 < c <= 1.0 for c in r.word_confidences)
     dec = Decoder(path)

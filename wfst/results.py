@@ -55,17 +55,37 @@ class DecodeResult:
             return ()
         if "word_times" in self._computed:  # (CtcBeamDecoder's: from its own traceback)
             return self._computed["word_times"]
-        if self.frame_tokens is None:
-            from .errors import OptionError
+        from .errors import OptionError
 
+        if self.frame_tokens is None:
             raise OptionError("word times are kept for Decoder.decode() and CtcBeamDecoder results, not yet for "
                               "streams")
+        if self.graph is None:
+            raise OptionError("word times come from the graph, which a pickled result leaves behind; this one's "
+                              "graph could not give them (no lexicon.txt and T.fst)")
         from .align import word_aligner
 
         if "word_times" not in self._computed:
             self._computed["word_times"] = word_aligner(self.graph).word_times(self.frame_tokens, self.word_ids,
                                                                                self.reached_final)
         return self._computed["word_times"]
+
+    def __getstate__(self) -> dict:
+        """Pickled without the graph (tens of MB, which only word times read): they are
+        worked out first, where the graph can give them.  (A lattice keeps its graph: its
+        N-best lists and oracle need it.)"""
+        state = dict(self.__dict__)
+        if self.graph is not None:
+            from .errors import WfstError
+
+            if self.frame_tokens is not None and self.words:
+                try:
+                    self.word_times
+                except WfstError:  # a graph without a lexicon: unpickled, word_times says so
+                    pass
+            state["graph"] = None
+            state["_computed"] = dict(self._computed)
+        return state
 
     @property
     def word_confidences(self) -> tuple[float, ...]:

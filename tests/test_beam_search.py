@@ -273,6 +273,8 @@ def test_a_blank_inside_the_lm_is_refused(tmp_path):
     ("beam_size", 2.5, r"beam_size=2.5"),
     ("lm_weight", float("nan"), r"lm_weight=nan: must be a finite number"),
     ("beam_threshold", 0.0, r"beam_threshold=0.0: must be > 0"),
+    ("beam_threshold", 1e39, r"beam_threshold=1e\+39: must be a finite number \(of float32's range"),
+    ("word_boundary", "<blk>", r"word_boundary='<blk>' is the blank"),
     ("device", "tpu", r"device='tpu'"),
 ])
 def test_bad_options_name_the_option(option, value, message):
@@ -289,6 +291,14 @@ def test_phrases_outside_the_token_set_name_the_phrase_and_symbol():
         dec.decode(x, phrases={"ab": math.inf})
     with pytest.raises(BoostError, match=r"phrase 'ab': reward 1e\+09 is above 10000: costs are float32"):
         dec.decode(x, phrases={"ab": 1e9})
+
+
+def test_phrases_listed_twice_or_given_by_a_generator_are_the_list():
+    dec = CtcBeamDecoder(token_table(CHARS), num_threads=1)
+    x = np.log(np.random.default_rng(4).dirichlet(np.full(5, 0.5), size=(2, 12))).astype(np.float32)
+    once = dec.decode(x, phrases=["ab", "ba"])
+    assert dec.decode(x, phrases=["ab", "ba", "ab", "ab"]) == once  # (each listing added a reward)
+    assert dec.decode(x, phrases=(p for p in ["ab", "ba"])) == once  # (read once: len() failed)
 
 
 def whole_word_rewards(words, phrases):

@@ -195,6 +195,8 @@ def test_boost_input_is_checked_and_reported(tiny_graph):
     for bad in [{"ab": 1e9}, {"ab": 20000}, {"a ab": 1e5}]:
         with pytest.raises(BoostError, match=r"utterance 0: boost of .*: reward .* is above 10000: costs are float32"):
             dec.decode(x, boost=bad)
+    with pytest.raises(BoostError, match=r"reward -1e\+39 is below -10000"):  # it overflowed float32
+        dec.decode(x, boost={"ab": -1e39})
     top = Decoder(g, beam=1e6).decode(x, boost={"ab": 1e4})[0]  # the largest reward taken
     assert "ab" in top.words and np.isfinite(top.cost)
     with pytest.warns(UserWarning, match=r"\(listed in Stream.boost_unknown\): 'zzz'"):  # a stream's own

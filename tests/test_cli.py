@@ -70,7 +70,7 @@ def test_decode_cli_streams_print_partials_then_the_offline_finals(tiny_setup, t
     out = capsys.readouterr().out
     partials, finals = out.split("\nfinal:\n")
     assert " | " in partials and "0.08 s" in partials  # stable words | the rest, as the audio comes
-    assert "0\tab ba" in finals and "streams of 80 ms chunks, 2 at a time" in finals
+    assert "0\tab ba" in finals and "streams of 2 frames (80 ms) a chunk, 2 at a time" in finals
     assert (tmp_path / "streams.txt").read_text() == (tmp_path / "offline.txt").read_text()
     cuda = tmp_path / "cuda_streams.txt"  # (Numba's CUDA simulator without a GPU)
     assert decode_main(base + ["--stream", "--device", "cuda", "--quiet", "--output", str(cuda)]) == 0
@@ -106,7 +106,8 @@ def test_detokenize_inverts_tokenize(demo):
     (["--stream", "--chunk-ms", "10"], "--chunk-ms: must be a finite number of ms, at least one frame (40 ms)"),
     (["--stream", "--chunk-ms", "inf"], "--chunk-ms: must be a finite number of ms"),  # was an OverflowError
     (["--stream", "--chunk-ms", "1e308", "--frame-ms", "1e-300"], "--chunk-ms: must be a finite number of ms"),
-    (["--lattice-beam", "0"], "--lattice-beam=0.0: must be None (no lattice) or a finite number > 0"),
+    (["--lattice-beam", "0"], "--lattice-beam=0.0: must be None (no lattice) or a finite number >= 0.1"),
+    (["--lattice-beam", "1e-6"], "could prune the best path itself"),
     (["--nbest", "3"], "--nbest: N-best lists come from the lattice; give --lattice-beam too"),
     (["--lattice-beam", "8", "--nbest", "0"], "--nbest: must be >= 1"),
     (["--confidence-calibration", "cal.json"], "--confidence-calibration: confidences come from the lattice"),

@@ -351,6 +351,7 @@ def test_bad_inputs_name_the_problem(tiny_decoder):
         (x, np.array([6, 6]), r"lengths must have shape \(3,\)"),
         (x, np.array([6.5, 6, 6]), "integers"),
         (x, np.array([6, 2**63 + 5, 2], np.uint64), r"utterance 1: length 9223372036854775813 outside"),  # not wrapped
+        (x, np.array([1e300, 6, 2]), r"utterance 0: length 1e\+300 outside"),  # nor a float
     ]
     for inputs, lengths, message in cases:
         with pytest.raises(DecodeInputError, match=message):
@@ -394,6 +395,20 @@ def test_emissions_that_are_no_log_probs_are_warned_about(tiny_decoder, recwarn)
         with pytest.warns(LogProbsWarning, match=f"not log-probabilities: {where}") as caught:
             call()
         assert caught[0].filename == __file__  # the user's line, not the package's
+
+
+def test_decoder_arguments_of_the_wrong_kind_are_named(tiny_decoder):
+    g = tiny_decoder.graph
+    for config in ("cuda", {"beam": 10.0}):  # the device as the second positional, options as a dict
+        with pytest.raises(wfst.OptionError, match="config must be a wfst.DecoderConfig or None"):
+            Decoder(g, config)
+    with pytest.raises(wfst.OptionError, match="graph must be a wfst.Graph or the path"):
+        Decoder(None)
+    for lm in ("", False):
+        with pytest.raises(wfst.OptionError, match="the language model must be a path"):
+            Decoder(g, rescore_lm=lm)
+    with pytest.raises(DecoderMemoryError, match="a stream needs about .* GiB"):  # not numpy's MemoryError
+        Decoder(g, token_capacity=2**40).stream()
 
 
 def test_a_graph_that_reads_no_frame_is_refused():

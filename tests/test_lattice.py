@@ -209,6 +209,16 @@ def test_bad_lattice_options(noisy):
             dec.decode(x[:1], lengths[:1], nbest=bad)
     with pytest.raises(OptionError, match="nbest"):
         results[0].lattice.nbest(0)
+    lattice = results[0].lattice
+    assert lattice.nbest(2**63) == lattice.nbest(10**6)  # every sequence (pywrapfst overflowed)
+    for semiring in ("Tropical", "standard", "max"):  # each gave the log semiring
+        with pytest.raises(OptionError, match=f"semiring='{semiring}': must be 'tropical' or 'log'"):
+            lattice.to_fst(semiring)
+    with pytest.raises(OptionError, match="oracle: the reference must be a string or a sequence of words"):
+        lattice.oracle(None)
+    r = results[0]
+    assert lattice.sequence_posterior(r.words) == lattice.sequence_posterior(r.word_ids) > 0
+    assert lattice.sequence_posterior(("no-such-word",)) == 0.0
     with pytest.raises(OptionError, match="lattice_beam"):
         dec.stream()
 

@@ -319,6 +319,12 @@ def test_bad_stream_input_is_refused_before_any_stream_moves(demo, demo_graphs):
         EndpointConfig(frame_seconds=0)
     with pytest.raises(OptionError, match="min_trailing_silence"):
         EndpointRule(True, -1.0)
+    with pytest.raises(OptionError, match="must_contain_nonsilence='False': must be True or False"):
+        EndpointRule("False", 0.5)  # read from a config file: it counted as True
+    with pytest.raises(OptionError, match="rules=EndpointRule.*must be a sequence of EndpointRule"):
+        EndpointConfig(rules=EndpointRule(True, 0.5))
+    rule = EndpointRule(True, 0.5)
+    assert hash(EndpointConfig(rules=[rule])) == hash(EndpointConfig(rules=(rule,)))  # a list: unhashable
     with pytest.raises(OptionError, match=r"min_trailing_silence=True: must be a finite number"):
         EndpointRule(True, True)  # a bool is no number of seconds (it was taken as 1 s)
     assert EndpointConfig((EndpointRule(True, np.float32(0.5)),), np.float32(0.04)).frame_seconds == np.float32(0.04)

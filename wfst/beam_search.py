@@ -17,11 +17,10 @@ tokens spell, split at the word boundary (`|` for characters) or at sentencepiec
 """
 from __future__ import annotations
 
-import math
 import numbers
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -78,6 +77,9 @@ class TokenLm:
         return self.store.score([self.tokens.symbols[c] for c in columns])
 
 
+_FLOAT32_MAX = float(np.finfo(np.float32).max)  # (NaN is not below it)
+
+
 class CtcBeamDecoder:
     """Lexicon-free CTC beam search (see the module doc).
 
@@ -103,8 +105,9 @@ class CtcBeamDecoder:
             raise OptionError(f"beam_size={beam_size!r}: must be an integer >= 1")
         for name, value in (("lm_weight", lm_weight), ("token_insertion", token_insertion),
                             ("beam_threshold", beam_threshold), ("phrase_reward", phrase_reward)):
-            if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value):
-                raise OptionError(f"{name}={value!r}: must be a finite number")
+            if not isinstance(value, numbers.Real) or isinstance(value, bool) or not abs(value) <= _FLOAT32_MAX:
+                raise OptionError(f"{name}={value!r}: must be a finite number (of float32's range: the kernels' "
+                                  f"costs)")
         if beam_threshold <= 0:
             raise OptionError(f"beam_threshold={beam_threshold!r}: must be > 0")
         if lm_weight < 0:
@@ -117,6 +120,8 @@ class CtcBeamDecoder:
             word_boundary = "|"
         if word_boundary is not None and word_boundary not in self.tokens.symbols:
             raise OptionError(f"word_boundary={word_boundary!r} is not a token of the model")
+        if word_boundary is not None and word_boundary == self.tokens.symbols[self.tokens.blank]:
+            raise OptionError(f"word_boundary={word_boundary!r} is the blank; the boundary is a token between words")
         self.lm = None if lm is None else TokenLm(lm, self.tokens)
         self.spm, self.word_boundary, self.phrase_reward = spm, word_boundary, float(phrase_reward)
         self.settings = BeamSettings(np.int64(beam_size), np.float32(beam_threshold), np.int64(self.tokens.blank),
@@ -138,11 +143,15 @@ class CtcBeamDecoder:
         mapping phrase -> reward) over the model's tokens; None without phrases."""
         from .boost import check_reward, phrase_automaton
 
+        if isinstance(phrases, Iterator):
+            phrases = list(phrases)
         if phrases is None or len(phrases) == 0:
             return None
         if isinstance(phrases, str):
             raise BoostError("phrases must be a list of phrases or a mapping phrase -> reward, not one string")
-        items = phrases.items() if isinstance(phrases, Mapping) else ((p, self.phrase_reward) for p in phrases)
+        # a phrase listed twice is one phrase (a mapping sums the rewards of phrases spelled alike)
+        items = phrases.items() if isinstance(phrases, Mapping) else ((p, self.phrase_reward)
+                                                                      for p in dict.fromkeys(phrases))
         spelled: dict[tuple[int, ...], float] = {}
         for phrase, reward in items:
             if not isinstance(phrase, str) or not phrase.split():
@@ -227,6 +236,8 @@ class CtcBeamDecoder:
     def _phrases_per_utterance(phrases, B: int) -> list:
         if phrases is None or isinstance(phrases, Mapping):
             return [phrases] * B
+        if isinstance(phrases, Iterator):  # a generator: read once, for every utterance
+            phrases = list(phrases)
         if isinstance(phrases, Sequence) and not isinstance(phrases, str) and phrases and all(
                 p is None or isinstance(p, (Mapping, list, tuple)) for p in phrases):
             if len(phrases) != B:

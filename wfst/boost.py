@@ -183,6 +183,9 @@ def check_reward(reward, what: str) -> float:
         raise BoostError(f"{what}: reward {reward:g} is above {MAX_REWARD:g}: costs are float32, whose step near "
                          f"-{reward:g} is {float(np.spacing(np.float32(reward))):g} nats; a reward above half the "
                          f"beam already wins over any acoustics")
+    if reward < -MAX_REWARD:  # (a penalty: -1e39 overflowed float32)
+        raise BoostError(f"{what}: reward {reward:g} is below -{MAX_REWARD:g}: a penalty of more than half the "
+                         f"beam already keeps the word out")
     return float(reward)
 
 
@@ -194,7 +197,8 @@ def _plain_words(m: Mapping, ids: dict, beam: float) -> dict | None:
     if None in word_ids or not set(map(type, m.values())) <= {int, float} or any(w in m for w in _NOT_WORDS):
         return None
     rewards = np.fromiter(m.values(), np.float64, len(m))
-    if not (np.isfinite(rewards).all() and (rewards <= min(beam / 2, MAX_REWARD)).all()):
+    if not (np.isfinite(rewards).all() and (rewards <= min(beam / 2, MAX_REWARD)).all()
+            and (rewards >= -MAX_REWARD).all()):
         return None
     return dict(zip(word_ids, (0.0 - rewards).tolist()))
 

@@ -273,11 +273,17 @@ def _decode(args, config: DecoderConfig | None, beam_decoder=None, phrases=None)
     if refs is not None:
         print(word_errors(refs, [r.words for r in results]))
     if args.stream:
-        print(f"streams of {args.chunk_ms:g} ms chunks, {args.batch_size} at a time")
+        step = _chunk_frames(args)
+        print(f"streams of {step} frames ({step * args.frame_ms:g} ms) a chunk, {args.batch_size} at a time")
     tokens = "" if beam_decoder is not None else f", {decoder.stats.tokens_per_frame:.0f} tokens/frame (last batch)"
     print(f"decode {seconds:.3f} s, RTFx {rtfx(frames, seconds, args.frame_ms / 1000):.1f}, "
           f"{frames / seconds if seconds else 0:.0f} frames/s{tokens}")
     return 0
+
+
+def _chunk_frames(args) -> int:
+    """The frames of a --chunk-ms chunk: the nearest whole number (at least one)."""
+    return max(1, int(args.chunk_ms / args.frame_ms + 0.5))  # (round() would take 2.5 to 2)
 
 
 def ctm_lines(key: str, result, frame_seconds: float) -> str:
@@ -293,7 +299,7 @@ def ctm_lines(key: str, result, frame_seconds: float) -> str:
 def _streams(decoder: Decoder, em, lo: int, hi: int, args):
     """Utterances lo..hi as concurrent streams fed chunk by chunk: (results, seconds in
     advance and finish).  Prints each stream's partial result when it changes."""
-    step = max(1, round(args.chunk_ms / args.frame_ms))
+    step = _chunk_frames(args)
     lengths = [int(n) for n in em.lengths[lo:hi]]
     streams = [decoder.stream() for _ in lengths]
     shown: dict[int, str] = {}

@@ -9,6 +9,8 @@ import numpy as np
 
 from .errors import OptionError
 
+MIN_LATTICE_BEAM = 0.1
+
 
 @dataclasses.dataclass(frozen=True)
 class DecoderConfig:
@@ -56,8 +58,9 @@ class DecoderConfig:
         check(self.num_threads is None or (_int(self.num_threads) and self.num_threads >= 1),
               "num_threads", "None or an integer >= 1")
         check(isinstance(self.cuda_graphs, bool), "cuda_graphs", "True or False")
-        check(self.lattice_beam is None or (_finite(self.lattice_beam) and self.lattice_beam > 0), "lattice_beam",
-              "None (no lattice) or a finite number > 0")
+        check(self.lattice_beam is None or (_finite(self.lattice_beam) and self.lattice_beam >= MIN_LATTICE_BEAM),
+              "lattice_beam", f"None (no lattice) or a finite number >= {MIN_LATTICE_BEAM} (float32 path costs "
+              f"round by more than a smaller beam on long utterances: it could prune the best path itself)")
         check(_int(self.prune_interval) and self.prune_interval >= 1, "prune_interval", "an integer >= 1")
         calibration = self.confidence_calibration
         if calibration is not None:

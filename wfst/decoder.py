@@ -58,6 +58,12 @@ class Decoder:
 
     def __init__(self, graph: Graph | str | os.PathLike, config: DecoderConfig | None = None, *,
                  device: str = "cpu", rescore_lm=None, graph_lm=None, **options):
+        if not isinstance(graph, (Graph, str, os.PathLike)):
+            raise OptionError(f"graph must be a wfst.Graph or the path of a graph directory or FST; got "
+                              f"{type(graph).__name__}")
+        if config is not None and not isinstance(config, DecoderConfig):
+            raise OptionError(f"config must be a wfst.DecoderConfig or None (options go as keywords: "
+                              f"Decoder(graph, beam=..., device=...)); got {config!r}")
         if not isinstance(graph, Graph):
             graph = load_graph(graph)
         if config is None:
@@ -154,6 +160,13 @@ class Decoder:
         if endpoint is not None and not isinstance(endpoint, EndpointConfig):
             raise OptionError(f"endpoint must be a wfst.EndpointConfig or None; got {type(endpoint).__name__}")
         boosts = boost_tables(None if boost is None else [boost], 1, self.graph.words, self.config.beam, stream=True)
+        c, available = self.config, self._backend.free_bytes()
+        need = C.workspace_bytes(self._capacity.tokens, c.max_active, c.min_active, 1, 0)
+        if available is not None and need > 0.8 * available:  # as decode() says it, not numpy's MemoryError
+            raise DecoderMemoryError(f"a stream needs about {need / 2**30:.2f} GiB of {self._backend.memory} memory "
+                                     f"({self._capacity.tokens} token slots per frame, max_active={c.max_active}) "
+                                     f"but {available / 2**30:.2f} GiB is available; lower max_active or "
+                                     f"token_capacity")
         with self._lock:
             state = self._backend.open_stream(boosts, self.rescorer, self._settings, self._capacity)
             self._grow_to(state.capacity)

@@ -29,15 +29,13 @@ def check_batch(x, lengths, num_columns: int) -> np.ndarray:
     lengths = host_array(lengths)
     if lengths.ndim != 1 or lengths.shape[0] != B:
         raise DecodeInputError(f"lengths must have shape ({B},) to match log_probs; got {lengths.shape}")
-    if lengths.dtype.kind not in "iu":
-        if lengths.dtype.kind == "f" and np.all(np.floor(lengths) == lengths):
-            lengths = lengths.astype(np.int64)
-        else:
-            raise DecodeInputError(f"lengths must be integers; got {lengths.dtype}")
-    bad = np.flatnonzero((lengths < 0) | (lengths > T))  # before the cast: a uint64 above 2**63 would wrap
+    if lengths.dtype.kind not in "iu" and not (lengths.dtype.kind == "f" and np.all(np.floor(lengths) == lengths)):
+        raise DecodeInputError(f"lengths must be integers; got {lengths.dtype}")
+    bad = np.flatnonzero((lengths < 0) | (lengths > T))  # before the cast: a uint64 above 2**63 (or 1e300) would wrap
     if bad.size:
         b = int(bad[0])
-        raise DecodeInputError(f"utterance {b}: length {int(lengths[b])} outside [0, T={T}]")
+        shown = int(lengths[b]) if lengths.dtype.kind in "iu" else f"{lengths[b]:g}"
+        raise DecodeInputError(f"utterance {b}: length {shown} outside [0, T={T}]")
     return lengths.astype(np.int64)
 
 

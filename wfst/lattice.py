@@ -128,6 +128,8 @@ class Lattice:
         """A pywrapfst VectorFst: token input labels, word output labels, each arc's weight
         its graph + acoustic cost, final weights the final costs.  semiring "log" gives
         the same FST in the log semiring (for posteriors)."""
+        if semiring not in ("tropical", "log"):  # anything else read as "log" below
+            raise OptionError(f"semiring={semiring!r}: must be 'tropical' or 'log'")
         return self._fst(self.ilabel, semiring).copy()
 
     def _fst(self, ilabels, semiring: str, key=None):
@@ -218,10 +220,20 @@ class Lattice:
         return tuple(confidences)
 
     def sequence_posterior(self, word_ids) -> float:
-        """The share of the lattice's probability on paths that output exactly these words."""
+        """The share of the lattice's probability on paths that output exactly these words
+        (ids, or the words themselves: a result's word_ids or words)."""
         import pywrapfst as fst
 
-        if not len(self._raw.final_states):
+        if isinstance(word_ids, str) or not hasattr(word_ids, "__iter__"):
+            raise OptionError(f"sequence_posterior: the words must be a sequence of word ids or words, not "
+                              f"{word_ids!r}")
+        word_ids = list(word_ids)
+        if any(isinstance(w, str) for w in word_ids):
+            ids = self._scorer.graph.words.ids() if self._scorer.graph.words is not None else {}
+            word_ids = [ids.get(w, -1) if isinstance(w, str) else w for w in word_ids]
+        if not all(isinstance(w, (int, np.integer)) and not isinstance(w, bool) for w in word_ids):
+            raise OptionError(f"sequence_posterior: word ids must be integers, got {word_ids!r}")
+        if not len(self._raw.final_states) or min(word_ids, default=0) < 0:  # (a word the graph does not have)
             return 0.0
         if ("sorted", "log") not in self._fsts:
             self._fsts["sorted", "log"] = self._fst(self.ilabel, "log", key="plain").copy().arcsort("olabel")
@@ -257,7 +269,7 @@ class Lattice:
             raise OptionError(f"nbest={n!r}: must be an integer >= 1")
         if not len(self._raw.final_states):
             return []
-        sequences = _paths(fst.shortestpath(self._words_fst(), nshortest=int(n)))
+        sequences = _paths(fst.shortestpath(self._words_fst(), nshortest=int(min(n, 2**31 - 1))))  # (more: all)
         sequences.sort(key=lambda p: p[1])
         return [self._best_path_result(words) for words, _ in sequences]
 
@@ -291,6 +303,8 @@ class Lattice:
         over its word acceptor (unknown reference words never match).  Without words.txt words
         are their ids, as in the results ("17")."""
         words = self._scorer.graph.words
+        if not isinstance(reference, str) and not hasattr(reference, "__iter__"):
+            raise OptionError(f"oracle: the reference must be a string or a sequence of words, not {reference!r}")
         ref = reference.split() if isinstance(reference, str) else list(reference)
         if words is not None:
             ref_ids = np.array([words.ids().get(w, -1) for w in ref], np.int64)

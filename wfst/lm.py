@@ -324,6 +324,8 @@ def open_lm(source: str | os.PathLike | LmStore) -> LmStore:
     """An LmStore from a store file, an ARPA file (prepared once, then memory-mapped) or a store."""
     if isinstance(source, LmStore):
         return source
+    if not isinstance(source, (str, os.PathLike)) or not str(source):
+        raise OptionError(f"the language model must be a path (ARPA or LM store file) or an LmStore; got {source!r}")
     path = Path(source)
     if not path.is_file():
         raise MissingFileError(path, "language model (ARPA or LM store file)")

@@ -39,6 +39,9 @@ class EndpointRule:
     min_utterance_length: float = 0.0
 
     def __post_init__(self):
+        if not isinstance(self.must_contain_nonsilence, bool):  # a config file's "False" would count as True
+            raise OptionError(f"EndpointRule.must_contain_nonsilence={self.must_contain_nonsilence!r}: must be "
+                              f"True or False")
         for name in ("min_trailing_silence", "min_utterance_length"):
             v = getattr(self, name)
             if not (_number(v) and math.isfinite(v) and v >= 0):
@@ -73,6 +76,9 @@ class EndpointConfig:
     frame_seconds: float = FRAME_SECONDS
 
     def __post_init__(self):
+        if isinstance(self.rules, EndpointRule) or not hasattr(self.rules, "__iter__"):
+            raise OptionError(f"EndpointConfig.rules={self.rules!r}: must be a sequence of EndpointRule objects")
+        object.__setattr__(self, "rules", tuple(self.rules))  # a list would make the frozen config unhashable
         if not all(isinstance(r, EndpointRule) for r in self.rules):
             raise OptionError("EndpointConfig.rules: must be EndpointRule objects")
         if not (_number(self.frame_seconds) and math.isfinite(self.frame_seconds)

@@ -103,13 +103,19 @@ class Calibration:
     @classmethod
     def load(cls, path: str | os.PathLike) -> Calibration:
         text = "\n".join(read_lines(path, "confidence calibration"))
+        why = "not a saved Calibration (JSON with slope and offset)"
         try:
             data = json.loads(text)
-            if data.get("format", _FORMAT) != _FORMAT:
-                raise ValueError(f"format {data['format']!r}, this version reads format {_FORMAT}")
-            return cls(float(data["slope"]), float(data["offset"]))
+            version = data.get("format", _FORMAT)
+            slope, offset = float(data["slope"]), float(data["offset"])
         except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as e:
-            raise InputFileError(path, None, f"not a saved Calibration (JSON with slope and offset): {e}") from None
+            raise InputFileError(path, None, f"{why}: {e}") from None
+        if version != _FORMAT:
+            raise InputFileError(path, None, f"{why}: format {version!r}, this version reads format {_FORMAT}")
+        try:
+            return cls(slope, offset)
+        except OptionError as e:
+            raise InputFileError(path, None, str(e)) from None
 
 
 def word_correctness(results, references) -> tuple[np.ndarray, np.ndarray]:

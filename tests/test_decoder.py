@@ -397,6 +397,18 @@ def test_emissions_that_are_no_log_probs_are_warned_about(tiny_decoder, recwarn)
         assert caught[0].filename == __file__  # the user's line, not the package's
 
 
+def test_frames_no_log_softmax_gives_are_named_where_every_token_died(tiny_decoder):
+    """Padding of -1e8 decoded as frames (no lengths): finite, so not refused, but float32
+    costs that large step by more than the beam; the warning names the frame."""
+    x = random_log_probs(5, batch=2, frames=12, columns=5)
+    x[1, 5:] = -1e8  # 7 frames: costs near 7e8 step by 64, more than the beam of 20
+    with pytest.warns(UserWarning, match=r"utterance 1\).*Utterance 1's frame 5 has its largest log-prob -1e\+08, "
+                                         r"below -log V - 1 = -2.61.*padding decoded as frames"):
+        results = tiny_decoder.decode(x)
+    assert results[1].cost == np.inf and tiny_decoder.stats.no_path == (1,)
+    assert tiny_decoder.decode(x, np.array([12, 5]))[1].cost < np.inf  # with its length: fine
+
+
 def test_decoder_arguments_of_the_wrong_kind_are_named(tiny_decoder):
     g = tiny_decoder.graph
     for config in ("cuda", {"beam": 10.0}):  # the device as the second positional, options as a dict

@@ -135,7 +135,8 @@ class Decoder:
             self.stats = DecodeStats(len(results), frames, time.perf_counter() - start,
                                      sum(p.survivors for p in paths.values()) / frames if frames else 0.0,
                                      regrowths, sum(p.fallbacks for p in paths.values()), boosts.unknown, lm,
-                                     self._backend.device_seconds - device_before, no_path(results, "utterance"))
+                                     self._backend.device_seconds - device_before,
+                                     no_path(results, "utterance", plan.log_probs))
             return results
 
     @staticmethod

@@ -7,6 +7,7 @@ for both.
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 from typing import NamedTuple
 
@@ -129,16 +130,36 @@ class DecodeStats:
     no_path: tuple = ()  # utterances in which every token died (cost +inf; see DecodeResult)
 
 
-def no_path(results, what: str) -> tuple[int, ...]:
-    """The indices of results in which every token died, with a warning that names them."""
+def no_path(results, what: str, emissions=None) -> tuple[int, ...]:
+    """The indices of results in which every token died, with a warning that names them;
+    emissions: the batch's (B, T, V) log-probs, to look for frames no log-softmax gives."""
     dead = tuple(i for i, r in enumerate(results) if r.num_frames and r.acoustic_cost == float("inf"))
     if dead:
         warnings.warn(f"{len(dead)} {what}(s) have no path through all their frames ({what} "
                       f"{', '.join(map(str, dead[:5]))}{', ...' if len(dead) > 5 else ''}): every token died at a "
                       f"frame where none of the tokens that survived pruning has an arc whose column has a finite "
                       f"log-prob (masked emissions, or a max_active or beam too small to keep a token that can go "
-                      f"on); their results have cost inf and no words from there on", stacklevel=3)
+                      f"on); their results have cost inf and no words from there on"
+                      + (_low_frame(emissions, dead[0], results[dead[0]].num_frames) if emissions is not None else ""),
+                      stacklevel=3)
     return dead
+
+
+def _low_frame(emissions, b: int, frames: int) -> str:
+    """Why utterance b may have died, if a frame of it is no log-softmax row: its largest
+    value far below -log V (e.g. padding of -1e8 decoded as frames: float32 costs that
+    large step by more than the beam)."""
+    from .inputs import host_array
+
+    top = host_array(emissions[b, :frames]).max(axis=1)
+    floor = -math.log(emissions.shape[2]) - 1.0  # a log-softmax row's largest value is at least -log V
+    low = np.flatnonzero(np.isfinite(top) & (top < floor))
+    if not low.size:
+        return ""
+    t = int(low[0])
+    return (f". Utterance {b}'s frame {t} has its largest log-prob {float(top[t]):.4g}, below -log V - 1 = "
+            f"{floor:.3g}, which no log-softmax gives: padding decoded as frames (give lengths), or scores of "
+            f"another scale?")
 
 
 class TracedPath(NamedTuple):

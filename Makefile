@@ -140,7 +140,12 @@ compare-topologies: install-bench
 PYCTCDECODE_VENV ?= build/peers/pyctcdecode-venv
 PYCTCDECODE_REQS := benchmarks/pyctcdecode-requirements.txt
 $(PYCTCDECODE_VENV)/.wfst-requirements: $(PYCTCDECODE_REQS)
+	@if [ -e '$(PYCTCDECODE_VENV)' ] && [ ! -e '$(PYCTCDECODE_VENV)/.wfst-made' ] \
+	    && [ ! -e '$(PYCTCDECODE_VENV)/.wfst-requirements' ]; then \
+	  echo "refusing to clear $(PYCTCDECODE_VENV): this target did not make it (give PYCTCDECODE_VENV a new path)"; \
+	  exit 1; fi
 	$(PYTHON) -m venv --clear '$(PYCTCDECODE_VENV)'
+	touch '$(PYCTCDECODE_VENV)/.wfst-made'
 	'$(PYCTCDECODE_VENV)/bin/python' -m pip install --quiet --disable-pip-version-check -r $(PYCTCDECODE_REQS)
 	cp $(PYCTCDECODE_REQS) $@
 pyctcdecode-venv: $(PYCTCDECODE_VENV)/.wfst-requirements

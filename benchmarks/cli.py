@@ -160,7 +160,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.word_boundary is None and args.spm is None:  # spelled as the graph was built
                 args.word_boundary = graph.info.get("word_boundary")
                 spm = graph.info.get("inputs", {}).get("spm", {}).get("path")
-                args.spm = spm if spm and Path(spm).is_file() else None
+                if graph.info.get("lexicon_source") == "sentencepiece" and not (spm and Path(spm).is_file()):
+                    raise wfst.MissingFileError(spm or "(none recorded)", "the sentencepiece model the graph was "
+                                                "built with (graph.json inputs.spm.path); pass --spm")
+                args.spm = spm
             log_probs, lengths = from_texts_seeds(texts, graph.tokens, args.seeds, spm=args.spm,
                                                   word_boundary=args.word_boundary)
             refs, synthetic = texts * args.seeds, True

@@ -672,6 +672,10 @@ def topology_systems(quick: bool = False) -> Callable[[Target], list[System]]:
     return make
 
 
+DECODER_KEYS = ("greedy", "ours-cpu1", "ours-cpu1-top4", "ours-cpu", "ours-cuda", "kaldi", "flashlight", "ours-beam",
+                "ours-beam-cuda", "flashlight-lexicon-free", "pyctcdecode")  # decoder_systems' systems, in order
+
+
 def decoder_systems(quick: bool = False, venv: str | os.PathLike = PYCTCDECODE_VENV,
                     include: Sequence[str] | None = None) -> Callable[[Target], list[System]]:
     """greedy; ours (CPU 1 thread, with FLToP top-4, all cores, CUDA); Kaldi; flashlight; pyctcdecode."""
@@ -714,7 +718,10 @@ def decoder_systems(quick: bool = False, venv: str | os.PathLike = PYCTCDECODE_V
                               tune_point=PYCTCDECODE_POINTS[0], points=_pts(PYCTCDECODE_POINTS, quick),
                               **_tuning(quick, "alpha", "beta")),
         ]
-        return [s for s in out if include is None or s.key in include]
+        assert tuple(s.key for s in out) == DECODER_KEYS
+        wanted = set(DECODER_KEYS if include is None else include)
+        wanted |= {s.tuned_like for s in out if s.key in wanted and s.tuned_like}  # (else untuned, labelled tuned)
+        return [s for s in out if s.key in wanted]
     return make
 
 

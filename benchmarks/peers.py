@@ -266,6 +266,10 @@ def pyctcdecode_python(venv: str | os.PathLike = PYCTCDECODE_VENV) -> Path:
     venv = Path(venv)
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
     if not python.is_file() or not (venv / VENV_MARKER).is_file():
+        if venv.exists() and not (venv / ".wfst-made").is_file() and venv != PYCTCDECODE_VENV:
+            # another venv (the project's own, say): `make pyctcdecode-venv` would clear it
+            raise PeerUnavailable(f"{venv} is not a pyctcdecode venv made by `make pyctcdecode-venv`; give --venv "
+                                  f"one, or a new path for `make pyctcdecode-venv PYCTCDECODE_VENV=...` to make")
         raise PeerUnavailable(f"pyctcdecode's venv {venv} is missing or incomplete: `make pyctcdecode-venv"
                               + ("" if venv == PYCTCDECODE_VENV else f" PYCTCDECODE_VENV={venv}")
                               + "` makes it (make compare-decoders runs that first)")

@@ -12,13 +12,13 @@ Prints WER and seconds; --json writes the rows.  No weight is tuned here.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
 
-from demo_data import PROFILES, TOKEN_LMS, emission_options, sentences, with_unknown_words
+import recipe_cli
+from demo_data import DATA, PROFILES, TOKEN_LMS, emission_options, sentences, with_unknown_words
 from wfst_bench.machine import machine
 from wfst_bench.peers import FlashlightLexiconFree
 
@@ -26,24 +26,26 @@ import wfst
 from wfst import synthetic
 from wfst.scoring import word_errors
 
-DEMO = Path("recipes/demo/data")
 SETUPS = (("char", "chars_tokens.txt", "char_compact", dict(word_boundary="|")),
-          ("bpe", "bpe_tokens.txt", "bpe_compact", dict(spm=str(DEMO / "bpe.model"))))
+          ("bpe", "bpe_tokens.txt", "bpe_compact", dict(spm=str(DATA / "bpe.model"))))
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--utterances", type=int, default=100)
-    ap.add_argument("--beam-sizes", type=int, nargs="+", default=[8, 32])
+    ap = recipe_cli.parser(__doc__)
+    ap.add_argument("--utterances", type=recipe_cli.whole(), default=100)
+    ap.add_argument("--beam-sizes", type=recipe_cli.whole(), nargs="+", default=[8, 32])
     ap.add_argument("--lm-weights", type=float, nargs="+", default=[0.5, 0.8])
+    ap.add_argument("--graphs", default="build/demo", help="where make demo put the graphs")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
+    recipe_cli.check_json(ap, args.json)
+    print("SYNTHETIC emissions of the demo's held-out sentences; one CPU thread", flush=True)
     rows = []
     for token_set, table, graph, spelling in SETUPS:
         lm = TOKEN_LMS[token_set]
-        tokens = wfst.TokenTable.read(DEMO / table)
+        tokens = wfst.TokenTable.read(DATA / table)
         flashlight = FlashlightLexiconFree(lm, tokens)
-        tlg = wfst.Decoder(wfst.load_graph(Path("build/demo") / graph), num_threads=1)
+        tlg = wfst.Decoder(wfst.load_graph(Path(args.graphs) / graph), num_threads=1)
         for profile, options in PROFILES.items():
             texts = sentences("test", args.utterances)
             if profile == "noisy":
@@ -69,9 +71,9 @@ def main(argv=None) -> int:
                                tlg_wer=tlg_wer, tlg_s=tlg_s)
                     rows.append(row)
                     print(f"{token_set:4s} {profile:5s} beam {beam_size:3d} lm_weight {weight:.2f}: ours WER "
-                          f"{row['ours_wer']:5.2f} {ours_s:6.2f} s | flashlight lexicon-free WER "
-                          f"{row['flashlight_wer']:5.2f} {run.seconds:6.2f} s ({run.seconds / ours_s:4.1f}x) | "
-                          f"TLG WER {tlg_wer:5.2f} {tlg_s:5.2f} s | {row['frames']} frames", flush=True)
+                          f"{row['ours_wer']:5.2f}% {ours_s:6.2f} s | flashlight lexicon-free WER "
+                          f"{row['flashlight_wer']:5.2f}% {run.seconds:6.2f} s ({run.seconds / ours_s:4.1f}x) | "
+                          f"TLG WER {tlg_wer:5.2f}% {tlg_s:5.2f} s | {row['frames']} frames", flush=True)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(dict(machine=machine(), rows=rows), indent=1))
@@ -79,4 +81,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(recipe_cli.run(main))

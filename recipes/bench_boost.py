@@ -13,13 +13,13 @@ that drift hits them alike.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import warnings
 from pathlib import Path
 
 import numpy as np
+import recipe_cli
 from demo_data import emission_options, sentences
 from wfst_bench.machine import machine
 
@@ -36,13 +36,14 @@ def settings(graph, num_utterances: int, seed: int) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = recipe_cli.parser(__doc__)
     ap.add_argument("--graphs", default="build/demo", help="where make demo put the graphs")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--seed", type=int, default=0, help="of the emissions and of the 1,000 words")
-    ap.add_argument("--repeat", type=int, default=5, help="best of this many timed runs per setting")
+    ap.add_argument("--repeat", type=recipe_cli.whole(), default=5, help="best of this many timed runs per setting")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
+    recipe_cli.check_json(ap, args.json)
     texts = sentences("test")
     m = machine()
     print(f"Word boosting on SYNTHETIC emissions of {len(texts)} held-out sentences (seed {args.seed}); "
@@ -87,4 +88,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(recipe_cli.run(main))

@@ -12,11 +12,11 @@ at the paper's setting N = 4, R = 0.007: WER within 0.1 of no pruning and >= 1.5
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
+import recipe_cli
 from demo_data import PROFILES, emission_options, sentences, with_unknown_words
 from wfst_bench.machine import machine
 
@@ -43,12 +43,13 @@ def cell(graph, x, lengths, texts, repeat: int, top_n, rel) -> tuple[dict, list]
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = recipe_cli.parser(__doc__)
     ap.add_argument("--graphs", default="build/demo", help="where make demo put the graphs")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--repeat", type=int, default=3, help="best of this many timed runs per cell")
+    ap.add_argument("--repeat", type=recipe_cli.whole(), default=3, help="best of this many timed runs per cell")
     ap.add_argument("--json", help="also write the rows here")
     args = ap.parse_args()
+    recipe_cli.check_json(ap, args.json)
     m = machine()
     print(f"FLToP on SYNTHETIC emissions of the demo's held-out sentences (seed {args.seed}); beam 16, "
           f"max_active 7000; CPU backend, 1 thread; {m['cpu']}\n")
@@ -99,4 +100,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(recipe_cli.run(main))

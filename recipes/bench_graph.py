@@ -12,7 +12,6 @@ states, arcs and file size of each graph; writes results.json and results.md.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -23,6 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import recipe_cli
 
 HERE = Path(__file__).resolve().parent
 CHARS = list("abcdefghijklmnopqrstuvwxyz'")
@@ -113,11 +113,12 @@ def generate_arpa(path: Path, num_words: int, num_bigrams: int, num_trigrams: in
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--words", type=int, default=100_000)
-    ap.add_argument("--bigrams", type=int, default=700_000)
-    ap.add_argument("--trigrams", type=int, default=400_000)
-    ap.add_argument("--topologies", default="compact,normal,minimal")
+    ap = recipe_cli.parser(__doc__)
+    ap.add_argument("--words", type=recipe_cli.whole(), default=100_000)
+    ap.add_argument("--bigrams", type=recipe_cli.whole(), default=700_000)
+    ap.add_argument("--trigrams", type=recipe_cli.whole(), default=400_000)
+    ap.add_argument("--topologies", type=recipe_cli.listed(("compact", "normal", "minimal")),
+                    default="compact,normal,minimal")
     ap.add_argument("--out", default="build/bench_graph")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
@@ -136,7 +137,7 @@ def main():
                "ngrams": counts, "graphs": {}}
     cache = out / "cache"
     shutil.rmtree(cache, ignore_errors=True)  # the first topology pays for the whole pipeline
-    for topo in args.topologies.split(","):
+    for topo in args.topologies:
         gdir = out / f"char_{topo}"
         cmd = [sys.executable, "-m", "wfst.graphs.cli", "--tokens", str(tokens), "--lm", str(arpa),
                "--word-boundary", "|", "--topo", topo, "--out", str(gdir), "--cache-dir", str(cache), "--force"]

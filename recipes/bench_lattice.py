@@ -17,7 +17,6 @@ max_active 10^6 (not binding); the best-path rows use the demo's 16 / 7,000.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -25,6 +24,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import recipe_cli
 from demo_data import PROFILES, emission_options, sentences, with_unknown_words
 from wfst_bench.kaldi import KaldiLatticeDecoder
 from wfst_bench.machine import machine
@@ -61,8 +61,8 @@ def calibration(texts, results, fitted=None) -> tuple[list[dict], float]:
     return table, normalized_cross_entropy(conf, correct)
 
 
-def run(name, profile, texts, x, lengths, repeat, lattice_beam, count, token_set, options):
-    g = wfst.load_graph(Path("build/demo") / name)
+def run(graphs, name, profile, texts, x, lengths, repeat, lattice_beam, count, token_set, options):
+    g = wfst.load_graph(graphs / name)
     row = dict(graph=name, profile=profile, utterances=len(texts), frames=int(lengths.sum()))
     plain = wfst.Decoder(g, beam=16.0, max_active=7000, num_threads=1)
     lat = wfst.Decoder(g, beam=16.0, max_active=7000, num_threads=1, lattice_beam=lattice_beam)
@@ -98,7 +98,7 @@ def run(name, profile, texts, x, lengths, repeat, lattice_beam, count, token_set
     wide = wfst.Decoder(g, beam=16.0, max_active=10**6, min_active=0, num_threads=1, lattice_beam=lattice_beam)
     wide.decode(x[:1], lengths[:1])
     row["wide_lattice_s"], _ = timed(lambda: wide.decode(x[k], lengths[k]), repeat)
-    kaldi = KaldiLatticeDecoder(Path("build/demo") / name / "TLG.fst", beam=16.0, lattice_beam=lattice_beam)
+    kaldi = KaldiLatticeDecoder(graphs / name / "TLG.fst", beam=16.0, lattice_beam=lattice_beam)
     kaldi.lattices(x[k], lengths[k])
     row["kaldi_lattice_s"] = kaldi.seconds
     row["kaldi_vs_ours"] = kaldi.seconds / row["wide_lattice_s"]
@@ -106,23 +106,26 @@ def run(name, profile, texts, x, lengths, repeat, lattice_beam, count, token_set
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--utterances", type=int, default=100)
-    ap.add_argument("--kaldi-utterances", type=int, default=40, help="of them, decoded by Kaldi too")
-    ap.add_argument("--lattice-beam", type=float, default=8.0)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap = recipe_cli.parser(__doc__)
+    ap.add_argument("--utterances", type=recipe_cli.whole(), default=100)
+    ap.add_argument("--kaldi-utterances", type=recipe_cli.whole(), default=40, help="of them, decoded by Kaldi too")
+    ap.add_argument("--lattice-beam", type=recipe_cli.positive, default=8.0)
+    ap.add_argument("--repeat", type=recipe_cli.whole(), default=3)
+    ap.add_argument("--graphs", default="build/demo", help="where make demo put the graphs")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
+    recipe_cli.check_json(ap, args.json)
+    print("SYNTHETIC emissions of the demo's held-out sentences; one CPU thread", flush=True)
     rows = []
     for name, token_set in (("char_compact", "char"), ("bpe_compact", "bpe")):
-        g = wfst.load_graph(Path("build/demo") / name)
+        g = wfst.load_graph(Path(args.graphs) / name)
         for profile, options in PROFILES.items():
             texts = sentences("test", args.utterances)
             if profile == "noisy":
                 texts = with_unknown_words(texts)
             x, lengths = synthetic.from_texts(texts, g.tokens, seed=1, **emission_options(token_set), **options)
-            row = run(name, profile, texts, x, lengths, args.repeat, args.lattice_beam, args.kaldi_utterances,
-                      token_set, options)
+            row = run(Path(args.graphs), name, profile, texts, x, lengths, args.repeat, args.lattice_beam,
+                      args.kaldi_utterances, token_set, options)
             rows.append(row)
             print(f"{name:13s} {profile:6s} best path {row['best_path_s']:.3f}s  lattice {row['lattice_s']:.3f}s "
                   f"({row['lattice_vs_best_path']:.2f}x)  N-best(10) {row['nbest10_s']:.3f}s  confidences "
@@ -143,4 +146,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(recipe_cli.run(main))

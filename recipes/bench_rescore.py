@@ -25,7 +25,6 @@ in host memory, as in the on-the-fly rescoring paper.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -33,6 +32,7 @@ from pathlib import Path
 
 import generated_lm
 import numpy as np
+import recipe_cli
 from demo_data import LM, PROFILES, TOKEN_SETS, emission_options, sentences
 from wfst.graphs import compile_graph
 from wfst_bench.machine import gpu_name, machine
@@ -180,18 +180,20 @@ def memory(setup, big_lm, rescore_row):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = recipe_cli.parser(__doc__)
     ap.add_argument("--graphs", default="build/demo", help="where make demo put the big-LM graphs")
     ap.add_argument("--out", default="build/rescore", help="where the small-LM graphs and the large setup go")
-    ap.add_argument("--repeat", type=int, default=2, help="best of this many timed runs per cell")
-    ap.add_argument("--setups", default="demo,large", help="which setups to run (comma-separated)")
+    ap.add_argument("--repeat", type=recipe_cli.whole(), default=2, help="best of this many timed runs per cell")
+    ap.add_argument("--setups", type=recipe_cli.listed(("demo", "large")), default="demo,large",
+                    help="which setups to run (comma-separated)")
     ap.add_argument("--json", help="also write the rows here")
-    ap.add_argument("--gpu-batch", type=int, default=0, metavar="B",
+    ap.add_argument("--gpu-batch", type=recipe_cli.whole(0), default=0, metavar="B",
                     help="also rescore on the GPU (device='cuda') in batches of B utterances (0: not)")
     args = ap.parse_args()
+    recipe_cli.check_json(ap, args.json)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    setups = args.setups.split(",")
+    setups = args.setups
     m = machine()
     print(f"On-the-fly rescoring on SYNTHETIC emissions, CPU backend, 1 thread; {m['cpu']}\n")
     rows, mem = [], []
@@ -227,4 +229,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(recipe_cli.run(main))

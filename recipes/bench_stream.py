@@ -17,13 +17,13 @@ both on the GPU (the goal there: 512 streams at 320 ms chunks within 40 ms per c
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+import recipe_cli
 from demo_data import PROFILES, emission_options, sentences
 from tqdm import tqdm
 from wfst_bench.machine import machine
@@ -66,17 +66,19 @@ def offline(dec, x, lengths, n: int):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = recipe_cli.parser(__doc__)
     ap.add_argument("--graphs", default="build/demo", help="where make demo put the graphs")
-    ap.add_argument("--streams", default="1,16,128,512", help="numbers of concurrent streams")
-    ap.add_argument("--chunk-ms", default="160,320,1000", help="chunk lengths")
-    ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    ap.add_argument("--streams", type=recipe_cli.listed(item=recipe_cli.whole()), default="1,16,128,512",
+                    help="numbers of concurrent streams")
+    ap.add_argument("--chunk-ms", type=recipe_cli.listed(item=recipe_cli.positive), default="160,320,1000",
+                    help="chunk lengths (each fed as the nearest whole number of 40 ms frames, at least one)")
+    ap.add_argument("--threads", type=recipe_cli.whole(), default=None, help="CPU threads (default: all cores)")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    ap.add_argument("--repeat", type=int, default=2, help="best of this many runs per cell")
+    ap.add_argument("--repeat", type=recipe_cli.whole(), default=2, help="best of this many runs per cell")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
-    counts = [int(v) for v in args.streams.split(",")]
-    chunks_ms = [float(v) for v in args.chunk_ms.split(",")]
+    recipe_cli.check_json(ap, args.json)
+    counts, chunks_ms = args.streams, args.chunk_ms
     texts = sentences("test")
     m = machine()
     where = (f"CPU backend, {args.threads or 'all'} threads; {m['cpu']}" if args.device == "cpu" else
@@ -98,7 +100,8 @@ def main() -> int:
             x, lengths = x_all[:U], lengths_all[:U]
             audio = int(lengths.sum())
             for chunk_ms in chunks_ms:
-                step = max(1, round(chunk_ms / 1000 / FRAME_SECONDS))
+                step = max(1, int(chunk_ms / 1000 / FRAME_SECONDS + 0.5))  # the chunk fed, in whole frames
+                chunk_ms = step * FRAME_SECONDS * 1000
                 off_seconds = seconds = np.inf
                 for _ in range(args.repeat):
                     want, took = offline(dec, x, lengths, n)
@@ -131,4 +134,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(recipe_cli.run(main))

@@ -15,31 +15,31 @@ runs (git) and hands it in, so that results.md says which code made the cells.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+import recipe_cli
 from code_state import code_state
 from demo_data import LM, TOKEN_LMS, TOKEN_SETS, emission_options, sentences
-from wfst.graphs import compile_graph
+from wfst.graphs import TOPOLOGIES, compile_graph
 from wfst_bench import compare
 from wfst_bench.peers import PYCTCDECODE_VENV
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = recipe_cli.parser(__doc__)
     ap.add_argument("--out", help="results folder (default: build/compare-decoders; with --quick: ...-quick)")
     ap.add_argument("--graphs", default="build/demo", help="where the demo graphs are (built if missing)")
-    ap.add_argument("--topology", default="compact")
+    ap.add_argument("--topology", default="compact", choices=TOPOLOGIES)
     ap.add_argument("--quick", action="store_true", help="a few sentences, a 2x2 grid, 2 settings: a smoke test")
-    ap.add_argument("--profiles", default=",".join(compare.PROFILES), help="emission profiles (demo,peaky)")
-    ap.add_argument("--decoders", help="comma-separated subset of: greedy, ours-cpu1, ours-cpu1-top4, ours-cpu, "
-                                       "ours-cuda, kaldi, flashlight, ours-beam, ours-beam-cuda, "
-                                       "flashlight-lexicon-free, "
-                                       "pyctcdecode")
-    ap.add_argument("--dev-sentences", type=int, help="first N of dev.txt (default: all; --quick: 20)")
-    ap.add_argument("--test-sentences", type=int, help="first N of test.txt (default: all; --quick: 20)")
-    ap.add_argument("--repeat", type=int, default=2, help="timed passes per test cell (best is kept)")
+    ap.add_argument("--profiles", type=recipe_cli.listed(compare.PROFILES), default=",".join(compare.PROFILES),
+                    help="emission profiles (demo,peaky)")
+    ap.add_argument("--decoders", type=recipe_cli.listed(compare.DECODER_KEYS),
+                    help=f"comma-separated subset of: {', '.join(compare.DECODER_KEYS)} (one tuned like another "
+                         f"brings that one along)")
+    ap.add_argument("--dev-sentences", type=recipe_cli.whole(), help="first N of dev.txt (default: all; --quick: 20)")
+    ap.add_argument("--test-sentences", type=recipe_cli.whole(), help="first N of test.txt (default: all; --quick: 20)")
+    ap.add_argument("--repeat", type=recipe_cli.whole(), default=2, help="timed passes per test cell (best is kept)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--venv", default=str(PYCTCDECODE_VENV),
                     help="pyctcdecode's own venv (make pyctcdecode-venv makes it)")
@@ -61,10 +61,10 @@ def main() -> int:
                                       token_lm=TOKEN_LMS[name], **emission_options(name)))
     res = compare.compare_decoders(args.out, targets, dev_texts=sentences("dev", n_dev),
                                    test_texts=sentences("test", n_test),
-                                   profiles=args.profiles.split(","), seed=args.seed, repeat=args.repeat,
+                                   profiles=args.profiles, seed=args.seed, repeat=args.repeat,
                                    quick=args.quick, progress=not args.no_progress, force=args.force,
                                    retime=args.retime,
-                                   venv=args.venv, include=args.decoders.split(",") if args.decoders else None,
+                                   venv=args.venv, include=args.decoders,
                                    code=code)
     print(res["markdown"])
     print(f"\n{res['ran']} cells run, {res['skipped']} reused; results in {args.out}/results.md")
@@ -72,4 +72,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(recipe_cli.run(main))

@@ -12,10 +12,10 @@ hands it in, so that results.md says which code made the cells.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+import recipe_cli
 from code_state import code_state
 from demo_data import LM, TOKEN_SETS, emission_options, sentences
 from wfst.graphs import TOPOLOGIES, compile_graph
@@ -23,15 +23,16 @@ from wfst_bench import compare
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = recipe_cli.parser(__doc__)
     ap.add_argument("--out", help="results folder (default: build/compare-topologies; with --quick: ...-quick)")
     ap.add_argument("--graphs", default="build/compare-topologies/graphs",
                     help="where to build the graphs (skipped when up to date)")
     ap.add_argument("--quick", action="store_true", help="a few sentences, a 2x2 grid, 2 settings: a smoke test")
-    ap.add_argument("--profiles", default=",".join(compare.PROFILES), help="emission profiles (demo,peaky)")
-    ap.add_argument("--dev-sentences", type=int, help="first N of dev.txt (default: all; --quick: 20)")
-    ap.add_argument("--test-sentences", type=int, help="first N of test.txt (default: all; --quick: 20)")
-    ap.add_argument("--repeat", type=int, default=2, help="timed passes per test cell (best is kept)")
+    ap.add_argument("--profiles", type=recipe_cli.listed(compare.PROFILES), default=",".join(compare.PROFILES),
+                    help="emission profiles (demo,peaky)")
+    ap.add_argument("--dev-sentences", type=recipe_cli.whole(), help="first N of dev.txt (default: all; --quick: 20)")
+    ap.add_argument("--test-sentences", type=recipe_cli.whole(), help="first N of test.txt (default: all; --quick: 20)")
+    ap.add_argument("--repeat", type=recipe_cli.whole(), default=2, help="timed passes per test cell (best is kept)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--force", action="store_true", help="recompute every cell")
     ap.add_argument("--retime", action="store_true", help="measure the test cells again (keeps the tuning)")
@@ -53,7 +54,7 @@ def main() -> int:
                                           **emission_options(name)))
     res = compare.compare_topologies(out, targets, dev_texts=sentences("dev", n_dev),
                                      test_texts=sentences("test", n_test),
-                                     profiles=args.profiles.split(","), seed=args.seed, repeat=args.repeat,
+                                     profiles=args.profiles, seed=args.seed, repeat=args.repeat,
                                      quick=args.quick, progress=not args.no_progress, force=args.force,
                                      retime=args.retime, code=code)
     print(res["markdown"])
@@ -62,4 +63,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(recipe_cli.run(main))

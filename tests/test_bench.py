@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from wfst.graphs import compile_graph
@@ -102,6 +103,17 @@ def test_texts_are_spelled_as_the_graph_was_built(bench_inputs, tmp_path, capsys
     assert json.loads((tmp_path / "b.json").read_text())["rows"][0]["wer"] == 0.0
 
 
+def test_texts_for_a_sentencepiece_graph_whose_model_moved_are_refused(bench_inputs, tmp_path, capsys):
+    """Spelled per character instead, the sentences made a table of ~98% WER, silently."""
+    graph, texts, _ = bench_inputs
+    info = json.loads((graph / "graph.json").read_text())
+    info["lexicon_source"] = "sentencepiece"
+    info["inputs"]["spm"] = {"path": str(tmp_path / "moved.model")}
+    (graph / "graph.json").write_text(json.dumps(info))
+    assert main(["--graph", str(graph), "--texts", str(texts)]) == 2
+    assert "moved.model: not found" in capsys.readouterr().err
+
+
 def test_nothing_to_decode_and_unwritable_json_are_said_before_the_run(bench_inputs, tmp_path, capsys):
     graph, texts, em = bench_inputs
     with pytest.raises(SystemExit) as e:
@@ -156,3 +168,35 @@ def test_the_command_prints_no_traceback(bench_inputs):
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.splitlines() == ["wfst-bench: error: argument --decoders: unknown decoder 'foo'; choose from "
                                      "greedy, cpu1, cpu, kaldi, cuda (see wfst-bench --help)"]
+
+
+RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["bench_stream.py", "--streams", "16,0"], "argument --streams: must be >= 1, got 0"),
+    (["bench_stream.py", "--chunk-ms", "320,x"], "argument --chunk-ms: 'x' is not a number"),
+    (["bench_rescore.py", "--setups", "dmeo"], "argument --setups: unknown 'dmeo'; choose from demo, large"),
+    (["bench_fltop.py", "--repeat", "0"], "argument --repeat: must be >= 1, got 0"),
+    (["bench_beam_search.py", "--json", "."], "argument --json: cannot write .: it is a directory"),
+    (["compare_decoders.py", "--decoders", "kaldy"], "argument --decoders: unknown 'kaldy'; choose from greedy,"),
+    (["compare_topologies.py", "--profiles", "demo,demo"], "argument --profiles: 'demo' given twice"),
+    (["compare_topologies.py", "--test-sentences", "-275"], "argument --test-sentences: must be >= 1, got -275"),
+    (["bench_graph.py", "--topologies", "compact,fo"], "argument --topologies: unknown 'fo'"),
+])
+def test_recipes_refuse_bad_options_before_any_work(argv, message):
+    """As the console scripts do: one line, exit status 2 (a typo ran nothing and exited 0, a
+    0 crashed after the work, an unwritable --json lost the whole run)."""
+    p = subprocess.run([sys.executable, str(RECIPES / argv[0]), *argv[1:]], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.count("\n") == 1 and p.stderr.startswith(f"{argv[0]}: error: {message}"), p.stderr
+
+
+def test_a_decoder_tuned_like_another_brings_it_along():
+    """ours-cpu1-top4 alone ran at untuned defaults under a 'tuned' label."""
+    from wfst_bench import compare
+
+    target = compare.Target("t", Path("."), "char", "compact", Path("lm.arpa"), word_boundary="|")
+    keys = [s.key for s in compare.decoder_systems(include=["ours-cpu1-top4", "ours-beam-cuda"])(target)]
+    assert keys == ["ours-cpu1", "ours-cpu1-top4", "ours-beam", "ours-beam-cuda"]

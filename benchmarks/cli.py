@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,6 +23,7 @@ import numpy as np
 
 import wfst
 from wfst.cli import CliParser, command, fail
+from wfst.config import usable_cores
 from wfst.files import read_lines, why_unwritable
 from wfst.scoring import FRAME_SECONDS, rtfx, word_errors
 from wfst.synthetic import from_texts_seeds, load_npz
@@ -36,7 +36,7 @@ from .systems import EmissionSet, GreedySystem, KaldiSystem, OursSystem, System,
 DECODERS: dict[str, tuple[str, Callable[[str, str, int], System]]] = {
     "greedy": ("greedy CTC", lambda key, label, batch: GreedySystem(key, label)),
     "cpu1": ("ours, CPU, 1 thread", lambda key, label, batch: OursSystem(key, label, threads=1, batch_size=batch)),
-    "cpu": (f"ours, CPU, {os.cpu_count()} threads",
+    "cpu": (f"ours, CPU, {usable_cores()} threads",
             lambda key, label, batch: OursSystem(key, label, threads=None, batch_size=batch)),
     "kaldi": ("Kaldi FasterDecoder (1 thread)", lambda key, label, batch: KaldiSystem(key, label)),
     "cuda": ("ours, CUDA", lambda key, label, batch: OursSystem(key, label, device="cuda", batch_size=batch)),

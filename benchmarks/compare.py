@@ -51,6 +51,7 @@ from pathlib import Path
 import numpy as np
 
 import wfst
+from wfst.config import usable_cores
 from wfst.files import atomic_path, write_text_atomic
 from wfst.scoring import rtfx, word_errors
 from wfst.synthetic import from_texts
@@ -680,7 +681,7 @@ def decoder_systems(quick: bool = False, venv: str | os.PathLike = PYCTCDECODE_V
                     include: Sequence[str] | None = None) -> Callable[[Target], list[System]]:
     """greedy; ours (CPU 1 thread, with FLToP top-4, all cores, CUDA); Kaldi; flashlight; pyctcdecode."""
     def make(target: Target) -> list[System]:
-        threads = os.cpu_count() or 1
+        threads = usable_cores()
         pts = _pts(OURS_POINTS, quick)
         out = [
             GreedySystem("greedy", "greedy CTC (no LM)"),

@@ -10,6 +10,8 @@ import datetime
 import os
 import platform
 
+from wfst.config import usable_cores
+
 
 def gpu_name() -> str | None:
     """The name of the CUDA GPU the decoder would use, or None (no GPU, no driver, no
@@ -36,7 +38,7 @@ def machine() -> dict:
                     break
     except OSError:
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "gpu": gpu_name()}
+    return {"cpu": cpu, "cores": usable_cores(), "gpu": gpu_name()}
 
 
 def versions(*packages: str) -> dict[str, str | None]:

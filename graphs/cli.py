@@ -60,7 +60,7 @@ def main(argv=None) -> int:
             progress=not args.quiet)
     except (WfstError, ValueError, OSError) as e:
         return fail(PROG, e)
-    if args.quiet:  # otherwise compile_graph has printed it already
+    if args.quiet or not result.rebuilt:  # otherwise compile_graph has printed it already
         print(result.summary())
     return 0
 

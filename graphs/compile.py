@@ -228,7 +228,11 @@ class BuildResult:
     info: dict
     rebuilt: bool
 
+    def __repr__(self) -> str:  # (not the whole of graph.json)
+        return f"BuildResult({str(self.directory)!r}, rebuilt={self.rebuilt})"
+
     def summary(self) -> str:
+        """One line: the graph's topology, size and build time."""
         s = self.info["sizes"]["TLG"]
         return (f"{self.directory}: {self.info['topology']} TLG, {s['states']:,} states, "
                 f"{s['arcs']:,} arcs ({s['epsilon_arcs']:,} epsilon), "
@@ -328,13 +332,14 @@ def compile_graph(out_dir: str | os.PathLike, *, tokens: str | os.PathLike, lm: 
     tok = tok.with_disambig(num_disambig)
     lm_set = set(lm_words) - {BOS, EOS}
     lex_words = lex.words
+    spelled = lm_set - {"<unk>"}  # the LM's class of unknown words: never spelled, by design
     vocab_report = {
         "lexicon_words": len(lex_words),
         "lm_words": len(lm_set),
         "lexicon_words_not_in_lm": len(lex_words - lm_set),
         "lexicon_words_not_in_lm_examples": sorted(lex_words - lm_set)[:10],
-        "lm_words_not_in_lexicon": len(lm_set - lex_words),
-        "lm_words_not_in_lexicon_examples": sorted(lm_set - lex_words)[:10],
+        "lm_words_not_in_lexicon": len(spelled - lex_words),
+        "lm_words_not_in_lexicon_examples": sorted(spelled - lex_words)[:10],
         "unspellable_words": len(lex.unspellable),
         "unspellable_examples": list(lex.unspellable[:10]),
     }
@@ -345,7 +350,7 @@ def compile_graph(out_dir: str | os.PathLike, *, tokens: str | os.PathLike, lm: 
         print(f"building {topology} TLG in {out_dir}: {len(lex.entries):,} spellings, "
               f"{tok.num_columns} tokens (blank column {tok.blank}), {num_disambig} disambiguation symbols, "
               f"LM {len(ngram_counts)}-gram with {sum(ngram_counts):,} n-grams", file=sys.stderr)
-        _report_vocabulary(vocab_report)
+    _report_vocabulary(vocab_report)  # warnings, shown without progress too
     stages = Stages(["L (lexicon FST)", "G (arpa2fst)", "L ∘ G", "det(L ∘ G)", "min(det(L ∘ G))",
                      "T", "T ∘ LG", "rmepsilon(TLG)", "CSR arrays"], progress, label)
     try:

@@ -9,7 +9,6 @@ with a fixed seed, not from audio) with each graph, next to greedy CTC decoding.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from wfst.graphs import TOPOLOGIES, compile_graph
 
 import wfst
 from wfst import synthetic
+from wfst.config import usable_cores
 from wfst.scoring import rtfx, word_errors
 
 
@@ -51,7 +51,7 @@ def main() -> int:
     if args.graphs_only:
         return 0
     texts = sentences("test", args.sentences)
-    threads = os.cpu_count() or 1
+    threads = usable_cores()
     print(f"\nDecoding SYNTHETIC emissions of {len(texts)} held-out sentences (wfst.synthetic, seed "
           f"{args.seed}; 40 ms frames; beam {args.beam}, max_active {args.max_active}, CPU, {threads} threads)\n")
     print(f"{'graph':<14}{'greedy WER':>11}{'WER':>8}{'RTFx':>9}{'frames/s':>10}{'tokens/frame':>14}")

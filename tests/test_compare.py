@@ -162,7 +162,10 @@ def test_pyctcdecode_venv_is_only_used_and_its_absence_names_the_make_target(tmp
     venv = tmp_path / "v2"
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").write_text("")
-    with pytest.raises(PeerUnavailable, match="incomplete"):  # pip did not finish: no marker
+    with pytest.raises(PeerUnavailable, match="v2 is not a pyctcdecode venv made by"):  # another venv: the
+        peers.pyctcdecode_python(venv)  # advice to `make` it there would have cleared it (venv --clear)
+    (venv / ".wfst-made").write_text("")
+    with pytest.raises(PeerUnavailable, match="incomplete"):  # made here, but pip did not finish: no marker
         peers.pyctcdecode_python(venv)
     (venv / peers.VENV_MARKER).write_text("pyctcdecode==0.5.0\n")
     assert peers.pyctcdecode_python(venv) == venv / "bin" / "python"

@@ -285,9 +285,12 @@ def test_vocabulary_mismatch_is_counted_and_reported(tiny, capsys):
                       word_boundary="|")
     v = r.info["vocabulary"]
     assert v["lexicon_words_not_in_lm"] == 1 and v["lexicon_words_not_in_lm_examples"] == ["bb"]
-    assert v["lm_words_not_in_lexicon"] == 4  # a, abc, cab, <unk>
+    assert v["lm_words_not_in_lexicon"] == 3  # a, abc, cab (<unk> is the LM's class of unknown words: no spelling)
     err = capsys.readouterr().err
-    assert "1 lexicon words are not in the LM" in err and "4 LM words have no spelling" in err
+    assert "1 lexicon words are not in the LM" in err and "3 LM words have no spelling" in err
+    r = compile_graph(tiny / "out2", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=tiny / "lex2.txt",
+                      word_boundary="|", progress=False)  # the notes are warnings, not progress
+    assert "1 lexicon words are not in the LM" in capsys.readouterr().err
 
 
 def make_graph(*args, cwd):
@@ -300,6 +303,25 @@ def test_cli(tiny):
     assert ok.returncode == 0, ok.stderr
     assert ok.stderr == ""
     assert "normal TLG" in ok.stdout and load_graph(tiny / "cli").info["topology"] == "normal"
+    again = make_graph(*base[:-1], "--out", "cli", "--topo", "normal", cwd=tiny)  # not quiet: it printed nothing
+    assert again.returncode == 0 and "(up to date)" in again.stdout + again.stderr
+
+
+def test_out_through_a_symlink_or_around_the_current_directory(tiny):
+    """--out LINK built beside the link and replaced it, leaving the target stale; --out .
+    replaced the directory the shell stood in."""
+    base = ["--tokens", "tokens.txt", "--lm", "lm.arpa", "--word-boundary", "|", "--quiet"]
+    (tiny / "disk").mkdir()
+    assert make_graph(*base, "--out", "disk/g", cwd=tiny).returncode == 0
+    (tiny / "link").symlink_to(tiny / "disk" / "g", target_is_directory=True)
+    r = make_graph(*base, "--out", "link", "--topo", "minimal", cwd=tiny)
+    assert r.returncode == 0, r.stderr
+    assert (tiny / "link").is_symlink() and load_graph(tiny / "disk" / "g").info["topology"] == "minimal"
+    assert sorted(p.name for p in tiny.iterdir() if p.name.startswith(".link")) == []
+    (tiny / "here").mkdir()
+    r = make_graph("--tokens", "../tokens.txt", "--lm", "../lm.arpa", "--word-boundary", "|", "--out", ".",
+                   cwd=tiny / "here")
+    assert r.returncode == 2 and "the current directory" in r.stderr and (tiny / "here").is_dir()
 
 
 @pytest.mark.parametrize("args,message", [

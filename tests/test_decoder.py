@@ -550,3 +550,34 @@ def test_dlpack_host_input(tiny_decoder):
             return x.__dlpack_device__()
 
     assert tiny_decoder.decode(HostDLPack()) == tiny_decoder.decode(x)
+
+
+def test_ctrl_c_in_a_one_thread_decode_is_a_keyboard_interrupt_and_leaves_the_decoder_whole(demo, demo_graphs):
+    """Ctrl-C inside the Numba search on the calling thread came out as a chained SystemError
+    ('returned a result with an exception set'), which `except KeyboardInterrupt` missed; the
+    interrupted search's workspace must not carry its half-filled tables into the next decode.
+    In a child process: pytest takes a KeyboardInterrupt for its own."""
+    import subprocess
+    import sys
+
+    path, kw = demo_graphs["char_compact"]
+    script = f"""
+import os, signal, threading, numpy as np, wfst
+from wfst import synthetic
+g = wfst.load_graph({str(path)!r})
+texts = [l for l in open({str(demo / "test.txt")!r}).read().splitlines() if l.strip()] * 3
+x, n = synthetic.from_texts(texts, g.tokens, word_boundary="|", seed=0)
+d = wfst.Decoder(g, num_threads=1)
+d.decode(x[:1], n[:1])
+threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+try:
+    d.decode(x, n)
+    print("finished before the interrupt")
+except KeyboardInterrupt:
+    print("KeyboardInterrupt")
+print("same after" if d.decode(x[:20], n[:20]) == wfst.Decoder(g, num_threads=1).decode(x[:20], n[:20])
+      else "different after")
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split("\n")[:2] == ["KeyboardInterrupt", "same after"], out.stdout

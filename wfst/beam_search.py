@@ -25,8 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .config import _int
-from .errors import BoostError, OptionError, VocabularyError
+from .config import _int, usable_cores
+from .errors import BoostError, OptionError, VocabularyError, interruptible
 from .inputs import check_batch, check_log_probs, host_array, input_faults
 from .lm import LmStore, open_lm
 from .results import DecodeResult, DecodeStats
@@ -126,7 +126,7 @@ class CtcBeamDecoder:
         self.spm, self.word_boundary, self.phrase_reward = spm, word_boundary, float(phrase_reward)
         self.settings = BeamSettings(np.int64(beam_size), np.float32(beam_threshold), np.int64(self.tokens.blank),
                                      np.float32(lm_weight), np.float32(token_insertion))
-        self.num_threads = max(1, num_threads or os.cpu_count() or 1)
+        self.num_threads = max(1, num_threads or usable_cores())
         self.device = device
         self._works = []  # the CPU searches' scratch (kernels.beam.BeamWork), one per thread at most
         self._gpu = None
@@ -135,6 +135,11 @@ class CtcBeamDecoder:
 
             self._gpu = CudaBeamSearch(self.lm.arrays if self.lm else None, self.tokens.num_columns)
         self.stats = DecodeStats()
+
+    def __repr__(self) -> str:
+        lm = "no LM" if self.lm is None else "a token LM"
+        return (f"CtcBeamDecoder({self.tokens.num_columns} tokens, {lm}, beam_size={int(self.settings.beam_size)}, "
+                f"device={self.device!r})")
 
     # ------------------------------------------------------------------ phrases
 
@@ -172,6 +177,7 @@ class CtcBeamDecoder:
 
     # ------------------------------------------------------------------ decoding
 
+    @interruptible
     def decode(self, log_probs, lengths=None, *, phrases=None) -> list[DecodeResult]:
         """Decode a batch: log_probs (B, T, V) float32 log-posteriors (NumPy, torch or CuPy),
         lengths (B,) (default: all T); phrases: one list or mapping for the whole batch, or

@@ -12,6 +12,15 @@ from .errors import OptionError
 MIN_LATTICE_BEAM = 0.1
 
 
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity: taskset, a container's cpuset), not
+    the machine's: threads beyond them only take turns."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # (no affinity on this platform)
+        return os.cpu_count() or 1
+
+
 @dataclasses.dataclass(frozen=True)
 class DecoderConfig:
     """Search settings, validated once.  Tuning: raise `beam` or `max_active` when the

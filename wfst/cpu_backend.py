@@ -21,6 +21,7 @@ from wfst.kernels.groups import InterleavedGraph
 
 from . import contexts
 from .batch import BatchPlan, Outcome
+from .config import usable_cores
 from .inputs import host_array, input_faults
 from .lattice import RawLattice
 from .ledger import Ledger
@@ -42,7 +43,7 @@ class CpuBackend:
         from wfst.kernels import cpu
 
         self.graph = graph
-        self.num_threads = num_threads or os.cpu_count() or 1
+        self.num_threads = num_threads or usable_cores()
         states, arcs = cpu.interleave_graph(graph.e_indptr, graph.ne_indptr, graph.ilabel, graph.olabel,
                                             graph.weight, graph.nextstate)
         self.layout = InterleavedGraph(states, arcs, graph.final, np.int64(graph.start), graph.ilabel)
@@ -169,10 +170,8 @@ class CpuBackend:
     def _workspace(self, capacity: int):
         """A search workspace of `capacity` token slots, reused from utterance to utterance."""
         ws = self._take_workspace(capacity)
-        try:
-            yield ws
-        finally:
-            self._workspaces[capacity].put(ws)
+        yield ws
+        self._workspaces[capacity].put(ws)  # not after an exception: an interrupted search leaves its tables full
 
     def _take_workspace(self, capacity: int):
         """A workspace of the pool (give it back to self._workspaces[capacity]), or a new one."""
@@ -197,10 +196,8 @@ class CpuBackend:
             links = pool.get_nowait()
         except queue.Empty:
             links = kl.new_links(capacity.lattice_links, capacity.tokens, beam, interval)
-        try:
-            yield links._replace(beam=np.float32(beam), interval=np.int64(interval))
-        finally:
-            pool.put(links)
+        yield links._replace(beam=np.float32(beam), interval=np.int64(interval))
+        pool.put(links)  # (not after an exception)
 
     @contextlib.contextmanager
     def _memo(self, context):
@@ -221,10 +218,8 @@ class CpuBackend:
             memo = self._lm_memos.get_nowait()
         except queue.Empty:
             memo = cpu.new_memo(_LM_MEMO_SLOTS)
-        try:
-            yield memo
-        finally:
-            self._lm_memos.put(memo)
+        yield memo
+        self._lm_memos.put(memo)  # not after an exception: an interrupted step may leave an entry half written
 
     # ------------------------------------------------------------------ streams
 

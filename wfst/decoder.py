@@ -30,7 +30,7 @@ from wfst.kernels.groups import settings_of
 
 from .batch import BatchPlan, Capacity
 from .config import DecoderConfig
-from .errors import DecodeInputError, DecoderMemoryError, MissingFileError, OptionError, WfstError
+from .errors import DecodeInputError, DecoderMemoryError, MissingFileError, OptionError, WfstError, interruptible
 from .graph import Graph, check_searchable, load_graph
 from .inputs import check_batch, check_log_probs, first_chunk_above_zero, first_nonfinite_chunk, warn_not_log_probs
 from .lattice import Lattice, PathScorer
@@ -100,6 +100,7 @@ class Decoder:
     def __repr__(self) -> str:
         return f"Decoder({self.graph!r}, {self.config}, device={self.device!r})"
 
+    @interruptible
     def decode(self, log_probs, lengths=None, *, boost=None, nbest: int | None = None) -> list[DecodeResult]:
         """Decode a batch: log_probs (B, T, V) float32 natural-log posteriors, lengths (B,).
 
@@ -149,6 +150,7 @@ class Decoder:
 
     # ------------------------------------------------------------------ streams
 
+    @interruptible
     def stream(self, boost=None, *, endpoint: EndpointConfig | None = None) -> Stream:
         """A new live stream (see wfst.stream): its search state lives on this decoder's
         device until finish().  boost: word or phrase -> reward for this stream, as in
@@ -174,6 +176,7 @@ class Decoder:
         return Stream(self, state, boosts.maps[0], boosts.phrases[0], endpoint or EndpointConfig(),
                       tuple(w for _, w in boosts.unknown))
 
+    @interruptible
     def advance(self, streams, chunks) -> None:
         """Decode the next chunk of each stream in one batched step: chunks[i] is a (T_i, V)
         float32 array of log-posteriors (NumPy, torch or CuPy; T_i may be 0).  Streams not
@@ -215,6 +218,7 @@ class Decoder:
                                      survivors / frames if frames else 0.0,
                                      lm=self._backend.lm_report(lm_before, frames, self.rescorer) if contextual else {})
 
+    @interruptible
     def finish(self, streams) -> list[DecodeResult]:
         """The streams' results, exactly as decode() gives them for the whole of each stream's
         frames; the streams take no more chunks."""
@@ -233,6 +237,7 @@ class Decoder:
         no_path(results, "stream")
         return results
 
+    @interruptible
     def _partial(self, s: Stream) -> Partial:
         with self._lock:  # checked in turn: another thread may be finishing it
             if s.finished:

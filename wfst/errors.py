@@ -6,7 +6,26 @@ the builtin exception it stands for (as pywrapfst's ``FstArgError(ValueError)`` 
 """
 from __future__ import annotations
 
+import functools
 import os
+
+
+def interruptible(method):
+    """Ctrl-C inside Numba code on the calling thread comes out as a SystemError chained to
+    the KeyboardInterrupt ("returned a result with an exception set"): raise it as the
+    KeyboardInterrupt it is, which `except KeyboardInterrupt` and the commands catch."""
+    @functools.wraps(method)
+    def run(*args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        except SystemError as e:
+            cause = e.__context__
+            while cause is not None and not isinstance(cause, KeyboardInterrupt):
+                cause = cause.__context__
+            if cause is None:
+                raise
+            raise KeyboardInterrupt from None
+    return run
 
 
 class WfstError(Exception):

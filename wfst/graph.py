@@ -385,9 +385,13 @@ def check_replaceable(directory: str | os.PathLike) -> None:
     exists, is not empty, and is not a graph directory written here (graph.json and only
     the files write_graph_dir writes).  Such a folder is the user's (inputs, another
     tool's graph): a build replaces the whole directory."""
-    directory = Path(directory)
+    directory = _target(directory)
     if directory.exists() and not directory.is_dir():
         raise OutputFileError(directory, "graph directory", "it exists and is not a directory")
+    here = Path.cwd().resolve()
+    if here == directory.resolve() or directory.resolve() in here.parents:
+        raise OutputFileError(directory, "graph directory", "it is (or holds) the current directory, which a build "
+                              "would replace; give a directory below it")
     if not directory.is_dir():
         return
     try:
@@ -407,6 +411,13 @@ def check_replaceable(directory: str | os.PathLike) -> None:
                               f"empty directory, or remove it first")
 
 
+def _target(directory: str | os.PathLike) -> Path:
+    """The directory a build replaces: a symlink's target (the link stays, and now leads to
+    the new graph), else the path itself."""
+    directory = Path(directory)
+    return directory.resolve() if directory.is_symlink() else directory
+
+
 def write_graph_dir(directory: str | os.PathLike, fst, graph: Graph, lexicon: str | None = None,
                     topology=None) -> Graph:
     """Write a complete graph directory for `fst` and its CSR form `graph` (and, for word
@@ -417,7 +428,7 @@ def write_graph_dir(directory: str | os.PathLike, fst, graph: Graph, lexicon: st
     or is killed leaves the old graph as it was.  A directory holding anything else than
     such a graph is refused (check_replaceable).
     """
-    directory = Path(directory)
+    directory = _target(directory)
     if graph.num_states == 0:
         raise GraphFormatError(f"refusing to write an empty graph to {directory}")
     check_replaceable(directory)

@@ -55,6 +55,10 @@ class TokenTable:
         if self.blank is not None and not 0 <= self.blank < len(self.symbols):
             raise OptionError(f"TokenTable: blank column {self.blank} outside [0, {len(self.symbols)})")
 
+    def __repr__(self) -> str:
+        blank = "no blank" if self.blank is None else f"blank {self.symbols[self.blank]!r} at column {self.blank}"
+        return f"TokenTable({self.num_columns} columns, {blank}, {self.num_disambig} disambiguation symbols)"
+
     @property
     def num_columns(self) -> int:
         """V: the number of logit columns the acoustic model outputs (blank included)."""
@@ -186,6 +190,9 @@ class WordTable:
 
     def __len__(self) -> int:
         return len(self.symbols)
+
+    def __repr__(self) -> str:  # (not every word: a vocabulary of 100k is a megabyte)
+        return f"WordTable({len(self.symbols)} symbols: {', '.join(self.symbols[:4])}, ...)"
 
     def __getitem__(self, word_id: int) -> str:
         return self.symbols[word_id]

@@ -92,7 +92,7 @@ def _wer(refs, hyps) -> float | None:
 
 
 def format_table(rows: list[dict], title: str) -> str:
-    lines = [title, "", "| decoder | WER % | RTFx | frames/s | tokens/frame | peak memory MB |",
+    lines = [title, "", "| decoder | WER % | RTFx | frames/s | tokens/frame | peak MB ¹ |",
              "|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         name = DECODERS[r["decoder"]][0] if r["decoder"] in DECODERS else r["decoder"]
@@ -103,6 +103,8 @@ def format_table(rows: list[dict], title: str) -> str:
         tok = f"{r['tokens_per_frame']:.0f}" if r["tokens_per_frame"] is not None else "-"
         peak = f"{r['peak_mb']:.0f}" if r["peak_mb"] is not None else "-"
         lines.append(f"| {name} | {wer} | {r['rtfx']:.0f} | {r['frames_per_second']:.0f} | {tok} | {peak} |")
+    lines += ["", "¹ the process's resident peak when the row's decoder finished (the rows run in order, so it holds "
+              "what earlier rows used too); CUDA: the GPU memory its search used"]
     return "\n".join(lines)
 
 

@@ -584,12 +584,17 @@ def write_results(out: str | os.PathLike, *, title: str, markdown: str, rows: Se
                   tuning: Sequence[dict], run_info: dict, extra_csv: dict[str, str] | None = None) -> None:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out / "results.md", f"# {title}\n\n{markdown.rstrip()}\n")
+    write_text_atomic(out / "results.md", f"# {_smoke(title, run_info)}\n\n{markdown.rstrip()}\n")
     write_text_atomic(out / "results.csv", csv_text(rows, RESULT_KEYS))
     write_text_atomic(out / "tuning.csv", csv_text(tuning, TUNING_KEYS))
     for name, text in (extra_csv or {}).items():
         write_text_atomic(out / name, text)
     write_text_atomic(out / "run.json", json.dumps(run_info, indent=1, sort_keys=True, default=str) + "\n")
+
+
+def _smoke(title: str, run_info: dict) -> str:
+    """A --quick run's titles say what it is: a few sentences on a small grid, not a result."""
+    return f"{title} [--quick: a smoke test, not a result]" if run_info.get("quick") else title
 
 
 def settings_markdown(run_info: dict) -> str:
@@ -881,7 +886,8 @@ def compare_topologies(out: str | os.PathLike, targets: Sequence[Target], *, dev
                   markdown="\n".join(md), rows=rows, tuning=res["tuning"], run_info=run_info,
                   extra_csv={"graphs.csv": csv_text(list(graphs.values()), list(next(iter(graphs.values()))))})
     _plots(out, lambda: plot_wer_rtfx(rows, Path(out) / "wer_vs_rtfx.png", line_key="topology",
-                                      title="Topologies: WER vs speed (ours, CPU, 1 thread; SYNTHETIC emissions)"),
+                                      title=_smoke("Topologies: WER vs speed (ours, CPU, 1 thread; SYNTHETIC "
+                                                   "emissions)", run_info)),
            lambda: plot_graph_sizes(list(graphs.values()), Path(out) / "graph_size.png",
                                     title="TLG size per topology"))
     res.update(rows=rows, graphs=graphs, markdown="\n".join(md), run_info=run_info)
@@ -931,8 +937,8 @@ def compare_decoders(out: str | os.PathLike, targets: Sequence[Target], *, dev_t
     write_results(out, title="compare-decoders: our decoder and its peers on the same emissions",
                   markdown="\n".join(md), rows=rows, tuning=res["tuning"], run_info=run_info)
     _plots(out, lambda: plot_wer_rtfx(rows, Path(out) / "wer_vs_rtfx.png", line_key="label",
-                                      title="Decoders: WER vs speed, one point per test setting "
-                                            "(SYNTHETIC emissions; greedy CTC in the tables)"))
+                                      title=_smoke("Decoders: WER vs speed, one point per test setting "
+                                                   "(SYNTHETIC emissions; greedy CTC in the tables)", run_info)))
     res.update(rows=rows, markdown="\n".join(md), run_info=run_info)
     return res
 

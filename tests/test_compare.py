@@ -5,7 +5,6 @@ import csv
 import io
 import json
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from wfst_bench.peers import DecodeRun, PeerUnavailable
 
 import wfst
 from wfst import synthetic
+from wfst.config import usable_cores
 
 TEXTS = ["ab ba", "abc", "a cab", "ba abc"]
 
@@ -330,7 +330,9 @@ def test_compare_decoders_end_to_end_on_the_tiny_graph(tiny_target, tmp_path):
     if gpu_name() is None:
         assert "| ours, CUDA | not measured: no GPU on this machine |" in md
     assert "commit abc1234;" in md and "Code of the cells: abc1234 + uncommitted changes to wfst/decoder.py (" in md
-    assert json.loads((out / "run.json").read_text())["machine"]["cores"] == os.cpu_count()
+    assert json.loads((out / "run.json").read_text())["machine"]["cores"] == usable_cores()
+    assert md.startswith("# compare-decoders: our decoder and its peers on the same emissions [--quick: a smoke "
+                         "test, not a result]")
     # everything again: nothing is recomputed
     again = compare.compare_decoders(out, [tiny_target], dev_texts=TEXTS, test_texts=TEXTS, profiles=["peaky"],
                                      quick=True, repeat=1, progress=False, include=include,

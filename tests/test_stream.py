@@ -279,6 +279,36 @@ def test_a_stream_finished_by_another_thread_meanwhile_is_refused(demo, demo_gra
     assert dec.finish([u])[0] == want
 
 
+def test_streams_of_an_advance_that_stopped_part_way_are_lost_not_silently_wrong(demo, demo_graphs, monkeypatch):
+    """Ctrl-C (or any failure) inside advance() leaves its streams moved part-way: they say
+    so from then on; other streams, and new ones, go on exactly."""
+    path, kw = demo_graphs["char_compact"]
+    g = wfst.load_graph(path)
+    _, x, lengths = demo_emissions(demo, g, kw, count=2)
+    dec = Decoder(g, num_threads=1)
+    want = dec.decode(x[1:2, :lengths[1]])[0]
+    s, bystander = dec.stream(), dec.stream()
+    dec.advance([s, bystander], [x[0, :10], x[1, :10]])
+    real = dec._backend.advance
+
+    def interrupted(states, chunks):
+        real(states[:1], chunks[:1])  # one frame step done, then Ctrl-C
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(dec._backend, "advance", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        dec.advance([s], [x[0, 10:20]])
+    monkeypatch.undo()
+    for call in (lambda: dec.advance([s], [x[0, 20:30]]), lambda: dec.finish([s]), s.partial):
+        with pytest.raises(DecodeInputError, match="was lost: an advance\\(\\) call that moved it stopped part-way"):
+            call()
+    dec.advance([bystander], [x[1, 10:lengths[1]]])
+    assert dec.finish([bystander])[0] == want
+    fresh = dec.stream()
+    dec.advance([fresh], [x[1, :lengths[1]]])
+    assert dec.finish([fresh])[0] == want
+
+
 def test_bad_stream_input_is_refused_before_any_stream_moves(demo, demo_graphs):
     path, kw = demo_graphs["char_compact"]
     g = wfst.load_graph(path)

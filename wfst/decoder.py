@@ -210,7 +210,13 @@ class Decoder:
             states = [s._state for s in streams]
             start = time.perf_counter()
             lm_before = self._backend.counters() if contextual else None
-            survivors = self._backend.advance(states, arrays)
+            try:
+                survivors = self._backend.advance(states, arrays)
+            except BaseException:  # Ctrl-C, say: a stream moved part-way has no state to go on from
+                for s in streams:
+                    s._lost = "an advance() call that moved it stopped part-way (interrupted, or an error)"
+                    s._final_rule, s.finished, s._state = None, True, _FinishedState(s.frames)
+                raise
             if states:
                 self._grow_to(max(state.capacity for state in states))
             frames = sum(map(len, arrays))
@@ -240,6 +246,8 @@ class Decoder:
     @interruptible
     def _partial(self, s: Stream) -> Partial:
         with self._lock:  # checked in turn: another thread may be finishing it
+            if s._lost:
+                raise DecodeInputError(f"this stream was lost: {s._lost}; open a new one with Decoder.stream()")
             if s.finished:
                 raise OptionError("this stream was finished: its result came from Decoder.finish()")
             part, stable = self._backend.stream_partial(s._state)
@@ -256,6 +264,9 @@ class Decoder:
                                        f"Decoder.stream()")
             if s._decoder is not self:
                 raise DecodeInputError(f"{call}(): stream {i} belongs to another Decoder")
+            if s._lost:
+                raise DecodeInputError(f"{call}(): stream {i} was lost: {s._lost}; open a new one with "
+                                       f"Decoder.stream()")
             if s.finished:
                 raise DecodeInputError(f"{call}(): stream {i} was finished; open a new one with Decoder.stream()")
             if id(s) in seen:

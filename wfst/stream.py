@@ -126,6 +126,7 @@ class Stream:
         self.endpoint_config = endpoint
         self.finished = False
         self._final_rule: int | None = None  # endpoint_rule when the stream was finished
+        self._lost: str | None = None  # why its search state is gone (an advance() stopped part-way)
 
     @property
     def frames(self) -> int:

@@ -261,7 +261,7 @@ def test_a_stream_finished_by_another_thread_meanwhile_is_refused(demo, demo_gra
     s = dec.stream()
     dec.advance([s], [x[0, :20]])
     taker = []
-    real = wfst.decoder.first_nonfinite_chunk
+    real = wfst.decoder.chunk_faults
 
     def finished_meanwhile(arrays):  # the other thread's turn, while this one checked its chunks
         if not taker:
@@ -269,7 +269,7 @@ def test_a_stream_finished_by_another_thread_meanwhile_is_refused(demo, demo_gra
             taker.append(dec.stream())  # may reuse s's state
         return real(arrays)
 
-    monkeypatch.setattr(wfst.decoder, "first_nonfinite_chunk", finished_meanwhile)
+    monkeypatch.setattr(wfst.decoder, "chunk_faults", finished_meanwhile)
     with pytest.raises(DecodeInputError, match="stream 0 was finished"):
         dec.advance([s], [x[0, 20:30]])
     monkeypatch.undo()

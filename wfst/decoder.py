@@ -32,7 +32,7 @@ from .batch import BatchPlan, Capacity
 from .config import DecoderConfig
 from .errors import DecodeInputError, DecoderMemoryError, MissingFileError, OptionError, WfstError, interruptible
 from .graph import Graph, check_searchable, load_graph
-from .inputs import check_batch, check_log_probs, first_chunk_above_zero, first_nonfinite_chunk, warn_not_log_probs
+from .inputs import check_batch, check_log_probs, chunk_faults, warn_not_log_probs
 from .lattice import Lattice, PathScorer
 from .results import EMPTY_RESULT, DecodeResult, DecodeStats, no_path, path_result
 from .stream import EndpointConfig, Partial, Stream
@@ -163,9 +163,9 @@ class Decoder:
         if endpoint is not None and not isinstance(endpoint, EndpointConfig):
             raise OptionError(f"endpoint must be a wfst.EndpointConfig or None; got {type(endpoint).__name__}")
         boosts = boost_tables(None if boost is None else [boost], 1, self.graph.words, self.config.beam, stream=True)
-        c, available = self.config, self._backend.free_bytes()
+        c, available = self.config, self._room()
         need = C.workspace_bytes(self._capacity.tokens, c.max_active, c.min_active, 1, 0)
-        if available is not None and need > 0.8 * available:  # as decode() says it, not numpy's MemoryError
+        if available is not None and need > available:  # as decode() says it, not numpy's MemoryError
             raise DecoderMemoryError(f"a stream needs about {need / 2**30:.2f} GiB of {self._backend.memory} memory "
                                      f"({self._capacity.tokens} token slots per frame, max_active={c.max_active}) "
                                      f"but {available / 2**30:.2f} GiB is available; lower max_active or "
@@ -201,9 +201,10 @@ class Decoder:
                 raise DecodeInputError(f"stream {i}: a chunk must be float32 log-posteriors; got {x.dtype}")
             arrays.append(x)
             contextual = contextual or s._phrases.num_states > 1
-        if (bad := first_nonfinite_chunk(arrays)) is not None:
+        bad, above = chunk_faults(arrays)
+        if bad is not None:
             raise DecodeInputError(f"stream {bad[0]}: chunk frame {bad[1]} {bad[2]}")
-        if (above := first_chunk_above_zero(arrays)) is not None:
+        if above is not None:
             warn_not_log_probs(f"stream {above[0]}, chunk frame {above[1]}", above[2])
         with self._lock:  # checked again, and the states read, in turn: another thread may have finished one
             self._check_streams(streams, "advance")
@@ -326,14 +327,19 @@ class Decoder:
             todo = sorted(again)
         return paths, regrowths
 
+    def _room(self) -> int | None:
+        """The memory a search's workspaces may take (None: unknown): 80% of what is free, as
+        their estimate leaves out small arrays, and allocators fragment."""
+        free = self._backend.free_bytes()
+        return None if free is None else int(0.8 * free)
+
     def _groups(self, todo: list[int], lengths: np.ndarray) -> list[list[int]]:
         """The utterances in groups whose workspaces fit the backend's free memory: all at once
         where they fit, else longest first (a group's workspace is sized by its longest
         utterance) in groups as large as fit.  Refuses an utterance that fits alone no more."""
-        available = self._backend.free_bytes()
+        available = self._room()
         if available is None:
             return [todo]
-        available = int(0.8 * available)  # the estimate leaves out small arrays, and allocators fragment
         c = self.config
 
         def need(n, frames):

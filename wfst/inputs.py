@@ -109,46 +109,36 @@ def _first_caller_outside() -> int:
     return level
 
 
-def first_nonfinite_chunk(chunks) -> tuple[int, int, str] | None:
-    """(chunk, frame, what it has) of the first chunk of a list of (T_i, V) chunks of one array
-    library with a frame that no search can read (frame_fault), or None.  GPU chunks are
-    reduced on the device and read back in one transfer, not one per chunk."""
+def chunk_faults(chunks) -> tuple[tuple[int, int, str] | None, tuple[int, int, float] | None]:
+    """Of a list of (T_i, V) chunks of one array library: (chunk, frame, what it has) of the
+    first frame no search can read (frame_fault), and (chunk, frame, value) of the first
+    value above 0 (no log-probability: warn_not_log_probs); each None when there is none.
+    One reduction over all the chunks (a stream's chunk of 8 frames searches in tens of µs);
+    GPU chunks are reduced on the device and read back in one transfer."""
     live = [i for i, x in enumerate(chunks) if len(x)]
     if not live:
-        return None
+        return None, None
     if type(chunks[live[0]]).__module__.split(".")[0] == "cupy":
         import cupy
 
-        faulty = cupy.stack([~cupy.isfinite(chunks[i].max(axis=1)).all() for i in live]).get()
-        live = [i for i, f in zip(live, faulty) if f]
-    else:  # one reduction over all of them (each (T_i, V): the caller checked their shapes)
+        stats = cupy.stack([cupy.stack([(~cupy.isfinite(m).all()).astype(cupy.float32), m.max()])
+                            for m in (chunks[i].max(axis=1) for i in live)]).get()
+        faulty = [i for i, f in zip(live, stats[:, 0]) if f]
+        top = float(np.nanmax(stats[:, 1], initial=-np.inf))
+    else:  # (each (T_i, V): the caller checked their shapes)
         whole = chunks[live[0]] if len(live) == 1 else np.concatenate([chunks[i] for i in live])
-        if np.isfinite(whole).all():  # the usual case (-inf columns are looked at closely below)
-            return None
-    for i in live:
-        fault = frame_fault(host_array(chunks[i]))
-        if fault is not None:
-            return i, *fault
-    return None
-
-
-def first_chunk_above_zero(chunks) -> tuple[int, int, float] | None:
-    """(chunk, frame, value) of the first value above 0 in a list of (T_i, V) chunks of one
-    array library (no log-probability: warn_not_log_probs), or None; one transfer for GPU chunks."""
-    live = [i for i, x in enumerate(chunks) if len(x)]
-    if not live:
-        return None
-    tops = [chunks[i].max() for i in live]
-    if type(chunks[live[0]]).__module__.split(".")[0] == "cupy":
-        import cupy
-
-        tops = cupy.stack(tops).get()
-    for i, top in zip(live, tops):
-        if top > LOG_PROB_SLACK:
+        faulty = [] if np.isfinite(whole).all() else live  # (-inf columns are looked at closely below)
+        top = float(whole.max())
+    fault = next(((i, *f) for i in faulty if (f := frame_fault(host_array(chunks[i]))) is not None), None)
+    above = None
+    if top > LOG_PROB_SLACK:  # (NaN is not)
+        for i in live:
             frames = host_array(chunks[i].max(axis=1))
-            t = int(np.argmax(frames > LOG_PROB_SLACK))
-            return i, t, float(frames[t])
-    return None
+            hits = np.flatnonzero(frames > LOG_PROB_SLACK)
+            if hits.size:
+                above = i, int(hits[0]), float(frames[hits[0]])
+                break
+    return fault, above
 
 
 def host_array(x) -> np.ndarray:

@@ -344,6 +344,15 @@ def trailing_blanks(keep, tok_prev, tok_arc, bp_prev, bp_arc, ilabel, blank):
 # ---------------------------------------------------------------------- backpointers
 
 @njit(inline="always", cache=True)
+def is_ghost(prev, arc):
+    """Whether a token is a ghost: where no token outlives a frame, the search ends at the
+    frame before, whose survivors stay on as ghosts (no arc; prev: the survivor's
+    backpointer) that read no more frames, for partial results and the last step to trace
+    back from.  A search's tokens are all ghosts or none."""
+    return arc == NO_ARC and prev >= 0
+
+
+@njit(inline="always", cache=True)
 def in_frame_prev(j):
     """A token's `prev` when its predecessor is token j of the same frame (an epsilon arc)."""
     return -(j + 2)

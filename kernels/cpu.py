@@ -51,6 +51,7 @@ from .common import (
     hash_slot,
     in_frame,
     in_frame_prev,
+    is_ghost,
     lm_reach,
     lm_rest_reach,
     mark_ancestors,
@@ -773,6 +774,21 @@ def _store(ws, n, keep, cutoff, last, prev, arc, stored, lat):
 
 
 @njit(nogil=True, cache=True)
+def _ghosts(ws, ns):
+    """The frame's ns survivors (ws.sv) as ghosts in ws.tl, where they led to no token:
+    the search ends with them (common.is_ghost).  Returns their count."""
+    tl, sv = ws.tl, ws.sv
+    for j in range(ns):
+        tl.state[j] = sv.state[j]
+        tl.ctx[j] = sv.ctx[j]
+        tl.cost[j] = sv.cost[j]
+        tl.prev[j] = sv.gid[j]
+        tl.arc[j] = NO_ARC
+        tl.slot[j] = 0  # in no hash table: emptying slot 0 of an empty table is harmless
+    return ns
+
+
+@njit(nogil=True, cache=True)
 def frames(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n, ns, resume_beam, trace, first, stored,
            lat):
     """Frames 0 .. num_frames - 1 of log_probs: prune the n tokens in ws.tl, store the
@@ -794,10 +810,15 @@ def frames(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n,
     fallbacks = 0
     prev, arc = trace.prev, trace.arc
     for t in range(num_frames):
+        resumed = resume_beam >= 0 and t == 0  # (then tl holds no tokens yet)
+        if not resumed and n > 0 and is_ghost(tl.prev[0], tl.arc[0]):  # the search died: it reads no more frames
+            trace.steps[first + t:first + num_frames] = stored
+            trace.survivors[first + t:first + num_frames] = 0
+            break
         fell_back = 0
         cutoff = INF
         adaptive_beam = settings.beam
-        if resume_beam >= 0 and t == 0:
+        if resumed:
             adaptive_beam = resume_beam
         else:
             if n > 0:
@@ -829,6 +850,8 @@ def frames(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n,
                 status = LINK_OVERFLOW
             return status, t, n, ns, adaptive_beam, prev, arc, stored, fallbacks
         fallbacks += fell_back
+        if n == 0:
+            n = _ghosts(ws, ns)
     return OK, num_frames, n, ns, np.float32(settings.beam), prev, arc, stored, fallbacks
 
 
@@ -864,7 +887,13 @@ def finish(graph, context, ws, n, trace, first, stored):
     (a zero-cost epsilon cycle in the graph made the backpointers loop); no arcs when the
     search has no token."""
     empty = np.empty(0, np.int32)
-    keep, reached_final = _last_keep(ws.tl, n, graph.final, context)
+    tl = ws.tl
+    if n > 0 and is_ghost(tl.prev[0], tl.arc[0]):  # the search died: the path of its best survivor
+        trace.steps[first] = trace.steps[first + 1] = stored
+        keep = _best_token(tl, n, graph.final, context, False)
+        status, path_arcs, path_gids = _traced(trace.prev, trace.arc, tl.prev[keep], stored)
+        return status, path_arcs, path_gids, False
+    keep, reached_final = _last_keep(tl, n, graph.final, context)
     trace.steps[first] = stored
     prev, arc, stored, _ = _store(ws, n, keep, INF, True, trace.prev, trace.arc, stored, None)
     trace.steps[first + 1] = stored
@@ -940,6 +969,9 @@ def finish_lattice(graph, context, ws, n, trace, first, stored, lat):
     empty = np.empty(0, np.int32)
     no_costs = np.empty(0, np.float32)
     tl = ws.tl
+    if n > 0 and is_ghost(tl.prev[0], tl.arc[0]):  # the search died: its best path, no lattice
+        status, path_arcs, path_gids, _ = finish(graph, context, ws, n, trace, first, stored)
+        return status, path_arcs, path_gids, False, empty, no_costs
     keep, reached_final = _last_keep(tl, n, graph.final, context)
     trace.steps[first] = stored
     before = stored

@@ -89,6 +89,7 @@ from .common import (
     hash_slot,
     in_frame,
     in_frame_prev,
+    is_ghost,
     key_cost,
     key_ctx,
     key_state,
@@ -416,7 +417,9 @@ def prune_store_kernel(clock, u, settings, graph, context, cur, nxt, nxt_ht, sv,
     their in-frame ancestors as backpointers, list the survivors with the prefix sum of
     their arc counts, and empty the table `nxt_ht` that the next frame's tokens go to.
     On the last step (t == length) keep the single best token instead (with keep_all, as a
-    lattice needs: every token, the best one still u.keep)."""
+    lattice needs: every token, the best one still u.keep).  Ghosts (common.is_ghost: the
+    search died) are neither pruned nor stored; on the last step u.keep is the best one's
+    backpointer."""
     t = clock[0]
     b = cuda.blockIdx.x
     tid = cuda.threadIdx.x
@@ -425,6 +428,7 @@ def prune_store_kernel(clock, u, settings, graph, context, cur, nxt, nxt_ht, sv,
     if (t >= u.lengths[b] and not last) or t < u.first[b] or u.status[b] != OK:
         return
     n = cur.n[b]
+    dead = n > 0 and is_ghost(cur.prev[b, 0], cur.arc[b, 0])
     hist = cuda.shared.array(RADIX_BINS, int32)
     counts = cuda.shared.array(MAX_BLOCK, int64)
     counts2 = cuda.shared.array(MAX_BLOCK, int64)
@@ -451,7 +455,7 @@ def prune_store_kernel(clock, u, settings, graph, context, cur, nxt, nxt_ht, sv,
             cuda.atomic.min(sh_u32, 0, cost_key(cur.cost[b, j]))
     cuda.syncthreads()
     if last:
-        with_final = sh_u64[0] != MAX_PACKED
+        with_final = sh_u64[0] != MAX_PACKED and not dead
         target = sh_u64[0] if with_final else sh_u64[1]
         # tokens of one state tie on (cost, state): the smallest ctx wins
         for j in range(tid, n, nthreads):
@@ -464,7 +468,7 @@ def prune_store_kernel(clock, u, settings, graph, context, cur, nxt, nxt_ht, sv,
                 sh_i64[3] = j
         if tid == 0:
             u.reached_final[b] = with_final
-    elif n > 0:
+    elif n > 0 and not dead:
         best = key_cost(sh_u32[0])
         beam_cutoff = float32(best + settings.beam)
         if tid == 0:
@@ -504,7 +508,7 @@ def prune_store_kernel(clock, u, settings, graph, context, cur, nxt, nxt_ht, sv,
         mark[j] = 0
     cuda.syncthreads()
     for j in range(tid, n, nthreads):
-        if (last and (j == keep_j or keep_all)) or (not last and cur.cost[b, j] < cutoff):
+        if (last and not dead and (j == keep_j or keep_all)) or (not last and cur.cost[b, j] < cutoff):
             mark_ancestors(j, cur.prev[b], mark)
     cuda.syncthreads()
 
@@ -560,7 +564,9 @@ def prune_store_kernel(clock, u, settings, graph, context, cur, nxt, nxt_ht, sv,
             u.survivors[b] += ns
         if last:
             bp.step_start[b, step + 1] = start + sh_i64[0]
-            u.keep[b] = bp.gid[b, keep_j] if keep_j >= 0 else -1
+            u.keep[b] = -1
+            if keep_j >= 0:
+                u.keep[b] = cur.prev[b, keep_j] if dead else bp.gid[b, keep_j]
     if last:
         return
 
@@ -768,10 +774,32 @@ def resolve_kernel(clock, u, graph, context, cur_ht, bp, ht, tl):
         tl.arc[b, j] = a
 
 
+@cuda.jit(device=True)
+def _ghosts(b, cur, sv, tl):
+    """Where the frame left utterance b no token: ghosts in tl (common.is_ghost), those of
+    the frame before (cur) once the search has died, else the frame's survivors (sv)."""
+    was_dead = cur.n[b] > 0 and is_ghost(cur.prev[b, 0], cur.arc[b, 0])
+    m = cur.n[b] if was_dead else sv.n[b]
+    for j in range(cuda.threadIdx.x, m, cuda.blockDim.x):
+        if was_dead:
+            tl.state[b, j], tl.ctx[b, j], tl.cost[b, j], tl.prev[b, j] = (cur.state[b, j], cur.ctx[b, j],
+                                                                          cur.cost[b, j], cur.prev[b, j])
+        else:
+            tl.state[b, j], tl.ctx[b, j], tl.cost[b, j], tl.prev[b, j] = (sv.state[b, j], sv.ctx[b, j],
+                                                                          sv.cost[b, j], sv.gid[b, j])
+        tl.arc[b, j] = NO_ARC
+        tl.slot[b, j] = 0  # in no hash table: emptying slot 0 of an empty table is harmless
+    cuda.syncthreads()  # every thread has read tl.n
+    if cuda.threadIdx.x == 0:
+        tl.n[b] = m
+
+
 @cuda.jit
-def closure_kernel(clock, u, graph, boosts, context, cache, ht, tl, work, initial, capacity):
+def closure_kernel(clock, u, graph, boosts, context, cache, ht, tl, work, initial, capacity, cur, sv):
     """Input-epsilon closure of one utterance's frame tokens (Bellman-Ford rounds in a block).
-    work: two (B, capacity) int32 lists, this round's tokens and the next round's slots."""
+    work: two (B, capacity) int32 lists, this round's tokens and the next round's slots.
+    Where the frame left no token, the search ends: ghosts (_ghosts) from the frame's tokens
+    `cur` or survivors `sv`."""
     t = clock[0]
     b = cuda.blockIdx.x
     tid = cuda.threadIdx.x
@@ -788,6 +816,9 @@ def closure_kernel(clock, u, graph, boosts, context, cache, ht, tl, work, initia
     todo, queued = work[0][b], work[1][b]
     sh = cuda.shared.array(3, int64)  # work size, next work size, overflow status
     n0 = tl.n[b]
+    if n0 == 0 and not initial:
+        _ghosts(b, cur, sv, tl)
+        return
     for j in range(tid, n0, nthreads):
         todo[j] = j
     if tid == 0:
@@ -949,6 +980,8 @@ def lattice_epsilons_kernel(clock, u, graph, boosts, context, cache, ht, tl, lat
     b = cuda.blockIdx.x
     if (initial and not u.opening[b]) or (not initial and not _active(t, u, b)) or u.status[b] != OK:
         return
+    if tl.n[b] > 0 and is_ghost(tl.prev[b, 0], tl.arc[b, 0]):
+        return  # the search died: ghosts follow no arc
     if initial:
         cutoff = float32(np.finfo(np.float32).max)
     else:
@@ -1181,7 +1214,7 @@ class Steps:
         if self.rescoring:
             lm_cache_clear_kernel[self.cache_grid](self.cache)
         closure_kernel[self.per_utt](ws.clock, ws.u, self.graph, self.boosts, self.context, self.cache,
-                                     ws.tables[0], ws.tokens[0], ws.work, True, self.capacity)
+                                     ws.tables[0], ws.tokens[0], ws.work, True, self.capacity, ws.tokens[1], ws.sv)
         if self.lat is not None:
             lattice_epsilons_kernel[self.per_utt](ws.clock, ws.u, self.graph, self.boosts, self.context, self.cache,
                                                   ws.tables[0], ws.tokens[0], self.lat, True)
@@ -1217,7 +1250,7 @@ class Steps:
         batch_scan_kernel[self.scan](clock, u, ws.tokens[nxt].n, u.token_start)
         resolve_kernel[flat](clock, u, graph, context, ws.tables[cur], ws.bp, ws.tables[nxt], ws.tokens[nxt])
         closure_kernel[self.per_utt](clock, u, graph, boosts, context, cache, ws.tables[nxt], ws.tokens[nxt],
-                                     ws.work, False, capacity)
+                                     ws.work, False, capacity, ws.tokens[cur], sv)
         if self.lat is not None:
             lattice_arcs_kernel[flat](clock, u, graph, sv, acoustics, boosts, context, cache, ws.tables[nxt], self.lat)
             lattice_epsilons_kernel[self.per_utt](clock, u, graph, boosts, context, cache, ws.tables[nxt],

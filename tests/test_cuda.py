@@ -81,20 +81,44 @@ def test_fltop_fallback_cuda_equals_cpu(tiny):
     assert gpu.stats.fltop_fallbacks > 0 and all(r.words or r.reached_final for r in got)
 
 
-def test_dead_search_cuda_equals_cpu(tiny):
-    """An utterance whose tokens all die (one random non-blank column a frame, which the
-    lexicon cannot spell) has cost +inf on both backends; the others decode as usual."""
+def dying_tiny(tiny):
+    """The tiny graph, and emissions whose utterance 1 dies at frame 0 (one random letter a
+    frame, blank impossible, which the lexicon cannot spell) and utterance 3 part-way
+    (from frame 6: c | c | c |, as no word goes on); utterances 0 and 2 decode as usual."""
     r = compile_graph(tiny / "g", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=tiny / "lexicon.txt",
                       word_boundary="|", topology="compact")
     g = wfst.load_graph(r.directory)
-    x = random_log_probs(9, batch=3, frames=12, columns=5, sharpness=3.0)
+    x = random_log_probs(9, batch=4, frames=12, columns=5, sharpness=3.0)
     letters = [c for c in range(5) if c != g.tokens.blank]
     x[1] = -np.inf
     x[1, np.arange(12), np.random.default_rng(0).choice(letters, 12)] = 0.0
+    x[3, 6:] = -np.inf
+    x[3, np.arange(6, 12), [4, 1] * 3] = 0.0
+    return g, x, np.array([12, 12, 9, 12])
+
+
+@pytest.mark.parametrize("lattice", [None, 4.0])
+def test_dead_search_cuda_equals_cpu(tiny, lattice):
+    """An utterance whose tokens all die has cost +inf and the words of its best path up to
+    the last frame a token lived through, on both backends; the others decode as usual."""
+    g, x, lengths = dying_tiny(tiny)
     with pytest.warns(UserWarning, match="no path"):
-        gpu, got = assert_same(g, x, np.array([12, 12, 9]), beam=20.0, max_active=30, min_active=1)
-    assert gpu.stats.no_path == (1,) and got[1].cost == np.inf
+        gpu, got = assert_same(g, x, lengths, beam=20.0, max_active=30, min_active=1, lattice_beam=lattice)
+    assert gpu.stats.no_path == (1, 3) and got[1].cost == got[3].cost == np.inf
+    assert got[3].words and got[1].lattice is None and got[3].lattice is None
     assert np.isfinite(got[0].cost) and np.isfinite(got[2].cost)
+
+
+@pytest.mark.filterwarnings("ignore:.*have no path:UserWarning")
+@pytest.mark.parametrize("capacity", [None, 3])
+def test_dead_streams_cuda_equal_cpu(tiny, capacity):
+    """Streams whose tokens all die, on both backends: the same partial results and readings
+    after every call and the offline results; with a capacity of 3 tokens the live streams
+    overflow and the lanes grow, the dead ones' ghost tokens moving with them."""
+    g, x, lengths = dying_tiny(tiny)
+    gpu = assert_streams_same(g, x, lengths, seed=3, beam=20.0, max_active=30, min_active=1,
+                              token_capacity=capacity)
+    assert capacity is None or gpu._backend._lanes.capacity > capacity
 
 
 def test_tiny_tlg_with_backoff_epsilons_cuda_equals_cpu(tiny):

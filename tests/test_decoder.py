@@ -463,8 +463,9 @@ def test_edge_inputs_are_handled(tiny_decoder):
 @pytest.mark.parametrize("lattice", [False, True])
 def test_a_search_whose_tokens_all_die_says_so(demo, demo_graphs, lattice):
     """Emissions that the graph cannot spell (a random letter a frame, blank impossible)
-    leave no token alive: the result has no words, cost +inf, a warning names it and
-    stats.no_path lists it; its neighbours in the batch decode as they would alone."""
+    leave no token alive: the result has no words (the search ended before the first frame),
+    cost +inf and no lattice, a warning names it and stats.no_path lists it; its neighbours
+    in the batch decode as they would alone."""
     path, kw = demo_graphs["char_compact"]
     g = wfst.load_graph(path)
     _, x, lengths = demo_emissions(demo, g, kw, count=2)
@@ -479,6 +480,10 @@ def test_a_search_whose_tokens_all_die_says_so(demo, demo_graphs, lattice):
         got = dec.decode(batch, lens)
     assert dec.stats.no_path == (1,)
     assert got[1].words == () and got[1].cost == np.inf and not got[1].reached_final
+    assert got[1].lattice is None and got[1].nbest == ()
+    if lattice:
+        with pytest.raises(wfst.OptionError, match="this search has none: every token died"):
+            got[1].word_confidences
     assert [got[0], got[2]] == dec.decode(x, lengths) and dec.stats.no_path == ()
     assert all(np.isfinite(r.cost) for r in (got[0], got[2]))
 

@@ -247,6 +247,49 @@ def test_empty_and_zero_frame_chunks(demo, demo_graphs):
     assert result == dec.decode(x, lengths)[0]
 
 
+def dying(g, x, lengths, starts):
+    """x with utterance b's frames from starts[b] on masked to one random letter each, blank
+    impossible: a spelling no word has, where every token dies part-way."""
+    x = x.copy()
+    rng = np.random.default_rng(5)
+    letters = [c for c in range(g.tokens.num_columns) if c != g.tokens.blank]
+    for b, t0 in enumerate(starts):
+        T = int(lengths[b])
+        x[b, t0:T] = -np.inf
+        x[b, np.arange(t0, T), rng.choice(letters, T - t0)] = 0.0
+    return x
+
+
+@pytest.mark.filterwarnings("ignore:.*have no path:UserWarning")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_streams_whose_tokens_all_die_equal_offline_decoding(demo, demo_graphs, threads):
+    """Where every token dies part-way, the search ends at the last frame a token lived
+    through, with the words of its best survivor's path: offline and streamed alike, for any
+    chunking, and the words a stream had made stable stay."""
+    path, kw = demo_graphs["char_compact"]
+    g = wfst.load_graph(path)
+    _, x, lengths = demo_emissions(demo, g, kw, count=6, seed=2)
+    x = dying(g, x, lengths, [int(n) * k // 6 for k, n in enumerate(lengths)])  # the first at frame 0
+    dec = Decoder(g, beam=12.0, max_active=600, num_threads=threads)
+    want = dec.decode(x, lengths)
+    assert dec.stats.no_path == tuple(range(6))
+    assert all(r.cost == np.inf and not r.reached_final for r in want)
+    assert want[0].words == () and all(len(r.words) >= k for k, r in enumerate(want))
+    stable = {}
+
+    def check(i, partial):
+        stable[i] = partial.word_ids[:partial.stable]
+
+    for seed in (1, 2, 3):
+        same_results(stream_all(dec, x, lengths, seed=seed, check_partials=check), want)
+        assert all(want[i].word_ids[:len(p)] == p for i, p in stable.items())
+    s = dec.stream()
+    dec.advance([s], [x[5, :int(lengths[5])]])
+    assert s.partial().words == want[5].words  # a dead stream's partial: its path to the end
+    dec.advance([s], [x[5, :7]])  # a dead stream takes more frames and reads none of them
+    assert s.frames == int(lengths[5]) + 7 and dec.finish([s])[0].words == want[5].words
+
+
 def test_a_stream_finished_by_another_thread_meanwhile_is_refused(demo, demo_graphs, monkeypatch):
     """advance() checks its chunks before it waits for the decoder; a stream that another
     thread finished meanwhile is refused once the turn comes, and the stream that took over

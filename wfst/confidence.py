@@ -128,6 +128,8 @@ def word_correctness(results, references) -> tuple[np.ndarray, np.ndarray]:
         raise OptionError(f"{len(results)} results but {len(references)} references")
     posteriors, correct = [], []
     for r, ref in zip(results, references):
+        if r.lattice is None and r.acoustic_cost == np.inf:
+            continue  # the search died: no lattice, no posteriors (DecodeResult)
         if r.lattice is None:
             raise OptionError("confidences need a lattice: decode with lattice_beam set")
         ali = kaldialign.align(ref.split(), list(r.words), "*")

@@ -17,6 +17,7 @@ again, and turns the backend's paths into results.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import threading
 import time
@@ -130,7 +131,8 @@ class Decoder:
             if plan.lattice is not None:
                 results = [self._with_lattice(r, paths[b].lattice, PathScorer(
                     g, c, int(plan.lengths[b]), boosts.maps[b], boosts.phrases[b], self.rescorer), nbest)
-                    if b in paths else r for b, r in enumerate(results)]
+                    if b in paths and r.acoustic_cost < math.inf else r  # (a search that died has none)
+                    for b, r in enumerate(results)]
             frames = int(plan.lengths.sum())
             lm = self._backend.lm_report(lm_before, frames, self.rescorer)
             self.stats = DecodeStats(len(results), frames, time.perf_counter() - start,

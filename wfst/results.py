@@ -20,8 +20,9 @@ from .symbols import column_of_ilabel
 class DecodeResult:
     """The best path of one utterance.  cost = acoustic_cost + graph_cost + boost_cost + rescore_cost.
     Where no path reads every frame (every token died: the graph can follow none of a
-    frame's columns with a finite log-prob), acoustic_cost and cost are +inf, reached_final
-    is False and the words are those committed before (a stream's; none offline)."""
+    frame's columns with a finite log-prob), the search ended at the last frame a token
+    lived through: the words are those of its best path up to there, acoustic_cost and cost
+    are +inf, reached_final is False and there is no lattice (offline and streamed alike)."""
 
     words: tuple[str, ...]
     word_ids: tuple[int, ...]
@@ -106,6 +107,9 @@ class DecodeResult:
         if self.lattice is None:
             from .errors import OptionError
 
+            if self.acoustic_cost == math.inf:
+                raise OptionError(f"{what} come from the word lattice, and this search has none: every token "
+                                  f"died at a frame (no path reads all {self.num_frames} frames)")
             raise OptionError(f"{what} come from the word lattice: decode with lattice_beam set "
                               f"(e.g. Decoder(..., lattice_beam=8.0))")
         return self.lattice

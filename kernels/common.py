@@ -353,6 +353,16 @@ def is_ghost(prev, arc):
 
 
 @njit(inline="always", cache=True)
+def frames_after(steps, count, g):
+    """Frames searched after the path that ends at backpointer g (a ghost's: common.is_ghost),
+    of `count` whose steps start at steps[:count]: they read nothing, as silence does."""
+    s = count - 1
+    while s > 0 and steps[s] > g:
+        s -= 1
+    return count - s
+
+
+@njit(inline="always", cache=True)
 def in_frame_prev(j):
     """A token's `prev` when its predecessor is token j of the same frame (an epsilon arc)."""
     return -(j + 2)

@@ -86,7 +86,7 @@ def workspace_bytes(capacity: int, max_active: int, min_active: int, num_frames:
 
 # a CPU stream's numbers: its row of the backend's int64 array (kernels.cpu.advance_streams)
 (S_N, S_NS, S_STORED, S_FRAMES, S_BASE, S_FALLBACKS, S_SURVIVORS, S_TRAILING, S_LAST_VOICED,
- S_NEXT_COMMIT) = range(10)
-STREAM_FIELDS = 10
+ S_NEXT_COMMIT, S_DEAD) = range(11)
+STREAM_FIELDS = 11
 # advance_streams' flags per stream
 COMMIT_DUE, OVERFLOWED = 1, 2

@@ -48,6 +48,7 @@ from .common import (
     final_relative_cost,
     fltop_active,
     frame_acoustic_costs,
+    frames_after,
     hash_slot,
     in_frame,
     in_frame_prev,
@@ -73,6 +74,7 @@ from .constants import (
     OK,
     OVERFLOWED,
     S_BASE,
+    S_DEAD,
     S_FALLBACKS,
     S_FRAMES,
     S_LAST_VOICED,
@@ -1114,21 +1116,25 @@ def advance_stream(graph, boosts, context, memo, log_probs, num_frames, settings
     """A stream's chunk in one call: frames(), then (when they all went through) the hash
     table emptied for the next stream and what the endpoint rules read.  Returns frames()'s
     tuple + (survivors of the frames done, trailing blanks, whether a non-blank came
-    before them, the final relative cost)."""
+    before them, the final relative cost, whether the search died: its tokens are ghosts,
+    and the frames after their paths count as trailing blanks)."""
     status, done, n, ns, beam, prev, arc, stored, fallbacks = frames(
         graph, boosts, context, memo, log_probs, num_frames, settings, ws, n, ns,
         np.float32(resume_beam if resume else -1.0), trace, first, stored, None)
     survivors = 0
     for t in range(first, first + done):  # an overflowed frame counts when redone
         survivors += trace.survivors[t]
-    trailing, voiced, relative = 0, False, INF
+    trailing, voiced, relative, dead = 0, False, INF, False
     if status == OK:
         release(ws, n)
         tl = ws.tl
         keep = _best_token(tl, n, graph.final, context, False)
         trailing, voiced = trailing_blanks(keep, tl.prev, tl.arc, prev, arc, graph.ilabel, settings.blank_ilabel)
         relative = final_relative_cost(tl.cost, tl.state, tl.ctx, n, graph.final, context, 0)
-    return status, done, n, ns, beam, prev, arc, stored, fallbacks, survivors, trailing, voiced, relative
+        dead = n > 0 and is_ghost(tl.prev[0], tl.arc[0])
+        if dead:
+            trailing += frames_after(trace.steps, first + done, tl.prev[keep])
+    return status, done, n, ns, beam, prev, arc, stored, fallbacks, survivors, trailing, voiced, relative, dead
 
 
 class StreamSlot(NamedTuple):
@@ -1249,7 +1255,7 @@ def advance_streams(graph, settings, ws, slots, numbers, relative, which, chunks
         else:
             r = advance_stream(graph, None, None, None, x, len(x), settings, w, v[S_N], v[S_NS], False,
                                np.float32(0.0), s.trace, first, v[S_STORED])
-        status, done, n, ns, beam, prev, arc, stored, fallbacks, survivors, trailing, voiced, rel = r
+        status, done, n, ns, beam, prev, arc, stored, fallbacks, survivors, trailing, voiced, rel, dead = r
         if len(prev) != len(s.trace.prev):  # the backpointers grew
             slots[i] = StreamSlot(s.tl, Trace(prev, arc, s.trace.steps, s.trace.survivors), s.word_costs, s.logp)
         v[S_N] = n
@@ -1265,6 +1271,7 @@ def advance_streams(graph, settings, ws, slots, numbers, relative, which, chunks
         # the endpoint rules' readings; blanks back to the commit point: the prefix's last speech decides
         v[S_TRAILING] = trailing if voiced else v[S_FRAMES] - 1 - v[S_LAST_VOICED]
         relative[i] = rel
+        v[S_DEAD] = dead
         flags[k] = 0
         if stored >= v[S_NEXT_COMMIT]:
             flags[k] = COMMIT_DUE

@@ -86,6 +86,7 @@ from .common import (
     fltop_active,
     fltop_bounds,
     frame_acoustic_costs,
+    frames_after,
     hash_slot,
     in_frame,
     in_frame_prev,
@@ -1099,10 +1100,11 @@ def _stored_link(lat, b, k, mark, gid):
 # ---------------------------------------------------------------------- stream lanes
 
 @cuda.jit
-def readings_kernel(graph, settings, context, tokens0, tokens1, bp, buffer, trailing, voiced, relative):
+def readings_kernel(graph, settings, context, u, tokens0, tokens1, bp, buffer, trailing, voiced, relative, dead):
     """One thread per lane whose tokens are in token buffer buffer[b] (-1: skip it): what the
     endpoint rules read (the best token's trailing blanks, whether speech came before them,
-    Kaldi's final relative cost)."""
+    Kaldi's final relative cost) and whether the search died (its tokens are ghosts, and
+    the frames after their paths count as trailing blanks)."""
     b = cuda.grid(1)
     if b >= buffer.shape[0] or buffer[b] < 0:
         return
@@ -1111,9 +1113,13 @@ def readings_kernel(graph, settings, context, tokens0, tokens1, bp, buffer, trai
     keep = best_token(tl.cost[b], tl.state[b], tl.ctx[b], n, graph.final, context, b, False)
     count, speech = trailing_blanks(keep, tl.prev[b], tl.arc[b], bp.prev[b], bp.arc[b], graph.ilabel,
                                     settings.blank_ilabel)
+    died = n > 0 and is_ghost(tl.prev[b, 0], tl.arc[b, 0])
+    if died:
+        count += frames_after(bp.step_start[b], u.steps[b], tl.prev[b, keep])
     trailing[b] = count
     voiced[b] = speech
     relative[b] = final_relative_cost(tl.cost[b], tl.state[b], tl.ctx[b], n, graph.final, context, b)
+    dead[b] = died
 
 
 @cuda.jit

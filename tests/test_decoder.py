@@ -409,6 +409,17 @@ def test_frames_no_log_softmax_gives_are_named_where_every_token_died(tiny_decod
     assert tiny_decoder.decode(x, np.array([12, 5]))[1].cost < np.inf  # with its length: fine
 
 
+def test_options_the_float32_search_cannot_hold_are_refused(tiny_decoder):
+    """1e39 passes as finite but is +inf in the float32 search: every token would die."""
+    g = tiny_decoder.graph
+    for name in ("beam", "acoustic_scale", "blank_penalty", "beam_delta"):
+        with pytest.raises(wfst.OptionError, match=f"DecoderConfig.{name}=1e\\+39: must be .*float32 holds"):
+            Decoder(g, **{name: 1e39})
+    no_blank = wfst.TokenTable(g.tokens.symbols, None)
+    with pytest.raises(wfst.OptionError, match="blank_penalty=1.0: the graph's tokens have no blank"):
+        Decoder(dataclasses.replace(g, tokens=no_blank), blank_penalty=1.0)
+
+
 def test_decoder_arguments_of_the_wrong_kind_are_named(tiny_decoder):
     g = tiny_decoder.graph
     for config in ("cuda", {"beam": 10.0}):  # the device as the second positional, options as a dict
@@ -482,7 +493,7 @@ def test_a_search_whose_tokens_all_die_says_so(demo, demo_graphs, lattice):
     assert got[1].words == () and got[1].cost == np.inf and not got[1].reached_final
     assert got[1].lattice is None and got[1].nbest == ()
     if lattice:
-        with pytest.raises(wfst.OptionError, match="this search has none: every token died"):
+        with pytest.raises(wfst.OptionError, match="this search keeps none: every token died"):
             got[1].word_confidences
     assert [got[0], got[2]] == dec.decode(x, lengths) and dec.stats.no_path == ()
     assert all(np.isfinite(r.cost) for r in (got[0], got[2]))

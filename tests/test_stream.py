@@ -286,8 +286,41 @@ def test_streams_whose_tokens_all_die_equal_offline_decoding(demo, demo_graphs, 
     s = dec.stream()
     dec.advance([s], [x[5, :int(lengths[5])]])
     assert s.partial().words == want[5].words  # a dead stream's partial: its path to the end
-    dec.advance([s], [x[5, :7]])  # a dead stream takes more frames and reads none of them
-    assert s.frames == int(lengths[5]) + 7 and dec.finish([s])[0].words == want[5].words
+    assert dec.finish([dec.stream()]) and dec.stats.no_path == ()
+    with pytest.warns(UserWarning, match="have no path") as caught:
+        assert dec.finish([s]) == [want[5]] and dec.stats.no_path == (0,)
+    assert caught[0].filename == __file__  # the user's line, not the package's
+
+
+def test_a_dead_stream_keeps_no_more_frames_and_endpoints_as_silence(demo, demo_graphs):
+    """A stream whose tokens all died takes later chunks (counted) but neither keeps nor reads
+    them, so its state stays bounded; the frames after its path count as trailing silence,
+    the same for any chunking, so Kaldi's rules end it."""
+    path, kw = demo_graphs["char_compact"]
+    g = wfst.load_graph(path)
+    _, x, lengths = demo_emissions(demo, g, kw, count=1, seed=2)
+    T = int(lengths[0])
+    x = dying(g, x, lengths, [T // 2])
+    dec = Decoder(g, beam=12.0, max_active=600, num_threads=1)
+    rules = EndpointConfig(rules=KALDI_RULES[:4])  # no 20 s rule
+    whole, chunked = dec.stream(endpoint=rules), dec.stream(endpoint=rules)
+    dec.advance([whole], [x[0, :T]])
+    for t in range(0, T, 7):
+        dec.advance([chunked], [x[0, t:min(t + 7, T)]])
+    assert whole._state.dead and chunked._state.dead
+    silent = [s._state.trailing + s._state.idle for s in (whole, chunked)]
+    assert silent[0] == silent[1] > (T - T // 2) // 2  # (it dies a few frames into the mask)
+    kept = (whole._state.frames, len(whole._state.logp), whole._state.stored)
+    silence = np.full((1, g.tokens.num_columns), -np.inf, np.float32)
+    silence[0, g.tokens.blank] = 0.0
+    for _ in range(100):  # 4 s more, every frame a chunk
+        dec.advance([whole, chunked], [silence, silence])
+        assert whole.endpoint_rule == chunked.endpoint_rule
+    assert (whole._state.frames, len(whole._state.logp), whole._state.stored) == kept
+    assert whole.frames == T + 100 and whole.endpoint_rule == 0  # 5 s of silence
+    with pytest.warns(UserWarning, match="have no path"):
+        a, b = dec.finish([whole, chunked])
+    assert a == b and a.num_frames == T + 100 and a.cost == np.inf
 
 
 def test_a_stream_finished_by_another_thread_meanwhile_is_refused(demo, demo_graphs, monkeypatch):

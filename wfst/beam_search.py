@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .config import _int, usable_cores
+from .config import FLOAT32_MAX, _int, usable_cores
 from .errors import BoostError, OptionError, VocabularyError, interruptible
 from .inputs import check_batch, check_log_probs, host_array, input_faults
 from .lm import LmStore, open_lm
@@ -77,7 +77,6 @@ class TokenLm:
         return self.store.score([self.tokens.symbols[c] for c in columns])
 
 
-_FLOAT32_MAX = float(np.finfo(np.float32).max)  # (NaN is not below it)
 
 
 class CtcBeamDecoder:
@@ -105,7 +104,7 @@ class CtcBeamDecoder:
             raise OptionError(f"beam_size={beam_size!r}: must be an integer >= 1")
         for name, value in (("lm_weight", lm_weight), ("token_insertion", token_insertion),
                             ("beam_threshold", beam_threshold), ("phrase_reward", phrase_reward)):
-            if not isinstance(value, numbers.Real) or isinstance(value, bool) or not abs(value) <= _FLOAT32_MAX:
+            if not isinstance(value, numbers.Real) or isinstance(value, bool) or not abs(value) <= FLOAT32_MAX:
                 raise OptionError(f"{name}={value!r}: must be a finite number (of float32's range: the kernels' "
                                   f"costs)")
         if beam_threshold <= 0:

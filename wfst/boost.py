@@ -33,7 +33,7 @@ from numba import njit
 from wfst.kernels.common import hash_slot
 from wfst.kernels.constants import EMPTY_KEY
 
-from .errors import BoostError
+from .errors import BoostError, user_stacklevel
 from .symbols import WordTable
 
 
@@ -137,7 +137,7 @@ def boost_tables(boost, batch: int, words: WordTable | None, beam: float, *, str
                     continue
                 if reward > beam / 2:
                     warnings.warn(f"boost {reward} for {word!r} is more than half the beam ({beam}); it can push "
-                                  f"better paths out of the beam", stacklevel=3)
+                                  f"better paths out of the beam", stacklevel=user_stacklevel())
                 if len(parts) == 1:
                     i = ids[parts[0]]
                     known[i] = known.get(i, 0.0) - float(reward)
@@ -154,7 +154,7 @@ def boost_tables(boost, batch: int, words: WordTable | None, beam: float, *, str
         shown = ", ".join(repr(w) for w in distinct[:10]) + (" ..." if len(distinct) > 10 else "")
         listed = "Stream.boost_unknown" if stream else "Decoder.stats.boost_unknown"
         warnings.warn(f"{len(distinct)} boosted word(s) or phrase(s) are not in the graph's vocabulary and are ignored "
-                      f"(listed in {listed}): {shown}", stacklevel=3)
+                      f"(listed in {listed}): {shown}", stacklevel=user_stacklevel())
     return BoostTables(tuple(unknown), tuple(maps), tuple(automata), len(words or ()))
 
 

@@ -377,7 +377,7 @@ class CpuBackend:
             trace = state.trace
             ws = ws._replace(tl=state.tl)
             (status, done, n, ns, beam, prev, arc, stored, fallbacks, survivors, trailing, voiced,
-             relative) = cpu.advance_stream(
+             relative, dead) = cpu.advance_stream(
                 self.layout, state.word_costs, state.context, memo, chunk[t:], T - t, state.settings, ws,
                 state.n, state.ns, resume, resume_beam, trace, state.frames - state.base, state.stored)
             if len(prev) != len(trace.prev):
@@ -395,6 +395,7 @@ class CpuBackend:
             t += done
             resume, resume_beam = True, beam
         state.set_endpoint_readings(trailing, voiced, relative)
+        state.dead = dead
         if state.stored >= state.next_commit:
             state.commit(self.graph)
         return int(total)
@@ -644,6 +645,7 @@ class CpuStream(Ledger):
     survivors = _number(C.S_SURVIVORS)
     trailing = _number(C.S_TRAILING)
     next_commit = _number(C.S_NEXT_COMMIT)
+    dead = _number(C.S_DEAD)
     tl = _array("tl")
     trace = _array("trace")
     logp = _array("logp")

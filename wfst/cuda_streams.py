@@ -139,7 +139,7 @@ class StreamLanes:
         self.capacity, self.rows = capacity, rows
         for s in filter(None, map(self._stream, range(L))):
             s.capacity = capacity
-        self._readings = tuple(xp.zeros(L, d) for d in (np.int32, np.uint8, np.float32))
+        self._readings = tuple(xp.zeros(L, d) for d in (np.int32, np.uint8, np.float32, np.uint8))
         self._costs = xp.zeros((L, self.V + 1), np.float32)
         self._tables()
 
@@ -267,15 +267,16 @@ class StreamLanes:
         from wfst.kernels import cuda as K
 
         out = self._readings
-        K.readings_kernel[(self.L + 31) // 32, 32](self.backend.csr, self.settings, self.context, ws.tokens[0],
+        K.readings_kernel[(self.L + 31) // 32, 32](self.backend.csr, self.settings, self.context, ws.u, ws.tokens[0],
                                                    ws.tokens[1], ws.bp, on_device(self.xp.asarray(buffer)),
                                                    *(on_device(a) for a in out))
-        trailing, voiced, relative = (_read(a) for a in out)
+        trailing, voiced, relative, dead = (_read(a) for a in out)
         survivors, fallbacks = _read(self.ws_x.u.survivors), _read(self.ws_x.u.fallbacks)
         stored = _read(self.ws_x.bp.n)
         for s in advanced:
             b = s.lane
             s.set_endpoint_readings(trailing[b], bool(voiced[b]), relative[b])
+            s.dead = bool(dead[b])
             s.survivors, s.fallbacks = int(survivors[b]), int(fallbacks[b])
             if stored[b] >= s.next_commit:
                 self._commit(s)

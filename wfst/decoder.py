@@ -86,6 +86,9 @@ class Decoder:
             self._capacity = dataclasses.replace(self._capacity,
                                                  lm_cache=C.lm_cache_slots(self.rescorer.big.num_arcs))
         blank = graph.tokens.blank_ilabel
+        if blank is None and config.blank_penalty != 0:
+            raise OptionError(f"blank_penalty={config.blank_penalty}: the graph's tokens have no blank to "
+                              f"penalise")
         self._settings = settings_of(config, -1 if blank is None else blank, graph.tokens.num_columns)
         if device == "cuda":
             from .cuda_backend import CudaBackend
@@ -210,11 +213,17 @@ class Decoder:
             warn_not_log_probs(f"stream {above[0]}, chunk frame {above[1]}", above[2])
         with self._lock:  # checked again, and the states read, in turn: another thread may have finished one
             self._check_streams(streams, "advance")
-            states = [s._state for s in streams]
+            states, moving = [], []
+            for s, x in zip(streams, arrays):
+                if s._state.dead:  # its search ended (every token died): later frames are counted, not kept
+                    s._state.idle += len(x)
+                else:
+                    states.append(s._state)
+                    moving.append(x)
             start = time.perf_counter()
             lm_before = self._backend.counters() if contextual else None
             try:
-                survivors = self._backend.advance(states, arrays)
+                survivors = self._backend.advance(states, moving)
             except BaseException:  # Ctrl-C, say: a stream moved part-way has no state to go on from
                 for s in streams:
                     s._lost = "an advance() call that moved it stopped part-way (interrupted, or an error)"
@@ -230,8 +239,10 @@ class Decoder:
     @interruptible
     def finish(self, streams) -> list[DecodeResult]:
         """The streams' results, exactly as decode() gives them for the whole of each stream's
-        frames; the streams take no more chunks."""
+        frames; the streams take no more chunks.  stats: this call's (no frames searched;
+        no_path: the streams whose tokens all died)."""
         results = []
+        start = time.perf_counter()
         with self._lock:  # checked in turn: another thread may be finishing one of them
             streams = self._check_streams(streams, "finish")
             for s in streams:
@@ -243,7 +254,8 @@ class Decoder:
                 s._final_rule = s.endpoint_rule
                 s.finished = True
                 s._state = _FinishedState(s.frames)
-        no_path(results, "stream")
+            self.stats = DecodeStats(len(results), 0, time.perf_counter() - start,
+                                     no_path=no_path(results, "stream"))
         return results
 
     @interruptible
@@ -394,6 +406,8 @@ def _rescorer(graph: Graph, rescore_lm, graph_lm):
 
 class _FinishedState:
     """What a finished stream keeps: its length."""
+
+    dead, idle = False, 0
 
     def __init__(self, frames: int):
         self.frames = frames

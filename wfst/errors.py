@@ -8,6 +8,16 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
+
+
+def user_stacklevel() -> int:
+    """warnings.warn's stacklevel for the user's line: the first caller outside this package
+    (its public calls reach a warning through wrappers and helpers of varying depth)."""
+    package, frame, level = os.path.dirname(__file__), sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def interruptible(method):

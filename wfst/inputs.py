@@ -1,13 +1,11 @@
 """Checks of decode inputs, shared by the backends, and NumPy views of any array library's data."""
 from __future__ import annotations
 
-import os
-import sys
 import warnings
 
 import numpy as np
 
-from .errors import DecodeInputError, LogProbsWarning
+from .errors import DecodeInputError, LogProbsWarning, user_stacklevel
 
 
 def check_batch(x, lengths, num_columns: int) -> np.ndarray:
@@ -98,15 +96,7 @@ def warn_not_log_probs(where: str, value: float) -> None:
     balances: say so (a log-probability is at most 0)."""
     warnings.warn(f"log_probs are not log-probabilities: {where} has {value:.4g} > 0 (probabilities, or "
                   "logits before log_softmax?); decoding them as they are", LogProbsWarning,
-                  stacklevel=_first_caller_outside())
-
-
-def _first_caller_outside() -> int:
-    """The stack level of the first caller outside this package (the user's line)."""
-    package, frame, level = os.path.dirname(__file__), sys._getframe(1), 1
-    while frame is not None and frame.f_code.co_filename.startswith(package):
-        frame, level = frame.f_back, level + 1
-    return level
+                  stacklevel=user_stacklevel())
 
 
 def chunk_faults(chunks) -> tuple[tuple[int, int, str] | None, tuple[int, int, float] | None]:

@@ -34,7 +34,15 @@ import numpy as np
 
 from .arpa import ArpaReader, check_sentence_marks, parse_ngram
 from .config import _int
-from .errors import InputFileError, LmStoreError, MissingFileError, OptionError, OutputFileError, VocabularyError
+from .errors import (
+    InputFileError,
+    LmStoreError,
+    MissingFileError,
+    OptionError,
+    OutputFileError,
+    VocabularyError,
+    user_stacklevel,
+)
 from .files import atomic_path
 
 LN10 = math.log(10.0)
@@ -437,7 +445,7 @@ def _word_map(store: LmStore, graph_words, what: str):
     if missing:
         warnings.warn(f"{len(missing)} of the graph's words are not in {what}; they are scored as <unk>: "
                       f"{', '.join(repr(w) for w in missing[:10])}{' ...' if len(missing) > 10 else ''}",
-                      stacklevel=4)
+                      stacklevel=user_stacklevel())
     unused = len(set(store.words) - set(graph_words[w] for w in range(1, n)) - {"<s>", "</s>", "<unk>"})
     return m, {"graph_words_as_unk": len(missing), "examples": missing[:10], "lm_words_not_in_graph": unused}
 

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .errors import user_stacklevel
 from .symbols import column_of_ilabel
 
 
@@ -108,8 +109,9 @@ class DecodeResult:
             from .errors import OptionError
 
             if self.acoustic_cost == math.inf:
-                raise OptionError(f"{what} come from the word lattice, and this search has none: every token "
-                                  f"died at a frame (no path reads all {self.num_frames} frames)")
+                raise OptionError(f"{what} come from the word lattice, and this search keeps none: every token "
+                                  f"died at a frame (no path reads all {self.num_frames} frames; with "
+                                  f"lattice_beam set the others get one)")
             raise OptionError(f"{what} come from the word lattice: decode with lattice_beam set "
                               f"(e.g. Decoder(..., lattice_beam=8.0))")
         return self.lattice
@@ -145,7 +147,7 @@ def no_path(results, what: str, emissions=None) -> tuple[int, ...]:
                       f"log-prob (masked emissions, or a max_active or beam too small to keep a token that can go "
                       f"on); their results have cost inf and no words from there on"
                       + (_low_frame(emissions, dead[0], results[dead[0]].num_frames) if emissions is not None else ""),
-                      stacklevel=3)
+                      stacklevel=user_stacklevel())
     return dead
 
 

@@ -130,7 +130,7 @@ class Stream:
 
     @property
     def frames(self) -> int:
-        return self._state.frames
+        return self._state.frames + self._state.idle
 
     @property
     def endpoint_rule(self) -> int | None:
@@ -139,9 +139,9 @@ class Stream:
         if self.finished:
             return self._final_rule
         state = self._state
-        if state.frames == 0:
+        if self.frames == 0:
             return None
-        return self.endpoint_config.fired(state.trailing, state.relative_cost, state.frames)
+        return self.endpoint_config.fired(state.trailing + state.idle, state.relative_cost, self.frames)
 
     @property
     def endpoint(self) -> bool:

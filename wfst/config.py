@@ -51,14 +51,15 @@ class DecoderConfig:
             if not ok:
                 raise OptionError(f"DecoderConfig.{name}={getattr(self, name)!r}: must be {what}")
 
-        check(_finite32(self.beam) and self.beam > 0, "beam", "a number > 0 that float32 holds")
+        check(_finite32(self.beam) and self.beam > 0, "beam", "a finite number > 0 in float32's range")
         check(_int(self.max_active) and self.max_active >= 1, "max_active", "an integer >= 1")
         check(_int(self.min_active) and 0 <= self.min_active <= self.max_active, "min_active",
               f"an integer in [0, max_active={self.max_active}]")
-        check(_finite32(self.beam_delta) and self.beam_delta >= 0, "beam_delta", "a number >= 0 that float32 holds")
+        check(_finite32(self.beam_delta) and self.beam_delta >= 0, "beam_delta",
+              "a finite number >= 0 in float32's range")
         check(_finite32(self.acoustic_scale) and self.acoustic_scale > 0, "acoustic_scale",
-              "a number > 0 that float32 holds")
-        check(_finite32(self.blank_penalty), "blank_penalty", "a number that float32 holds")
+              "a finite number > 0 in float32's range")
+        check(_finite32(self.blank_penalty), "blank_penalty", "a finite number in float32's range")
         check(self.token_top_n is None or (_int(self.token_top_n) and self.token_top_n >= 1),
               "token_top_n", "None (all columns) or an integer >= 1")
         check(_finite(self.token_rel_threshold) and 0 <= self.token_rel_threshold <= 1, "token_rel_threshold",

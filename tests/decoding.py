@@ -61,3 +61,16 @@ def demo_emissions(demo, graph, kw, count, seed=1):
     x, lengths = synthetic.from_texts(texts, graph.tokens, spm=kw.get("spm"),
                                       word_boundary=kw.get("word_boundary"), seed=seed)
     return texts, x, lengths
+
+
+def dying(g, x, lengths, starts):
+    """x with utterance b's frames from starts[b] on masked to one random letter each, blank
+    impossible: a spelling no word has, where every token dies part-way."""
+    x = x.copy()
+    rng = np.random.default_rng(5)
+    letters = [c for c in range(g.tokens.num_columns) if c != g.tokens.blank]
+    for b, t0 in enumerate(starts):
+        T = int(lengths[b])
+        x[b, t0:T] = -np.inf
+        x[b, np.arange(t0, T), rng.choice(letters, T - t0)] = 0.0
+    return x

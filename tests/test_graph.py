@@ -9,7 +9,7 @@ import pywrapfst as fst
 
 import wfst.graph
 from wfst import GraphFormatError, MissingFileError, TokenTable, WordTable, load_graph
-from wfst.errors import OutputFileError
+from wfst.errors import InputFileError, OutputFileError
 from wfst.graph import graph_from_fst
 
 
@@ -171,6 +171,21 @@ def test_graph_json_of_another_token_set_is_refused(tmp_path):
     (d / "graph.json").write_text('{"word_boundary": "|"}')
     with pytest.raises(GraphFormatError, match=r"graph.json says the word boundary is '\|', but .*tokens.txt has no"):
         load_graph(d)
+    (d / "graph.json").write_text('{"blank_column": 7}')
+    with pytest.raises(InputFileError, match=r"tokens.txt: blank column 7 is outside its columns 0..2"):
+        load_graph(d)
+    (d / "graph.json").write_text('{"blank_column": "1"}')
+    with pytest.raises(GraphFormatError, match=r"graph.json says the blank is column '1': not a column number"):
+        load_graph(d)
+
+
+def test_the_blank_graph_json_names_settles_two_blank_names(tmp_path):
+    d = riva_style_dir(tmp_path)
+    (d / "tokens.txt").write_text("<eps> 0\n<blk> 1\na 2\n<blank> 3\n#0 4\n#1 5\n")
+    with pytest.raises(InputFileError, match=r"several symbols could be the blank: <blk> \(column 0\), <blank>"):
+        load_graph(d)
+    (d / "graph.json").write_text('{"blank_column": 2}')
+    assert load_graph(d).tokens.blank == 2
 
 
 @pytest.mark.parametrize("name", ["nextstate", "ilabel", "indptr", "dtype", "length", "start", "final"])

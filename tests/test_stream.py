@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 import pytest
-from decoding import demo_emissions, random_log_probs, random_tlg
+from decoding import demo_emissions, dying, random_log_probs, random_tlg
 from wfst.graphs import compile_graph
 
 import wfst
@@ -245,19 +245,6 @@ def test_empty_and_zero_frame_chunks(demo, demo_graphs):
     empty, result = dec.finish([idle, s])
     assert empty == dec.decode(x[:, :0], np.zeros(1, np.int64))[0]
     assert result == dec.decode(x, lengths)[0]
-
-
-def dying(g, x, lengths, starts):
-    """x with utterance b's frames from starts[b] on masked to one random letter each, blank
-    impossible: a spelling no word has, where every token dies part-way."""
-    x = x.copy()
-    rng = np.random.default_rng(5)
-    letters = [c for c in range(g.tokens.num_columns) if c != g.tokens.blank]
-    for b, t0 in enumerate(starts):
-        T = int(lengths[b])
-        x[b, t0:T] = -np.inf
-        x[b, np.arange(t0, T), rng.choice(letters, T - t0)] = 0.0
-    return x
 
 
 @pytest.mark.filterwarnings("ignore:.*have no path:UserWarning")

@@ -49,6 +49,19 @@ def test_blank_by_name(tmp_path):
         TokenTable.read(p, blank="x")
     with pytest.raises(OptionError, match=r"TokenTable: blank column 3 outside \[0, 3\)"):
         TokenTable(("a", "_", "b"), 3)
+    assert TokenTable.read(p, blank=2).blank == 2  # a column, as a model's card gives it
+    with pytest.raises(InputFileError, match=r"blank column 3 is outside its columns 0..2"):
+        TokenTable.read(p, blank=3)
+
+
+def test_a_table_with_two_blank_names_must_be_told_which(tmp_path):
+    """<blk> and <blank> both present: taking the first would decode the other's frames as a
+    token (it took <blk>, silently)."""
+    p = write(tmp_path, "<blank>\na\n<blk>\n")
+    with pytest.raises(InputFileError, match=r"several symbols could be the blank: <blk> \(column 2\), "
+                                             r"<blank> \(column 0\); name it with blank=SYMBOL"):
+        TokenTable.read(p)
+    assert TokenTable.read(p, blank="<blank>").blank == 0 and TokenTable.read(p, blank=2).blank == 2
 
 
 @pytest.mark.parametrize("text,message", [

@@ -7,7 +7,7 @@ import shutil
 
 import numpy as np
 import pytest
-from decoding import demo_emissions, random_log_probs
+from decoding import demo_emissions, dying, random_log_probs
 from wfst.graphs import TOPOLOGIES, compile_graph
 
 import wfst
@@ -142,12 +142,13 @@ def test_nbest_entries_have_word_times(demo, demo_graphs):
         assert r.nbest[0].word_times == r.word_times
 
 
-def test_ctm_lines(demo, demo_graphs, tmp_path):
+def test_ctm_lines(demo, demo_graphs, tmp_path, capsys):
     path, kw = demo_graphs["bpe_compact"]
     g = wfst.load_graph(path)
     texts, x, lengths = demo_emissions(demo, g, kw, count=3)
     r = Decoder(g, beam=12.0, lattice_beam=4.0).decode(x, lengths)[0]
-    rows = [line.split() for line in ctm_lines("utt", r, 0.04).splitlines()]
+    assert len(ctm_lines("utt", r, 0.04).split("\n")[0].split()) == 5  # without confidences
+    rows = [line.split() for line in ctm_lines("utt", r, 0.04, with_confidence=True).splitlines()]
     assert [row[4] for row in rows] == list(r.words)
     for row, (s, e), c in zip(rows, r.word_times, r.word_confidences):
         assert row[:2] == ["utt", "1"]
@@ -160,6 +161,18 @@ def test_ctm_lines(demo, demo_graphs, tmp_path):
     lines = ctm.read_text().splitlines()
     assert len(lines) == sum(len(r.words) for r in Decoder(path).decode(x, lengths))
     assert lines[0].split()[:2] == ["0", "1"] and len(lines[0].split()) == 5
+    # An utterance whose tokens all die part-way has words but no lattice: its lines keep the
+    # confidence column (0), as the file's other lines have it (it had 5 columns among 6s).
+    x = dying(g, x, lengths, [int(lengths[0]), int(lengths[1]) // 2, int(lengths[2])])
+    synthetic.save_npz(em, x, lengths, texts)
+    assert decode_main(["--graph", str(path), "--emissions", str(em), "--ctm", str(ctm), "--quiet",
+                        "--lattice-beam", "4"]) == 0
+    assert "have no path through all their frames (utterance 1)" in capsys.readouterr().err
+    rows = [line.split() for line in ctm.read_text().splitlines()]
+    assert {len(row) for row in rows} == {6} and {row[0] for row in rows} == {"0", "1", "2"}
+    dead = [row for row in rows if row[0] == "1"]
+    assert dead and all(row[5] == "0.0000" for row in dead)
+    assert all(0 < float(row[5]) <= 1 for row in rows if row[0] != "1")
 
 
 def test_results_pickle_with_their_word_times_not_their_graph(demo, demo_graphs):

@@ -263,7 +263,9 @@ def _decode(args, config: DecoderConfig | None, beam_decoder=None, phrases=None)
     if args.output:
         write_text_atomic(args.output, "".join(r.text + "\n" for r in results))
     if args.ctm:
-        write_text_atomic(args.ctm, "".join(ctm_lines(str(i), r, args.frame_ms / 1000) for i, r in enumerate(results)))
+        scored = args.lattice_beam is not None
+        write_text_atomic(args.ctm, "".join(ctm_lines(str(i), r, args.frame_ms / 1000, scored)
+                                            for i, r in enumerate(results)))
     frames = int(em.lengths.sum())
     label = " (SYNTHETIC emissions)" if em.synthetic else ""
     search = (f"beam search: beam_size={args.beam_size}, lm_weight={args.lm_weight}" if beam_decoder is not None
@@ -286,9 +288,14 @@ def _chunk_frames(args) -> int:
     return max(1, int(args.chunk_ms / args.frame_ms + 0.5))  # (round() would take 2.5 to 2)
 
 
-def ctm_lines(key: str, result, frame_seconds: float) -> str:
-    """The CTM lines of one result: ``key 1 start duration word [confidence]``."""
-    confidences = result.word_confidences if result.lattice is not None else None
+def ctm_lines(key: str, result, frame_seconds: float, with_confidence: bool = False) -> str:
+    """The CTM lines of one result: ``key 1 start duration word [confidence]``.  With
+    confidences every line has one (a CTM's columns are the file's, not the line's): a
+    result whose tokens all died has no lattice, and its words, a path that reads only
+    part of the utterance, get 0."""
+    confidences = None
+    if with_confidence:
+        confidences = result.word_confidences if result.lattice is not None else (0.0,) * len(result.words)
     lines = []
     for k, (word, (start, end)) in enumerate(zip(result.words, result.word_times)):
         line = f"{key} 1 {start * frame_seconds:.3f} {(end + 1 - start) * frame_seconds:.3f} {word}"

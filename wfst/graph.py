@@ -237,8 +237,9 @@ def check_searchable(graph: Graph) -> None:
     on_cycle = epsilon_cycle_state(graph.ne_indptr, graph.nextstate, graph.num_states)
     if on_cycle >= 0:
         raise GraphFormatError(f"{graph!r} has a cycle of epsilon arcs (or disambiguation symbols, read as "
-                               f"epsilons) through state {on_cycle}: a search cannot settle on it; remove it "
-                               f"(a graph whose #k symbols were not removed after composition?)")
+                               f"epsilons) through state {on_cycle}: the search needs its epsilon arcs acyclic (the "
+                               f"closure of a frame and the trace of a path back assume it, whatever the cycle "
+                               f"costs); remove it (a graph whose #k symbols were not removed after composition?)")
 
 
 # --------------------------------------------------------------------------- loading
@@ -329,9 +330,6 @@ def load_graph(path: str | os.PathLike, *, use_cache: bool = True) -> Graph:
     tokens_path = directory / TOKENS_NAME
     if not tokens_path.is_file():
         raise MissingFileError(tokens_path, "token table (needed beside the graph FST)")
-    tokens = TokenTable.read(tokens_path)
-    words_path = directory / WORDS_NAME
-    words = WordTable.read(words_path) if words_path.is_file() else None
     info = {}
     info_path = directory / INFO_NAME
     if info_path.is_file():
@@ -341,12 +339,13 @@ def load_graph(path: str | os.PathLike, *, use_cache: bool = True) -> Graph:
             raise GraphFormatError(f"{info_path}: not valid JSON ({e})") from None
         if not isinstance(info, dict):
             raise GraphFormatError(f"{info_path}: not a JSON object (found a {type(info).__name__})")
-        blank = info.get("blank_column")
-        if blank is not None:  # the graph's own blank (a build with blank=... names one of any symbol)
-            if type(blank) is not int or not 0 <= blank < tokens.num_columns:
-                raise GraphFormatError(f"{info_path} says the blank is column {blank!r}, but {tokens_path} has "
-                                       f"columns 0..{tokens.num_columns - 1}")
-            tokens = dataclasses.replace(tokens, blank=blank)
+    blank = info.get("blank_column")  # the graph's own blank (a build with blank=... names one of any symbol)
+    if blank is not None and (type(blank) is not int or blank < 0):
+        raise GraphFormatError(f"{info_path} says the blank is column {blank!r}: not a column number")
+    tokens = TokenTable.read(tokens_path, blank=blank)
+    words_path = directory / WORDS_NAME
+    words = WordTable.read(words_path) if words_path.is_file() else None
+    if info:
         boundary = info.get("word_boundary")
         if boundary is not None and (type(boundary) is not str or boundary not in tokens.symbols):
             raise GraphFormatError(f"{info_path} says the word boundary is {boundary!r}, but {tokens_path} has "

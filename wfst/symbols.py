@@ -92,7 +92,7 @@ class TokenTable:
         write_text_atomic(path, "\n".join(self.fst_symbol_lines()) + "\n")
 
     @classmethod
-    def read(cls, path: str | os.PathLike, blank: str | None = None) -> "TokenTable":
+    def read(cls, path: str | os.PathLike, blank: str | int | None = None) -> "TokenTable":
         """Read a token list in any of the usual forms.
 
         * the FST input symbol table (has ``<eps> 0``; riva/NeMo/Kaldi TLG directories
@@ -101,8 +101,9 @@ class TokenTable:
           lines after the tokens are disambiguation symbols there too);
         * one symbol per line, the line number being the column.
 
-        The blank is the symbol named `blank`, else the first of <blk>, <blank>, <b>
-        found; a table with none has ``blank=None``.
+        The blank is the symbol named `blank` (or the column `blank`, an int), else the
+        one of <blk>, <blank>, <b> the table has; a table with none has ``blank=None``, and
+        one with several of them must be told which.
         """
         rows: list[tuple[int, str, int | None]] = []
         for no, raw in enumerate(read_lines(path, "token table"), start=1):
@@ -175,11 +176,24 @@ class TokenTable:
             expected = [f"#{k}" for k in range(len(disambig))]
             if sorted(disambig, key=lambda s: int(s[1:])) != expected:
                 raise InputFileError(path, None, f"disambiguation symbols must be #0..#{len(disambig) - 1}")
-        names = (blank,) if blank is not None else BLANK_NAMES
-        blank_col = next((symbols.index(n) for n in names if n in symbols), None)
-        if blank is not None and blank_col is None:
+        return cls(symbols, _blank_column(path, symbols, blank), len(disambig))
+
+
+def _blank_column(path, symbols: tuple[str, ...], blank: str | int | None) -> int | None:
+    if isinstance(blank, int) and not isinstance(blank, bool):
+        if not 0 <= blank < len(symbols):
+            raise InputFileError(path, None, f"blank column {blank} is outside its columns 0..{len(symbols) - 1}")
+        return blank
+    if blank is not None:
+        if blank not in symbols:
             raise InputFileError(path, None, f"blank symbol {blank!r} is not in the table")
-        return cls(symbols, blank_col, len(disambig))
+        return symbols.index(blank)
+    found = [n for n in BLANK_NAMES if n in symbols]
+    if len(found) > 1:  # a wrong pick would decode every frame's blank as a token
+        named = ", ".join(f"{n} (column {symbols.index(n)})" for n in found)
+        raise InputFileError(path, None, f"several symbols could be the blank: {named}; name it "
+                                         f"with blank=SYMBOL (wfst-make-graph --blank)")
+    return symbols.index(found[0]) if found else None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -344,17 +344,17 @@ def trailing_blanks(keep, tok_prev, tok_arc, bp_prev, bp_arc, ilabel, blank):
 # ---------------------------------------------------------------------- backpointers
 
 @njit(inline="always", cache=True)
-def is_ghost(prev, arc):
-    """Whether a token is a ghost: where no token outlives a frame, the search ends at the
-    frame before, whose survivors stay on as ghosts (no arc; prev: the survivor's
-    backpointer) that read no more frames, for partial results and the last step to trace
-    back from.  A search's tokens are all ghosts or none."""
-    return arc == NO_ARC and prev >= 0
+def died(n, prev, arc):
+    """Whether a search of n tokens (their prev and arc) has died: where no token outlives
+    a frame, the search ends at the frame before, whose survivors stay on as ghosts (no
+    arc; prev: the survivor's backpointer) that read no more frames, for partial results
+    and the last step to trace back from.  A search's tokens are all ghosts or none."""
+    return n > 0 and arc[0] == NO_ARC and prev[0] >= 0
 
 
 @njit(inline="always", cache=True)
 def frames_after(steps, count, g):
-    """Frames searched after the path that ends at backpointer g (a ghost's: common.is_ghost),
+    """Frames searched after the path that ends at backpointer g (a ghost's: common.died),
     of `count` whose steps start at steps[:count]: they read nothing, as silence does."""
     s = count - 1
     while s > 0 and steps[s] > g:

@@ -43,6 +43,7 @@ from .common import (
     context_locate,
     contextual,
     cutoff_and_adaptive_beam,
+    died,
     expanded_cost,
     f32_bits,
     final_relative_cost,
@@ -52,7 +53,6 @@ from .common import (
     hash_slot,
     in_frame,
     in_frame_prev,
-    is_ghost,
     lm_reach,
     lm_rest_reach,
     mark_ancestors,
@@ -778,7 +778,7 @@ def _store(ws, n, keep, cutoff, last, prev, arc, stored, lat):
 @njit(nogil=True, cache=True)
 def _ghosts(ws, ns):
     """The frame's ns survivors (ws.sv) as ghosts in ws.tl, where they led to no token:
-    the search ends with them (common.is_ghost).  Returns their count."""
+    the search ends with them (common.died).  Returns their count."""
     tl, sv = ws.tl, ws.sv
     for j in range(ns):
         tl.state[j] = sv.state[j]
@@ -813,7 +813,7 @@ def frames(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n,
     prev, arc = trace.prev, trace.arc
     for t in range(num_frames):
         resumed = resume_beam >= 0 and t == 0  # (then tl holds no tokens yet)
-        if not resumed and n > 0 and is_ghost(tl.prev[0], tl.arc[0]):  # the search died: it reads no more frames
+        if not resumed and died(n, tl.prev, tl.arc):  # the search died: it reads no more frames
             trace.steps[first + t:first + num_frames] = stored
             trace.survivors[first + t:first + num_frames] = 0
             break
@@ -890,7 +890,7 @@ def finish(graph, context, ws, n, trace, first, stored):
     search has no token."""
     empty = np.empty(0, np.int32)
     tl = ws.tl
-    if n > 0 and is_ghost(tl.prev[0], tl.arc[0]):  # the search died: the path of its best survivor
+    if died(n, tl.prev, tl.arc):  # the search died: the path of its best survivor
         trace.steps[first] = trace.steps[first + 1] = stored
         keep = _best_token(tl, n, graph.final, context, False)
         status, path_arcs, path_gids = _traced(trace.prev, trace.arc, tl.prev[keep], stored)
@@ -971,7 +971,7 @@ def finish_lattice(graph, context, ws, n, trace, first, stored, lat):
     empty = np.empty(0, np.int32)
     no_costs = np.empty(0, np.float32)
     tl = ws.tl
-    if n > 0 and is_ghost(tl.prev[0], tl.arc[0]):  # the search died: its best path, no lattice
+    if died(n, tl.prev, tl.arc):  # the search died: its best path, no lattice
         status, path_arcs, path_gids, _ = finish(graph, context, ws, n, trace, first, stored)
         return status, path_arcs, path_gids, False, empty, no_costs
     keep, reached_final = _last_keep(tl, n, graph.final, context)
@@ -1131,7 +1131,7 @@ def advance_stream(graph, boosts, context, memo, log_probs, num_frames, settings
         keep = _best_token(tl, n, graph.final, context, False)
         trailing, voiced = trailing_blanks(keep, tl.prev, tl.arc, prev, arc, graph.ilabel, settings.blank_ilabel)
         relative = final_relative_cost(tl.cost, tl.state, tl.ctx, n, graph.final, context, 0)
-        dead = n > 0 and is_ghost(tl.prev[0], tl.arc[0])
+        dead = died(n, tl.prev, tl.arc)
         if dead:
             trailing += frames_after(trace.steps, first + done, tl.prev[keep])
     return status, done, n, ns, beam, prev, arc, stored, fallbacks, survivors, trailing, voiced, relative, dead

@@ -79,6 +79,7 @@ from .common import (
     contextual,
     cost_key,
     cutoff_and_adaptive_beam,
+    died,
     end_key,
     expanded_cost,
     final_relative_cost,
@@ -90,7 +91,6 @@ from .common import (
     hash_slot,
     in_frame,
     in_frame_prev,
-    is_ghost,
     key_cost,
     key_ctx,
     key_state,
@@ -418,7 +418,7 @@ def prune_store_kernel(clock, u, settings, graph, context, cur, nxt, nxt_ht, sv,
     their in-frame ancestors as backpointers, list the survivors with the prefix sum of
     their arc counts, and empty the table `nxt_ht` that the next frame's tokens go to.
     On the last step (t == length) keep the single best token instead (with keep_all, as a
-    lattice needs: every token, the best one still u.keep).  Ghosts (common.is_ghost: the
+    lattice needs: every token, the best one still u.keep).  Ghosts (common.died: the
     search died) are neither pruned nor stored; on the last step u.keep is the best one's
     backpointer."""
     t = clock[0]
@@ -429,7 +429,7 @@ def prune_store_kernel(clock, u, settings, graph, context, cur, nxt, nxt_ht, sv,
     if (t >= u.lengths[b] and not last) or t < u.first[b] or u.status[b] != OK:
         return
     n = cur.n[b]
-    dead = n > 0 and is_ghost(cur.prev[b, 0], cur.arc[b, 0])
+    dead = died(n, cur.prev[b], cur.arc[b])
     hist = cuda.shared.array(RADIX_BINS, int32)
     counts = cuda.shared.array(MAX_BLOCK, int64)
     counts2 = cuda.shared.array(MAX_BLOCK, int64)
@@ -777,9 +777,9 @@ def resolve_kernel(clock, u, graph, context, cur_ht, bp, ht, tl):
 
 @cuda.jit(device=True)
 def _ghosts(b, cur, sv, tl):
-    """Where the frame left utterance b no token: ghosts in tl (common.is_ghost), those of
+    """Where the frame left utterance b no token: ghosts in tl (common.died), those of
     the frame before (cur) once the search has died, else the frame's survivors (sv)."""
-    was_dead = cur.n[b] > 0 and is_ghost(cur.prev[b, 0], cur.arc[b, 0])
+    was_dead = died(cur.n[b], cur.prev[b], cur.arc[b])
     m = cur.n[b] if was_dead else sv.n[b]
     for j in range(cuda.threadIdx.x, m, cuda.blockDim.x):
         if was_dead:
@@ -981,7 +981,7 @@ def lattice_epsilons_kernel(clock, u, graph, boosts, context, cache, ht, tl, lat
     b = cuda.blockIdx.x
     if (initial and not u.opening[b]) or (not initial and not _active(t, u, b)) or u.status[b] != OK:
         return
-    if tl.n[b] > 0 and is_ghost(tl.prev[b, 0], tl.arc[b, 0]):
+    if died(tl.n[b], tl.prev[b], tl.arc[b]):
         return  # the search died: ghosts follow no arc
     if initial:
         cutoff = float32(np.finfo(np.float32).max)
@@ -1113,13 +1113,13 @@ def readings_kernel(graph, settings, context, u, tokens0, tokens1, bp, buffer, t
     keep = best_token(tl.cost[b], tl.state[b], tl.ctx[b], n, graph.final, context, b, False)
     count, speech = trailing_blanks(keep, tl.prev[b], tl.arc[b], bp.prev[b], bp.arc[b], graph.ilabel,
                                     settings.blank_ilabel)
-    died = n > 0 and is_ghost(tl.prev[b, 0], tl.arc[b, 0])
-    if died:
+    ended = died(n, tl.prev[b], tl.arc[b])
+    if ended:
         count += frames_after(bp.step_start[b], u.steps[b], tl.prev[b, keep])
     trailing[b] = count
     voiced[b] = speech
     relative[b] = final_relative_cost(tl.cost[b], tl.state[b], tl.ctx[b], n, graph.final, context, b)
-    dead[b] = died
+    dead[b] = ended
 
 
 @cuda.jit

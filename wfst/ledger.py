@@ -32,7 +32,7 @@ class Ledger:
         self.fallbacks = 0
         self.trailing, self.relative_cost = 0, float("inf")  # what the endpoint rules read
         self.next_commit = COMMIT_AT  # backpointers at which to try to commit (see commit)
-        self.dead = False  # every token died: the search ended (kernels.common.is_ghost)
+        self.dead = False  # every token died: the search ended (kernels.common.died)
         self.idle = 0  # frames given after that, counted but neither kept nor read
 
     def logp_at(self, frames: np.ndarray, columns: np.ndarray) -> np.ndarray:

@@ -366,6 +366,7 @@ def assert_streams_same(graph, x, lengths, boost=None, seed=0, graphs=False, **c
                                                                           b.num_frames)
         assert (a.cost, a.acoustic_cost, a.boost_cost, a.rescore_cost) == pytest.approx(
             (b.cost, b.acoustic_cost, b.boost_cost, b.rescore_cost), abs=1e-5)
+        assert np.array_equal(a.frame_tokens, b.frame_tokens)  # (what word times read: the prefix's kept)
     return gpu
 
 

@@ -49,6 +49,7 @@ def same_results(got, want):
         assert a.cost == pytest.approx(b.cost, abs=1e-5)
         assert a.acoustic_cost == pytest.approx(b.acoustic_cost, abs=1e-5)
         assert (a.boost_cost, a.rescore_cost) == pytest.approx((b.boost_cost, b.rescore_cost), abs=1e-5)
+        assert np.array_equal(a.frame_tokens, b.frame_tokens)  # (what word times read: the prefix's kept)
 
 
 @pytest.mark.parametrize("name", ["char_compact", "bpe_compact"])
@@ -227,7 +228,10 @@ def test_a_long_stream_keeps_bounded_state(demo, demo_graphs):
     assert most_rows < T / 4 and most_stored < 4 * _COMMIT_AT
     assert s.partial().stable > 0.9 * len(s.partial().words)
     slot, slots = s._state.slot, dec._backend._slots
-    same_results(dec.finish([s]), want)
+    assert s._state.prefix.frame_tokens.dtype == np.uint16 and len(s._state.prefix.frame_tokens) > T - 3000
+    got = dec.finish([s])
+    same_results(got, want)
+    assert got[0].word_times == want[0].word_times  # the committed prefix kept its frames' tokens
     held = slots.list[slot]  # a finished stream holds nothing, and its slot goes to the next stream
     assert held.logp.size == held.trace.prev.size == held.trace.steps.size == held.tl.cost.size == 0
     assert dec.stream()._state.slot == slot

@@ -194,8 +194,8 @@ def test_results_pickle_with_their_word_times_not_their_graph(demo, demo_graphs)
 
 
 def test_what_has_no_word_times(demo, demo_graphs, tmp_path, capsys):
-    """A graph directory without lexicon.txt (e.g. riva's) and stream results say why; so does
-    --ctm with --stream or an unwritable path, before decoding."""
+    """A graph directory without lexicon.txt (e.g. riva's) and a pickled result say why; so
+    does --ctm with an unwritable path, before decoding."""
     path, kw = demo_graphs["char_compact"]
     bare = tmp_path / "bare"
     bare.mkdir()
@@ -210,19 +210,34 @@ def test_what_has_no_word_times(demo, demo_graphs, tmp_path, capsys):
         pickle.loads(pickle.dumps(r)).word_times
     r = Decoder(g, lattice_beam=4.0).decode(x, lengths)[0]  # confidences fall back to label-frame windows
     assert len(r.word_confidences) == len(r.words) and all(0.0 < c <= 1.0 for c in r.word_confidences)
-    dec = Decoder(path)
-    s = dec.stream()
-    dec.advance([s], [x[0, :int(lengths[0])]])
-    with pytest.raises(OptionError, match="streams"):
-        dec.finish([s])[0].word_times
     em = tmp_path / "em.npz"
     synthetic.save_npz(em, x, lengths)
     base = ["--graph", str(path), "--emissions", str(em)]
     with pytest.raises(SystemExit):
-        decode_main(base + ["--ctm", str(tmp_path / "o.ctm"), "--stream"])
-    with pytest.raises(SystemExit):
         decode_main(base + ["--ctm", str(tmp_path / "missing" / "o.ctm")])
     assert "missing is not a directory" in capsys.readouterr().err
+
+
+def test_streams_have_the_offline_word_times(demo, demo_graphs, tmp_path):
+    """A stream's result has the word times of the offline decode (its committed prefix keeps
+    the tokens its frames read), and wfst-decode --stream --ctm writes the offline CTM."""
+    path, kw = demo_graphs["bpe_compact"]
+    g = wfst.load_graph(path)
+    texts, x, lengths = demo_emissions(demo, g, kw, count=4)
+    dec = Decoder(g, beam=12.0)
+    want = dec.decode(x, lengths)
+    streams = [dec.stream() for _ in want]
+    for t in range(0, int(lengths.max()), 7):
+        live = [i for i in range(len(want)) if lengths[i] > t]
+        dec.advance([streams[i] for i in live], [x[i, t:min(t + 7, int(lengths[i]))] for i in live])
+    got = dec.finish(streams)
+    assert [r.word_times for r in got] == [r.word_times for r in want] and all(r.words for r in got)
+    em = tmp_path / "em.npz"
+    synthetic.save_npz(em, x, lengths, texts)
+    for mode in ([], ["--stream", "--chunk-ms", "120"]):
+        assert decode_main(["--graph", str(path), "--emissions", str(em), "--beam", "12", "--quiet",
+                            "--ctm", str(tmp_path / f"o{len(mode)}.ctm")] + mode) == 0
+    assert (tmp_path / "o0.ctm").read_text() == (tmp_path / "o3.ctm").read_text()
 
 
 def test_cuda_results_have_the_cpu_word_times(tiny_graphs):

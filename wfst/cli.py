@@ -153,8 +153,6 @@ def decode_main(argv: list[str] | None = None) -> int:
     if args.nbest is not None and args.lattice_beam is None:
         ap.error("argument --nbest: N-best lists come from the lattice; give --lattice-beam too")
     _check_outputs(ap, args)
-    if args.stream and args.ctm:
-        ap.error("argument --ctm: word times are kept for whole utterances, not yet for streams (leave out --stream)")
     if args.stream and args.lattice_beam is not None:
         ap.error("argument --lattice-beam: streams keep the best path only so far (leave out --stream)")
     if args.batch_size < 1:

@@ -81,6 +81,7 @@ class Ledger:
             where = np.flatnonzero(gids == meet)
             if where.size:
                 stable += int(np.count_nonzero(olab[:where[0] + 1]))
+        part.frame_tokens = None  # (a partial result has no word times: the prefix's tokens not copied)
         return self.prefix + part, stable
 
     def commit_arrays(self, graph, tl, n: int, trace, stored: int):
@@ -106,7 +107,10 @@ class Ledger:
         arcs = np.empty(length - 1, np.int32)
         gids = np.empty(length - 1, np.int32)
         cpu.trace_path(trace.prev, trace.arc, np.int32(meet), length, arcs, gids)
-        self.prefix = self.prefix + self.part(graph, trace.steps, arcs, gids)
+        prefix = self.prefix + self.part(graph, trace.steps, arcs, gids)
+        if graph.tokens.num_columns < 1 << 16:  # its frames' tokens (labels <= V), for word times: 2 bytes a frame
+            prefix.frame_tokens = prefix.frame_tokens.astype(np.uint16)
+        self.prefix = prefix
         # backpointers from the meeting point's step on; the meeting point is the new start
         live = stored - cut
         prev = trace.prev[cut:stored] - cut

@@ -38,7 +38,7 @@ class DecodeResult:
     # with a lattice_beam: the word lattice (wfst.lattice.Lattice) and, when asked, the N-best list
     lattice: object = dataclasses.field(default=None, compare=False, repr=False)
     nbest: tuple = dataclasses.field(default=(), compare=False, repr=False)
-    # the token each frame of the best path reads (input labels), for word_times; None for streams
+    # the token each frame of the best path reads (input labels), for word_times
     frame_tokens: np.ndarray | None = dataclasses.field(default=None, compare=False, repr=False)
     graph: object = dataclasses.field(default=None, compare=False, repr=False)  # the Graph decoded with
     _computed: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
@@ -61,8 +61,8 @@ class DecodeResult:
         from .errors import OptionError
 
         if self.frame_tokens is None:
-            raise OptionError("word times are kept for Decoder.decode() and CtcBeamDecoder results, not yet for "
-                              "streams")
+            raise OptionError("word times come from the path's frames, which this result was made without "
+                              "(results of Decoder.decode, Decoder.finish and CtcBeamDecoder have them)")
         if self.graph is None:
             raise OptionError("word times come from the graph, which a pickled result leaves behind; this one's "
                               "graph could not give them (no lexicon.txt and T.fst)")
@@ -190,7 +190,7 @@ def emitting_reads(graph, arcs, steps) -> tuple[np.ndarray, np.ndarray]:
 @dataclasses.dataclass
 class PathPart:
     """What a stretch of a path adds to its result, in float64: a stream's path is its
-    committed prefix (whose backpointers and frames were released) and the rest."""
+    committed prefix (whose backpointers and log-probs were released) and the rest."""
 
     logp: float = 0.0  # sum of log_probs read by its emitting arcs
     blanks: int = 0  # its emitting arcs that read blank
@@ -200,14 +200,19 @@ class PathPart:
     last_voiced: int = -1  # the last frame a non-blank emitting arc read (-1: none)
     last_frame: int = -1  # the last frame an emitting arc read
     end_state: int = -1  # the graph state its last arc leads to (-1: no arcs)
-    frame_tokens: np.ndarray | None = None  # the input label of its emitting arcs (None: a stream's prefix)
+    # the input label of its emitting arcs (for word times; a stream's prefix keeps them as
+    # uint16 where the labels fit: 2 bytes a frame); None: left out (a partial result's)
+    frame_tokens: np.ndarray | None = dataclasses.field(default_factory=lambda: np.empty(0, np.uint16))
 
     def __add__(self, later: PathPart) -> PathPart:
-        """A stream's path: its frame tokens were released with the prefix's backpointers."""
+        """A stream's path: its committed prefix, then the rest."""
+        tokens = None
+        if self.frame_tokens is not None and later.frame_tokens is not None:
+            tokens = np.concatenate((self.frame_tokens, later.frame_tokens))
         return PathPart(self.logp + later.logp, self.blanks + later.blanks, self.weights + later.weights,
                         self.word_ids + later.word_ids, self.word_frames + later.word_frames,
                         max(self.last_voiced, later.last_voiced), max(self.last_frame, later.last_frame),
-                        later.end_state if later.end_state >= 0 else self.end_state)
+                        later.end_state if later.end_state >= 0 else self.end_state, tokens)
 
 
 def path_part(graph, arcs, steps, logp) -> PathPart:

@@ -100,10 +100,15 @@ def _extend(h, label):
     return (h ^ np.uint64(label + 1)) * _PRIME + np.uint64(0x9E3779B97F4A7C15)
 
 
+_LABEL_MIX = np.uint64(0xD6E8FEB86659FD93)  # odd: label -> label * it is one-to-one on the low 63 bits
+
+
 @njit(inline="always")
 def _key(h, label):
-    """One int64 key of (prefix hash, last label); never EMPTY_KEY."""
-    k = np.int64((h ^ (np.uint64(label) << np.uint64(48))) & np.uint64(0x7FFFFFFFFFFFFFFF))
+    """One int64 key of (prefix hash, last label); never EMPTY_KEY.  For one prefix every
+    label gives its own key, whatever the vocabulary (a shift of the label lost its high
+    bits, and a token 32,768 columns from the blank took the blank's key)."""
+    k = np.int64((h ^ (np.uint64(label + 1) * _LABEL_MIX)) & np.uint64(0x7FFFFFFFFFFFFFFF))
     return k if k != EMPTY_KEY else np.int64(0)
 
 

@@ -59,7 +59,7 @@ def exhaustive(x, blank, cost_of_prefix):
 
 
 PHRASES = {"tokens": {"ab": 2.5, "ca": 1.5, "bab": 2.0},  # matched on tokens alone
-           "words": {"b": 2.5, "c b": 1.5, "bc": 2.0}}  # whole words between "a"s
+           "words": {"b": 2.5, "c b": 1.5, "bc": 2.0, "cc": -1.0}}  # whole words between "a"s
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -197,6 +197,28 @@ def test_narrow_beam_keeps_its_size_and_the_best_first():
         assert r.nbest[0].words == r.words and r.nbest[0].cost == r.cost
 
 
+@pytest.mark.parametrize("blank_last", [False, True])
+def test_a_token_32768_columns_from_the_blank_keeps_its_own_hypotheses(blank_last):
+    """X, then X or blank, then X: "X X" (through the blank) beats "X" once a token earns a
+    bonus.  Keys of (prefix, last label) lost the label's high bits, so with V > 32,768 a
+    token 32,768 columns from the blank merged (prefix, X) with (prefix, blank): "X"."""
+    from wfst.kernels.beam import _key
+
+    V = 32769
+    blank, X = (V - 1, 0) if blank_last else (0, V - 1)
+    symbols = [f"t{i}" for i in range(V)]
+    symbols[blank] = "<blk>"
+    x = np.full((1, 3, V), -30.0, np.float32)
+    for t, p in enumerate((0.9, 0.55, 0.9)):
+        x[0, t, X], x[0, t, blank] = math.log(p), math.log(1 - p)
+    r = CtcBeamDecoder(TokenTable(tuple(symbols), blank), beam_size=8, token_insertion=1.0,
+                       num_threads=1).decode(x)[0]
+    assert r.words == (f"t{X}t{X}",)
+    assert r.cost == pytest.approx(-(math.log(0.9) + math.log(0.45) + math.log(0.9)) - 2.0, abs=1e-4)
+    h = np.uint64(0x1234_5678_9ABC_DEF0)
+    assert len({_key(h, v) for v in (0, 1, 1 << 15, 1 << 16, (1 << 15) + 1, 1 << 40)}) == 6
+
+
 def test_characters_split_into_words_with_their_first_frames_and_times():
     """A word runs from its first token's first frame to its last token's last frame: the
     boundary and blank frames around it are not part of it, a repeat is."""
@@ -311,8 +333,9 @@ def whole_word_rewards(words, phrases):
 
 
 def random_phrases(rng, first, letters):
+    """Rewards and penalties (a penalty was dropped where phrases match whole words)."""
     return {" ".join(rng.choice(first) + "".join(rng.choice(letters) for _ in range(rng.randint(0, 2)))
-                     for _ in range(rng.randint(1, 2))): round(rng.uniform(0.5, 3.0), 2)
+                     for _ in range(rng.randint(1, 2))): rng.choice((-1, 1)) * round(rng.uniform(0.5, 3.0), 2)
             for _ in range(rng.randint(1, 4))}
 
 

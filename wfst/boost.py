@@ -306,7 +306,7 @@ def phrase_automaton(phrases: dict[tuple[int, ...], float], *, separator: int | 
                 out[v] += out[fail[v]]
                 nxt.append(v)
         queue = nxt
-    pending = [whole and out[u] > 0 for u in range(n)]
+    pending = [whole and out[u] != 0 for u in range(n)]  # (a penalty waits for the word end too)
     stand_in = list(range(n))
     for u in order:
         if not children[u] and not pending[u]:

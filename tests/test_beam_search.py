@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from arpa_files import random_arpa
 
-from wfst import BoostError, DecodeInputError, OptionError, TokenTable, VocabularyError
+from wfst import BoostError, DecodeInputError, DecoderMemoryError, OptionError, TokenTable, VocabularyError
 from wfst.beam_search import CtcBeamDecoder, TokenLm
+from wfst.errors import MissingFileError
 from wfst.synthetic import detokenize
 
 kenlm = pytest.importorskip("kenlm", reason="kenlm is a test dependency: pip install -e '.[test]'")
@@ -298,10 +299,32 @@ def test_a_blank_inside_the_lm_is_refused(tmp_path):
     ("beam_threshold", 1e39, r"beam_threshold=1e\+39: must be a finite number \(of float32's range"),
     ("word_boundary", "<blk>", r"word_boundary='<blk>' is the blank"),
     ("device", "tpu", r"device='tpu'"),
+    ("token_insertion", 3e38, r"token_insertion=3e\+38: must be at most 10000 in size"),
+    ("beam_size", 2**63, r"beam_size=9223372036854775808: beam_size x the 5 tokens must be at most 2\*\*30"),
+    ("spm", "/no/such.model", r"cannot read sentencepiece model \(spm\) /no/such.model: not found"),
 ])
 def test_bad_options_name_the_option(option, value, message):
-    with pytest.raises(OptionError, match=message):
+    with pytest.raises(OptionError if option != "spm" else MissingFileError, match=message):
         CtcBeamDecoder(token_table(CHARS), **{option: value})
+
+
+def test_an_spm_for_a_table_without_pieces_or_a_beam_the_host_cannot_hold_is_refused(tmp_path, monkeypatch):
+    """An spm turns the '|' word boundary off, so one given for a character model decoded
+    'a|bc' as one word; a beam_size whose scratch the host cannot hold was numpy's MemoryError
+    (or the OOM killer)."""
+    from wfst import memory
+
+    model = tmp_path / "bpe.model"
+    model.write_bytes(b"x")
+    with pytest.raises(OptionError, match=r"the token table has no sentencepiece pieces"):
+        CtcBeamDecoder(token_table(CHARS), spm=model)
+    monkeypatch.setattr(memory, "available_host_bytes", lambda: 30 * 2**20)
+    with pytest.raises(DecoderMemoryError, match=r"beam_size=100000: a search's scratch needs about 0.04 GiB of "
+                                                 r"host memory \(5 tokens\) but 0.03 GiB is available"):
+        CtcBeamDecoder(token_table(CHARS), beam_size=100_000)
+    dec = CtcBeamDecoder(token_table(CHARS), beam_size=1000, num_threads=1)
+    with pytest.raises(DecoderMemoryError, match=r"1 search\(es\) of up to 10000 frames need about 0.08 GiB"):
+        dec.decode(np.zeros((1, 10_000, 5), np.float32) - 1.6)
 
 
 def test_phrases_outside_the_token_set_name_the_phrase_and_symbol():
@@ -313,6 +336,12 @@ def test_phrases_outside_the_token_set_name_the_phrase_and_symbol():
         dec.decode(x, phrases={"ab": math.inf})
     with pytest.raises(BoostError, match=r"phrase 'ab': reward 1e\+09 is above 10000: costs are float32"):
         dec.decode(x, phrases={"ab": 1e9})
+
+
+def test_a_list_mixing_phrases_and_lists_names_the_odd_entry():
+    dec = CtcBeamDecoder(token_table(CHARS), num_threads=1)
+    with pytest.raises(BoostError, match=r"phrase \['ab'\]: must be a string \(phrases: a list of phrases"):
+        dec.decode(np.zeros((2, 3, 5), np.float32) - 1.6, phrases=[["ab"], "ba"])  # (a TypeError: unhashable)
 
 
 def test_phrases_listed_twice_or_given_by_a_generator_are_the_list():

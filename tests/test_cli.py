@@ -146,6 +146,8 @@ def test_decode_cli_beam_search_without_a_graph(tiny_setup, tmp_path, capsys):
     for extra, message in ((["--graph", "g"], "decodes without a graph"), (["--stream"], "--stream: not available"),
                            (["--beam", "3"], "--beam: is for the graph search"),  # was silently ignored
                            (["--threads", "-2"], "--threads: must be >= 1"),
+                           (["--batch-size", "0"], "--batch-size: must be >= 1"),  # (unchecked here: a traceback)
+                           (["--frame-ms", "-40"], "--frame-ms: must be a finite number > 0"),
                            (["--ctm", str(tmp_path / "no" / "a.ctm")], "--ctm: cannot write")):  # was after decoding
         with pytest.raises(SystemExit) as e:  # usage errors: argparse's exit, one line
             decode_main(base + extra)
@@ -155,6 +157,10 @@ def test_decode_cli_beam_search_without_a_graph(tiny_setup, tmp_path, capsys):
     assert "required: --graph (or --beam-search" in capsys.readouterr().err
     assert decode_main(base + ["--beam-size", "0"]) == 2  # the decoder's own checks
     assert "beam_size=0" in capsys.readouterr().err
+    assert decode_main(base + ["--beam-size", "300000000"]) == 2  # (numpy's MemoryError, a traceback)
+    assert "beam_size=300000000: beam_size x the 5 tokens must be at most 2**30" in capsys.readouterr().err
+    assert decode_main(base + ["--spm", str(tmp_path / "nope.model")]) == 2  # (decoded with '|' in the words)
+    assert "cannot read sentencepiece model (spm)" in capsys.readouterr().err
     phrases.write_text("ab\tlots\n")
     assert decode_main(base + ["--phrases", str(phrases)]) == 2
     assert "phrases.txt:1: reward 'lots' is not a number" in capsys.readouterr().err

@@ -25,8 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .config import FLOAT32_MAX, _int, usable_cores
-from .errors import BoostError, OptionError, VocabularyError, interruptible
+from .config import FLOAT32_MAX, MAX_REWARD, _int, usable_cores
+from .errors import BoostError, MissingFileError, OptionError, VocabularyError, interruptible
 from .inputs import check_batch, check_log_probs, host_array, input_faults
 from .lm import LmStore, open_lm
 from .results import DecodeResult, DecodeStats
@@ -102,6 +102,9 @@ class CtcBeamDecoder:
             raise OptionError(f"the token table {tokens} has no blank (name it with blank=...)")
         if not isinstance(beam_size, (int, np.integer)) or isinstance(beam_size, bool) or beam_size < 1:
             raise OptionError(f"beam_size={beam_size!r}: must be an integer >= 1")
+        if beam_size * self.tokens.num_columns > 1 << 30:  # a frame's candidates are numbered in int32
+            raise OptionError(f"beam_size={beam_size!r}: beam_size x the {self.tokens.num_columns} tokens must be "
+                              f"at most 2**30 (the search numbers a frame's candidates in 32 bits)")
         for name, value in (("lm_weight", lm_weight), ("token_insertion", token_insertion),
                             ("beam_threshold", beam_threshold), ("phrase_reward", phrase_reward)):
             if not isinstance(value, numbers.Real) or isinstance(value, bool) or not abs(value) <= FLOAT32_MAX:
@@ -109,12 +112,22 @@ class CtcBeamDecoder:
                                   f"costs)")
         if beam_threshold <= 0:
             raise OptionError(f"beam_threshold={beam_threshold!r}: must be > 0")
+        for name, value in (("lm_weight", lm_weight), ("token_insertion", token_insertion)):
+            if abs(value) > MAX_REWARD:  # (a bonus of 3e38 a token made every cost -inf)
+                raise OptionError(f"{name}={value!r}: must be at most {MAX_REWARD:g} in size (costs are float32, "
+                                  f"as for phrase rewards)")
         if lm_weight < 0:
             raise OptionError(f"lm_weight={lm_weight!r}: must be >= 0")
         if device not in ("cpu", "cuda"):
             raise OptionError(f"device={device!r}: must be 'cpu' or 'cuda'")
         if num_threads is not None and not (_int(num_threads) and num_threads >= 1):
             raise OptionError(f"num_threads={num_threads!r}: must be None (all cores) or an integer >= 1")
+        if spm is not None:  # read only when phrases come, but it decides how words are told apart: checked now
+            if not os.path.isfile(spm):
+                raise MissingFileError(spm, "sentencepiece model (spm)")
+            if not any(s.startswith("\u2581") for s in self.tokens.symbols):
+                raise OptionError(f"spm={str(spm)!r}: the token table has no sentencepiece pieces (none begins "
+                                  f"with '\u2581'); a model of characters needs no spm")
         if word_boundary is None and spm is None and "|" in self.tokens.symbols:
             word_boundary = "|"
         if word_boundary is not None and word_boundary not in self.tokens.symbols:
@@ -126,6 +139,8 @@ class CtcBeamDecoder:
         self.settings = BeamSettings(np.int64(beam_size), np.float32(beam_threshold), np.int64(self.tokens.blank),
                                      np.float32(lm_weight), np.float32(token_insertion))
         self.num_threads = max(1, num_threads or usable_cores())
+        if device == "cpu":  # (the GPU's scratch is on the GPU)
+            self._check_memory(0, 1)
         self.device = device
         self._works = []  # the CPU searches' scratch (kernels.beam.BeamWork), one per thread at most
         self._gpu = None
@@ -140,6 +155,25 @@ class CtcBeamDecoder:
         return (f"CtcBeamDecoder({self.tokens.num_columns} tokens, {lm}, beam_size={int(self.settings.beam_size)}, "
                 f"device={self.device!r})")
 
+    def _check_memory(self, frames: int, searches: int) -> None:
+        """Refuse, with the estimate, `searches` at once of up to `frames` frames that the host
+        cannot hold: each takes its scratch (a table of 2 x beam_size x V candidates, the LM
+        rows) and its backpointers (beam_size a frame)."""
+        from wfst.kernels.beam import table_size
+
+        from .errors import DecoderMemoryError
+        from .memory import available_host_bytes
+
+        K, V = int(self.settings.beam_size), self.tokens.num_columns
+        words = len(self.lm.store.words) if self.lm else 1
+        scratch = 40 * table_size(K, V) + 12 * K + 16 * V + 12 * words + 2 * 256 * (8 * V + 8)
+        need = searches * (scratch + 8 * K * max(frames, 1))
+        free = available_host_bytes()
+        if free is not None and need > 0.8 * free:
+            what = f"{searches} search(es) of up to {frames} frames need" if frames else "a search's scratch needs"
+            raise DecoderMemoryError(f"beam_size={K}: {what} about {need / 2**30:.2f} GiB of host memory ({V} "
+                                     f"tokens) but {free / 2**30:.2f} GiB is available; lower beam_size")
+
     # ------------------------------------------------------------------ phrases
 
     def phrase_automaton(self, phrases):
@@ -153,6 +187,11 @@ class CtcBeamDecoder:
             return None
         if isinstance(phrases, str):
             raise BoostError("phrases must be a list of phrases or a mapping phrase -> reward, not one string")
+        if not isinstance(phrases, Mapping):
+            odd = next((p for p in phrases if not isinstance(p, str)), None)
+            if odd is not None:
+                raise BoostError(f"phrase {odd!r}: must be a string (phrases: a list of phrases, a mapping phrase "
+                                 f"-> reward, or a list of those with one per utterance)")
         # a phrase listed twice is one phrase (a mapping sums the rewards of phrases spelled alike)
         items = phrases.items() if isinstance(phrases, Mapping) else ((p, self.phrase_reward)
                                                                       for p in dict.fromkeys(phrases))
@@ -212,6 +251,8 @@ class CtcBeamDecoder:
             return results
         V = self.tokens.num_columns
         K = int(self.settings.beam_size)
+        threads = min(self.num_threads, B)
+        self._check_memory(int(lengths.max(initial=0)), max(threads, 1))
 
         def one(b):
             T = int(lengths[b])
@@ -227,7 +268,6 @@ class CtcBeamDecoder:
             self._works.append(work)
             return self._result(final, order, parents, labels, T)
 
-        threads = min(self.num_threads, B)
         if threads <= 1:
             results = [one(b) for b in range(B)]
         else:

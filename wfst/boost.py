@@ -33,6 +33,7 @@ from numba import njit
 from wfst.kernels.common import hash_slot
 from wfst.kernels.constants import EMPTY_KEY
 
+from .config import MAX_REWARD
 from .errors import BoostError, user_stacklevel
 from .symbols import WordTable
 
@@ -172,7 +173,6 @@ def _fill_hash_row(keys, costs, ids, values):
 
 
 _NOT_WORDS = ("<eps>", "#0", "<s>", "</s>")
-MAX_REWARD = 1e4  # nats: beyond it float32 costs near -reward are too coarse for a beam (their step grows with it)
 
 
 def check_reward(reward, what: str) -> float:

@@ -148,17 +148,11 @@ def decode_main(argv: list[str] | None = None) -> int:
                               ("confidence_calibration", "confidence-calibration")):
             message = message.replace(field, option)
         ap.error(message.replace("DecoderConfig.", "--"))
-    if args.nbest is not None and args.nbest < 1:
-        ap.error(f"argument --nbest: must be >= 1, got {args.nbest}")
+    _check_shared(ap, args)
     if args.nbest is not None and args.lattice_beam is None:
         ap.error("argument --nbest: N-best lists come from the lattice; give --lattice-beam too")
-    _check_outputs(ap, args)
     if args.stream and args.lattice_beam is not None:
         ap.error("argument --lattice-beam: streams keep the best path only so far (leave out --stream)")
-    if args.batch_size < 1:
-        ap.error(f"argument --batch-size: must be >= 1, got {args.batch_size}")
-    if not args.frame_ms > 0:
-        ap.error(f"argument --frame-ms: must be > 0, got {args.frame_ms}")
     if not (args.chunk_ms >= args.frame_ms and math.isfinite(args.chunk_ms / args.frame_ms)):
         ap.error(f"argument --chunk-ms: must be a finite number of ms, at least one frame ({args.frame_ms:g} ms), "
                  f"got {args.chunk_ms}")
@@ -182,9 +176,7 @@ def _beam_search_main(ap, args) -> int:
             ap.error(f"argument --{option.replace('_', '-')}: is for the graph search, not --beam-search")
     if args.threads is not None and args.threads < 1:
         ap.error(f"argument --threads: must be >= 1, got {args.threads}")
-    if args.nbest is not None and args.nbest < 1:
-        ap.error(f"argument --nbest: must be >= 1, got {args.nbest}")
-    _check_outputs(ap, args)
+    _check_shared(ap, args)
     from .beam_search import CtcBeamDecoder
 
     try:
@@ -207,8 +199,15 @@ def _beam_search_main(ap, args) -> int:
         return fail("wfst-decode", e)
 
 
-def _check_outputs(ap, args) -> None:
-    """--output and --ctm can be written (before decoding, not after)."""
+def _check_shared(ap, args) -> None:
+    """The options both searches read, and that --output and --ctm can be written (before
+    decoding, not after)."""
+    if args.nbest is not None and args.nbest < 1:
+        ap.error(f"argument --nbest: must be >= 1, got {args.nbest}")
+    if args.batch_size < 1:
+        ap.error(f"argument --batch-size: must be >= 1, got {args.batch_size}")
+    if not (args.frame_ms > 0 and math.isfinite(args.frame_ms)):
+        ap.error(f"argument --frame-ms: must be a finite number > 0, got {args.frame_ms}")
     for option, path in (("--output", args.output), ("--ctm", args.ctm)):
         problem = why_unwritable(path) if path else None
         if problem:

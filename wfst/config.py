@@ -104,6 +104,7 @@ def _finite32(x) -> bool:
 
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # (NaN is not below it)
+MAX_REWARD = 1e4  # nats: beyond it float32 costs near -reward are too coarse for a beam (their step grows with it)
 
 
 def _int(x) -> bool:

@@ -22,7 +22,7 @@ import pywrapfst as fst
 
 from wfst.arpa import ArpaReader, check_sentence_marks, is_gzip, open_arpa, parse_ngram
 from wfst.errors import InputFileError
-from wfst.symbols import EPSILON, WORD_DISAMBIG
+from wfst.symbols import EPSILON, WORD_DISAMBIG, is_disambig_symbol
 
 _ERROR = re.compile(r"\[E\] line (\d+) \[(.*?)\]: (.*)")
 _ERROR_NO_LINE = re.compile(r"\[E\] (.*)")
@@ -40,9 +40,11 @@ def arpa_vocabulary(path: str | os.PathLike) -> tuple[list[str], list[int]]:
     words: list[str] = []
     seen: dict[int, set] = {}
     for no, order, line in reader:
-        _, gram, _ = parse_ngram(path, no, order, line)
+        _, gram, _ = parse_ngram(path, no, order, line, top=order == len(reader.counts))
         if order == 1:
-            if gram[0] in (EPSILON, WORD_DISAMBIG):  # G's epsilon and its backoff label
+            if gram[0] in (EPSILON, WORD_DISAMBIG) or is_disambig_symbol(gram[0]):  # G's epsilon, its backoff
+                # label, and what the lexicon's disambiguation symbols are called (the graph's lexicon.txt of
+                # such a word could not be read back)
                 raise InputFileError(path, no, f"{gram[0]!r} is reserved and cannot be a word of the LM")
             words.append(gram[0])
         key = " ".join(gram)

@@ -16,7 +16,7 @@ import pywrapfst as fst
 from tqdm.auto import tqdm
 
 from wfst.errors import InputFileError, MissingFileError, OptionError
-from wfst.files import read_lines
+from wfst.files import read_lines, split_fields
 from wfst.symbols import BOS, EOS, EPSILON, WORD_DISAMBIG, TokenTable, WordTable, is_disambig_symbol
 
 _WORD_SPECIALS = {EPSILON, WORD_DISAMBIG, BOS, EOS}
@@ -56,7 +56,7 @@ def read_lexicon(path: str | os.PathLike, tokens: TokenTable, separator: str | N
     seen: dict[tuple[str, tuple[str, ...]], int] = {}
     entries = []
     for no, raw in enumerate(read_lines(path, "lexicon"), start=1):
-        fields = raw.split()
+        fields = split_fields(raw)
         if not fields:
             continue
         word, pron = fields[0], tuple(fields[1:])
@@ -84,7 +84,7 @@ def read_word_list(path: str | os.PathLike) -> list[str]:
     """Words, one per line (a Kaldi words.txt with ids works too; its specials are skipped)."""
     words, seen = [], {}
     for no, raw in enumerate(read_lines(path, "word list"), start=1):
-        fields = raw.split()
+        fields = split_fields(raw)
         if not fields:
             continue
         if len(fields) > 2 or (len(fields) == 2 and not fields[1].isdigit()):

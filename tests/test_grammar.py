@@ -116,12 +116,17 @@ LINE_FAULTS = [  # wfst.arpa.parse_ngram's, n-grams twice, <s> and </s>: also th
     ("-0.8\ta\t-0.30", "-0.8\ta\tnan", r"bad.arpa:10: NaN or infinite value"),
     ("-0.45\ta cab", "-0.45\tab ba", r"bad.arpa:22: 2-gram 'ab ba' listed twice"),
     ("-0.45\ta cab", "0.45\ta cab", r"bad.arpa:22: positive log10 probability 0.45 \(a probability above 1\)"),
+    ("-0.05\tab ba abc", "-0.05\tab ba abc\t-0.1", r"bad.arpa:\d+: a backoff weight on a 3-gram, the LM's "
+                                                    r"highest order"),
+    ("-0.45\ta cab", "-1e38\ta cab", r"bad.arpa:22: a log10 value beyond 10000 in size"),  # (det spun on it)
+    ("-0.8\ta\t-0.30", "-0.8\ta\t3e4", r"bad.arpa:10: a log10 value beyond 10000 in size"),
 ]
 
 
 @pytest.mark.parametrize("old,new,message", [
     ("-1.6\tcab", "-1.6\t#0", r"bad.arpa:14: '#0' is reserved and cannot be a word of the LM"),
     ("-1.6\tcab", "-1.6\t<eps>", r"bad.arpa:14: '<eps>' is reserved and cannot be a word of the LM"),
+    ("-1.6\tcab", "-1.6\t#1", r"bad.arpa:14: '#1' is reserved and cannot be a word of the LM"),
     *STRUCTURE_FAULTS, *LINE_FAULTS,
 ])
 def test_malformed_arpa_names_file_and_line(tiny, tmp_path, old, new, message):

@@ -35,6 +35,18 @@ def test_bad_lexicons(tmp_path, text, message):
         read_lexicon(p, TOK, separator="|")
 
 
+def test_words_and_tokens_may_be_unicode_spaces_or_line_breaks(tmp_path):
+    """Fields are split at ASCII spaces and tabs, lines at \\n and \\r, as Kaldi reads them:
+    'a<NBSP>b a b' was the word 'a' spelled 'b a b', and a U+3000 token line was dropped (every
+    later token a column off)."""
+    p = tmp_path / "lexicon.txt"
+    p.write_text("a\u00a0b a b\r\nc\u2028d\tc\n", encoding="utf-8")
+    assert read_lexicon(p, TOK).entries == (("a\u00a0b", ("a", "b")), ("c\u2028d", ("c",)))
+    t = tmp_path / "tokens.txt"
+    t.write_text("<blk>\na\n\u3000\n\u0085\nb\n", encoding="utf-8")
+    assert TokenTable.read(t).symbols == ("<blk>", "a", "\u3000", "\u0085", "b")
+
+
 def test_missing_lexicon(tmp_path):
     with pytest.raises(MissingFileError, match="cannot read lexicon"):
         read_lexicon(tmp_path / "none.txt", TOK)

@@ -26,7 +26,7 @@ import weakref
 import numpy as np
 
 from .errors import GraphFormatError, InputFileError
-from .files import read_lines
+from .files import read_lines, split_fields
 from .graph import LEXICON_NAME, TOPOLOGY_NAME, read_fst
 from .symbols import ilabel_of_column
 
@@ -81,7 +81,7 @@ class WordAligner:
         known = set(graph.tokens.symbols)
         spellings = []
         for no, line in enumerate(read_lines(directory / LEXICON_NAME, "lexicon"), start=1):
-            fields = line.split()
+            fields = split_fields(line)
             if len(fields) < 2 or not known.issuperset(fields[1:]):
                 raise InputFileError(directory / LEXICON_NAME, no, f"not a spelling in the graph's tokens: {line!r}")
             spellings.append((fields[0], fields[1:]))

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from .errors import InputFileError, MissingFileError
+from .files import split_fields
 
 _SECTION = re.compile(r"\\(\d+)-grams:")
 _COUNT = re.compile(r"ngram\s+(\d+)\s*=\s*(\d+)")
@@ -29,14 +30,22 @@ def open_arpa(path: str | os.PathLike):
     return gzip.open(path, "rt", encoding="utf-8-sig") if is_gzip(path) else open(path, encoding="utf-8-sig")
 
 
-def parse_ngram(path, no: int, k: int, line: str) -> tuple[float, list[str], float]:
-    """(log10 probability, the k words, log10 backoff or 0) of a k-gram line; an
-    InputFileError naming the line for a wrong number of fields, a value that is not a
-    number, NaN, +inf or an infinite backoff, and a positive log10 probability (a
-    probability above 1, which kenlm refuses too)."""
-    fields = line.split()
+MAX_LOG10 = 1e4  # |log10 value| beyond it: no LM's number (-99 is "never"); OpenFST's determinisation spun on -1e38
+
+
+def parse_ngram(path, no: int, k: int, line: str, top: bool = False) -> tuple[float, list[str], float]:
+    """(log10 probability, the k words, log10 backoff or 0) of a k-gram line (top: k is the
+    LM's highest order); an InputFileError naming the line for a wrong number of fields, a
+    backoff on a highest-order n-gram (nothing backs off from it; kaldilm and kenlm refuse
+    it too), a value that is not a number, NaN, +inf, an infinite backoff or one of size
+    above 1e4, and a positive log10 probability (a probability above 1, which kenlm refuses
+    too)."""
+    fields = split_fields(line)
     if len(fields) not in (k + 1, k + 2):
         raise InputFileError(path, no, f"a {k}-gram line needs {k + 1} or {k + 2} fields: {line!r}")
+    if top and len(fields) == k + 2:
+        raise InputFileError(path, no, f"a backoff weight on a {k}-gram, the LM's highest order (nothing backs "
+                             f"off from it): {line!r}")
     try:
         logp = float(fields[0])
         bo = float(fields[k + 1]) if len(fields) == k + 2 else 0.0
@@ -46,6 +55,9 @@ def parse_ngram(path, no: int, k: int, line: str) -> tuple[float, list[str], flo
         raise InputFileError(path, no, f"NaN or infinite value in {line!r}")
     if logp > 0:
         raise InputFileError(path, no, f"positive log10 probability {fields[0]} (a probability above 1) in {line!r}")
+    if abs(bo) > MAX_LOG10 or (math.isfinite(logp) and -logp > MAX_LOG10):
+        raise InputFileError(path, no, f"a log10 value beyond {MAX_LOG10:g} in size in {line!r} (write -99 for a "
+                             f"probability of zero)")
     return logp, fields[1:k + 1], bo
 
 
@@ -93,7 +105,7 @@ class ArpaReader:
                     if bar is not None and no % 65536 == 0 and plain:
                         bar.n = f.buffer.tell()
                         bar.refresh()
-                    line = raw.strip()
+                    line = raw.strip(" \t\r\n")  # (not U+3000 or U+00A0: a word may be one)
                     if not line:
                         continue
                     if section == "end":

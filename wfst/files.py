@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -13,16 +14,32 @@ os.umask(_UMASK)
 
 
 def read_lines(path: str | os.PathLike, what: str) -> list[str]:
-    """All lines of a UTF-8 text file, or a MissingFileError that says which file and why."""
+    """All lines of a UTF-8 text file (ended by \n, \r\n or \r: not by the other line
+    breaks Unicode has, U+2028 or U+0085, which a symbol may be), or a MissingFileError that
+    says which file and why."""
     try:
         with open(path, encoding="utf-8-sig") as f:  # -sig: a byte-order mark (Windows editors) is dropped
-            return f.read().splitlines()
+            text = f.read()  # (universal newlines made \r\n and \r into \n)
     except (FileNotFoundError, IsADirectoryError):  # (the error says which)
         raise MissingFileError(path, what) from None
     except UnicodeDecodeError as e:
         raise InputFileError(path, None, f"not UTF-8 text ({e.reason} at byte {e.start})") from None
     except OSError as e:
         raise MissingFileError(path, what, e.strerror or str(e)) from None
+    lines = text.split("\n")
+    if lines[-1] == "":  # (the last line's end)
+        lines.pop()
+    return lines
+
+
+def split_fields(line: str) -> list[str]:
+    """The fields of a symbol-table, lexicon or ARPA line: split at ASCII spaces and tabs only,
+    as Kaldi and OpenFST read them (str.split() also splits at U+3000 or U+00A0, which a
+    token or word may be, and shifted every later token a column)."""
+    return [f for f in _FIELD_BREAK.split(line) if f]
+
+
+_FIELD_BREAK = re.compile(r"[ \t\r\n]+")
 
 
 @contextlib.contextmanager

@@ -123,7 +123,7 @@ def read_arpa(path: str | os.PathLike, *, progress: bool = False) -> LmStore:
     ids: dict[str, int] = {}
     orphans, first_orphan, unknown, first_unknown = 0, None, 0, None
     for no, k, line in reader:
-        logp, gram, bo = parse_ngram(path, no, k, line)
+        logp, gram, bo = parse_ngram(path, no, k, line, top=k == len(reader.counts))
         if k == 1 and gram[0] not in ids:
             ids[gram[0]] = len(words)
             words.append(gram[0])

@@ -17,7 +17,7 @@ import os
 import re
 
 from .errors import InputFileError, OptionError
-from .files import read_lines, write_text_atomic
+from .files import read_lines, split_fields, write_text_atomic
 
 EPSILON = "<eps>"
 BLANK_NAMES = ("<blk>", "<blank>", "<b>")
@@ -107,7 +107,7 @@ class TokenTable:
         """
         rows: list[tuple[int, str, int | None]] = []
         for no, raw in enumerate(read_lines(path, "token table"), start=1):
-            fields = raw.split()
+            fields = split_fields(raw)
             if not fields:
                 continue
             if len(fields) > 2:
@@ -229,7 +229,7 @@ class WordTable:
         table: dict[int, str] = {}
         lines: dict[str, int] = {}
         for no, raw in enumerate(read_lines(path, "word table"), start=1):
-            fields = raw.split()
+            fields = split_fields(raw)
             if not fields:
                 continue
             if len(fields) != 2 or not fields[1].isdigit():

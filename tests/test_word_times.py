@@ -175,6 +175,24 @@ def test_ctm_lines(demo, demo_graphs, tmp_path, capsys):
     assert all(0 < float(row[5]) <= 1 for row in rows if row[0] != "1")
 
 
+def test_ctm_words_never_overlap_and_always_last(demo_graphs):
+    """Start and end are rounded, the duration is their difference: rounding start and
+    duration apart let a word end 1 ms after the next began (12.5 ms frames), and a word of
+    one 0.4 ms frame lasted 0.000 s."""
+    g = wfst.load_graph(demo_graphs["bpe_compact"][0])
+    column = {s: i for i, s in enumerate(g.tokens.symbols)}
+    x = np.full((1, 5, g.tokens.num_columns), -30.0, np.float32)
+    x[0, np.arange(5), [g.tokens.blank, column["\u2581a"], column["\u2581my"], column["\u2581a"], g.tokens.blank]] = 0
+    r = Decoder(g, beam=12.0).decode(x)[0]
+    assert r.words == ("a", "my", "a") and r.word_times == ((1, 1), (2, 2), (3, 3))
+    for ms in (12.5, 20 / 3, 0.4, 40.0):
+        rows = [line.split() for line in ctm_lines("u", r, ms / 1000).splitlines()]
+        starts, durations = [float(row[2]) for row in rows], [float(row[3]) for row in rows]
+        assert all(d > 0 for d in durations), (ms, rows)
+        assert all(s + d <= t + 1e-9 for s, d, t in zip(starts, durations, starts[1:])), (ms, rows)
+        assert starts[0] == pytest.approx(ms / 1000, abs=6e-4 if ms > 1 else 6e-5)
+
+
 def test_results_pickle_with_their_word_times_not_their_graph(demo, demo_graphs):
     """A result sent between processes is a few kB: the graph (tens of MB) stays behind, the
     word times it gives are worked out first."""

@@ -294,8 +294,13 @@ def ctm_lines(key: str, result, frame_seconds: float, with_confidence: bool = Fa
     if with_confidence:
         confidences = result.word_confidences if result.lattice is not None else (0.0,) * len(result.words)
     lines = []
+    digits = 3  # ms, or as many more as one frame needs to last more than 0
+    while frame_seconds * 10 ** digits < 1:
+        digits += 1
     for k, (word, (start, end)) in enumerate(zip(result.words, result.word_times)):
-        line = f"{key} 1 {start * frame_seconds:.3f} {(end + 1 - start) * frame_seconds:.3f} {word}"
+        # start and end rounded, the duration their difference: a word ends at or before the next starts
+        begin, finish = round(start * frame_seconds, digits), round((end + 1) * frame_seconds, digits)
+        line = f"{key} 1 {begin:.{digits}f} {finish - begin:.{digits}f} {word}"
         lines.append(line + (f" {confidences[k]:.4f}" if confidences is not None else "") + "\n")
     return "".join(lines)
 

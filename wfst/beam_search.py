@@ -162,14 +162,14 @@ class CtcBeamDecoder:
         from wfst.kernels.beam import table_size
 
         from .errors import DecoderMemoryError
-        from .memory import available_host_bytes
+        from .memory import USABLE_SHARE, available_host_bytes
 
         K, V = int(self.settings.beam_size), self.tokens.num_columns
         words = len(self.lm.store.words) if self.lm else 1
         scratch = 40 * table_size(K, V) + 12 * K + 16 * V + 12 * words + 2 * 256 * (8 * V + 8)
         need = searches * (scratch + 8 * K * max(frames, 1))
         free = available_host_bytes()
-        if free is not None and need > 0.8 * free:
+        if free is not None and need > USABLE_SHARE * free:
             what = f"{searches} search(es) of up to {frames} frames need" if frames else "a search's scratch needs"
             raise DecoderMemoryError(f"beam_size={K}: {what} about {need / 2**30:.2f} GiB of host memory ({V} "
                                      f"tokens) but {free / 2**30:.2f} GiB is available; lower beam_size")

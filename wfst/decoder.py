@@ -35,6 +35,7 @@ from .errors import DecodeInputError, DecoderMemoryError, MissingFileError, Opti
 from .graph import Graph, check_searchable, load_graph
 from .inputs import check_batch, check_log_probs, chunk_faults, warn_not_log_probs
 from .lattice import Lattice, PathScorer
+from .memory import USABLE_SHARE
 from .results import EMPTY_RESULT, DecodeResult, DecodeStats, no_path, path_result
 from .stream import EndpointConfig, Partial, Stream
 
@@ -342,10 +343,10 @@ class Decoder:
         return paths, regrowths
 
     def _room(self) -> int | None:
-        """The memory a search's workspaces may take (None: unknown): 80% of what is free, as
-        their estimate leaves out small arrays, and allocators fragment."""
+        """The memory a search's workspaces may take (None: unknown): memory.USABLE_SHARE of
+        what is free."""
         free = self._backend.free_bytes()
-        return None if free is None else int(0.8 * free)
+        return None if free is None else int(USABLE_SHARE * free)
 
     def _groups(self, todo: list[int], lengths: np.ndarray) -> list[list[int]]:
         """The utterances in groups whose workspaces fit the backend's free memory: all at once

@@ -3,6 +3,9 @@ host has available.  Elsewhere every reading is None (and the checks that use it
 (benchmarks/pyctcdecode_worker.py has its own copy of rss_mb: it runs in another environment.)"""
 from __future__ import annotations
 
+USABLE_SHARE = 0.8  # of what is free, a search's estimated memory may take: estimates leave out small arrays,
+# and allocators fragment
+
 
 def available_host_bytes() -> int | None:
     """MemAvailable: what the host can still give without swapping, bytes."""

@@ -99,6 +99,23 @@ def test_a_stream_that_overflows_grows_and_stays_exact(demo, demo_graphs):
     assert dec._capacity.tokens > 16  # new streams start as large as a stream had to grow
 
 
+def test_a_stream_advanced_alone_overflows_grows_and_stays_exact(demo, demo_graphs):
+    """A call with one stream takes its own path (the stream's group of one, kept between
+    calls); a frame that overflows there goes on in a larger workspace."""
+    path, kw = demo_graphs["bpe_compact"]
+    g = wfst.load_graph(path)
+    _, x, lengths = demo_emissions(demo, g, kw, count=2, seed=7)
+    dec = Decoder(g, beam=14.0, max_active=2000, token_capacity=16, num_threads=2)
+    got = []
+    for b, n in enumerate(lengths):
+        s = dec.stream()
+        for pos in range(0, int(n), 3):
+            dec.advance([s], [x[b, pos:min(pos + 3, int(n))]])
+        assert s._state.capacity > 16
+        got += dec.finish([s])
+    same_results(got, Decoder(g, beam=14.0, max_active=2000, num_threads=1).decode(x, lengths))
+
+
 def test_streams_of_every_kind_in_one_batched_call(demo, demo_graphs):
     """Plain, word-boosted and phrase-boosted streams advanced together on 2 threads (the
     context-free ones in groups, one Numba call each) at a token capacity that overflows,

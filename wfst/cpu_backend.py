@@ -255,6 +255,8 @@ class CpuBackend:
         without the GIL, one call per thread: the threads take them one by one, dearest
         first, from a shared counter.  The others are one call each.  Returns the tokens
         that survived pruning, summed over the chunks' frames."""
+        if len(states) == 1 and states[0].context is None:  # a stream alone, a server's usual call: no grouping
+            return self._advance_alone(states[0], chunks[0]) if len(chunks[0]) else 0
         own, by_capacity = [], {}
         for i, (state, x) in enumerate(zip(states, chunks)):
             if len(x):
@@ -303,6 +305,27 @@ class CpuBackend:
                     group.states[k].commit(self.graph)
         return sum(survivors) + sum(int(g.counts[1]) for g in groups)
 
+    def _advance_alone(self, state: CpuStream, x: np.ndarray) -> int:
+        """advance() of one stream without a context: its group of one, kept from call to call."""
+        group = state.group_for(x)
+        self._slots.generation += 1
+        ws = self._take_workspace(group.capacity)
+        survivors = 0
+        try:
+            k, done, beam = self._search_group(group, ws)
+            if k >= 0:  # a frame overflowed
+                held = _Held(self)
+                try:
+                    survivors = self._after_overflow(group, k, ws, held.space, done, beam)
+                finally:
+                    held.close()
+        finally:
+            self._workspaces[group.capacity].put(ws)
+            group.states = group.chunks = group.x = None  # (the stream holds the group)
+        if group.counts[2]:
+            state.commit(self.graph)
+        return survivors + int(group.counts[1])
+
     def _advance_in_numba_pool(self, group: _Group, threads: int, survivors: list) -> None:
         """The group's streams on `threads` threads of Numba's pool (cpu.advance_streams_parallel);
         a stream whose frame overflowed goes on alone on this thread, in a larger workspace."""
@@ -340,15 +363,18 @@ class CpuBackend:
         cpu.advance_streams call, more only where a frame overflows: that stream goes on
         alone in a larger workspace (its survivors from there on added to `survivors`),
         and the thread takes the next."""
-        slots = self._slots
         while True:
             ws = space(group.capacity)
-            k, done, beam = self._advance_streams(self.layout, group.settings, ws, slots.list, slots.numbers,
-                                                  slots.relative, group.which, group.x, group.offsets, group.order,
-                                                  group.flags, group.counts)
+            k, done, beam = self._search_group(group, ws)
             if k < 0:
                 return
             survivors.append(self._after_overflow(group, k, ws, space, done, beam))
+
+    def _search_group(self, group: _Group, ws):
+        """cpu.advance_streams of the group's streams in workspace ws, on this thread."""
+        slots = self._slots
+        return self._advance_streams(self.layout, group.settings, ws, slots.list, slots.numbers, slots.relative,
+                                     group.which, group.x, group.offsets, group.order, group.flags, group.counts)
 
     def _after_overflow(self, group: _Group, k: int, ws, space, done: int, beam: float) -> int:
         """Stream k of the group overflowed a frame in workspace ws after `done` frames of its
@@ -604,6 +630,13 @@ class _Group:
         self.which[:] = [s.slot for s in states]
         self.order[:] = np.arange(k)  # one thread's (several: cpu.work_order)
 
+    def again(self, state, chunk: np.ndarray) -> _Group:
+        """This group of one stream for its next chunk."""
+        self.states, self.chunks, self.x = [state], [chunk], chunk
+        self.offsets[1] = len(chunk)
+        self.counts[:] = 0
+        return self
+
 
 def _number(field: int):
     """A CpuStream attribute kept in its row of StreamSlots.numbers."""
@@ -660,7 +693,15 @@ class CpuStream(Ledger):
                                               np.empty((0, num_columns), np.float32)))
         self._release = weakref.finalize(self, slots.give_back, self.slot)
         self._arrays, self._generation = None, -1
+        self._alone = None  # its _Group when a call advances it alone
         super().__init__(capacity)
+
+    def group_for(self, chunk: np.ndarray) -> _Group:
+        """The stream's group of one for this chunk (made once: a group costs µs, and a
+        stream's chunk of 8 frames searches in tens)."""
+        if self._alone is None or self._alone.capacity != self.capacity:
+            self._alone = _Group([self], [chunk])
+        return self._alone.again(self, chunk)
 
     @property
     def arrays(self):

@@ -213,7 +213,8 @@ class Decoder:
         if above is not None:
             warn_not_log_probs(f"stream {above[0]}, chunk frame {above[1]}", above[2])
         with self._lock:  # checked again, and the states read, in turn: another thread may have finished one
-            self._check_streams(streams, "advance")
+            if any(s.finished for s in streams):  # (nothing else about them can change meanwhile)
+                self._check_streams(streams, "advance")
             states, moving = [], []
             for s, x in zip(streams, arrays):
                 if s._state.dead:  # its search ended (every token died): later frames are counted, not kept

@@ -117,6 +117,8 @@ def chunk_faults(chunks) -> tuple[tuple[int, int, str] | None, tuple[int, int, f
         top = float(np.nanmax(stats[:, 1], initial=-np.inf))
     else:  # (each (T_i, V): the caller checked their shapes)
         whole = chunks[live[0]] if len(live) == 1 else np.concatenate([chunks[i] for i in live])
+        if whole.min() > -np.inf and whole.max() <= LOG_PROB_SLACK:  # the usual case, in two reductions (NaN fails)
+            return None, None
         faulty = [] if np.isfinite(whole).all() else live  # (-inf columns are looked at closely below)
         top = float(whole.max())
     fault = next(((i, *f) for i in faulty if (f := frame_fault(host_array(chunks[i]))) is not None), None)

@@ -38,6 +38,20 @@ def _reference_nbest(tlg, log_probs, n):
     return sorted(_paths(fst.shortestpath(fst.determinize(composed), nshortest=n)), key=lambda p: p[1])
 
 
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_nbest_lists_the_decodes_best_path_first_when_another_ties_it(n):
+    """Two word sequences of exactly the same cost (all-blank emissions on this graph):
+    OpenFST may list either first; the N-best list starts with the decode's best path."""
+    _, g = random_tlg(50, num_states=9, num_columns=5, num_words=4)
+    x = np.full((1, 5, 5), np.log(1e-6), np.float32)
+    x[..., 0] = 0.0
+    r = Decoder(g, beam=1e4, max_active=10**6, min_active=0, lattice_beam=500.0, num_threads=1).decode(x, nbest=n)[0]
+    tied = [e for e in r.lattice.nbest(3) if e.cost == r.cost]
+    assert len(tied) == 2 and r.word_ids in [e.word_ids for e in tied]  # the case this test is about
+    assert r.nbest[0] == r and len(r.nbest) == n
+    assert len({e.word_ids for e in r.nbest}) == n and [e.cost for e in r.nbest] == sorted(e.cost for e in r.nbest)
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_nbest_of_a_wide_search_is_openfst_nbest(seed):
     """Beam and lattice beam wide enough to keep every path: the N best distinct word

@@ -148,7 +148,7 @@ class Decoder:
 
     @staticmethod
     def _with_lattice(result: DecodeResult, raw, scorer, nbest: int | None) -> DecodeResult:
-        lattice = Lattice(raw, scorer)
+        lattice = Lattice(raw, scorer, result.word_ids)
         listed = tuple(lattice.nbest(nbest)) if nbest else ()
         if listed and listed[0].word_ids == result.word_ids:
             listed = (result,) + listed[1:]  # the same path: the best path's own figures

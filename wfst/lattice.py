@@ -76,9 +76,12 @@ class Lattice:
     """The word lattice of one utterance (see the module's doc).  Labels are the graph's:
     input labels are tokens (logit column + 1), output labels word ids (graph.words)."""
 
-    def __init__(self, raw: RawLattice, scorer: PathScorer):
+    def __init__(self, raw: RawLattice, scorer: PathScorer, best_words: tuple[int, ...] | None = None):
+        """best_words: the word ids of the decode's best path, which nbest() lists first
+        (another sequence may tie its cost)."""
         self._raw = raw
         self._scorer = scorer
+        self._best_words = best_words
         graph = scorer.graph
         self.ilabel = graph.ilabel[raw.arc.astype(np.int64)].astype(np.int32)
         self.olabel = graph.olabel[raw.arc.astype(np.int64)].astype(np.int32)
@@ -270,8 +273,11 @@ class Lattice:
         if not len(self._raw.final_states):
             return []
         sequences = _paths(fst.shortestpath(self._words_fst(), nshortest=int(min(n, 2**31 - 1))))  # (more: all)
-        sequences.sort(key=lambda p: p[1])
-        return [self._best_path_result(words) for words, _ in sequences]
+        listed = [words for words, _ in sorted(sequences, key=lambda p: p[1])]
+        best = self._best_words
+        if best is not None and (best in listed or len(listed) == n):  # (absent from a full list: more tie with it)
+            listed = [best] + [words for words in listed if words != best][:n - 1]
+        return [self._best_path_result(words) for words in listed]
 
     def _best_path_result(self, words: tuple[int, ...]) -> DecodeResult:
         """The DecodeResult of the best lattice path that outputs `words`."""

@@ -47,8 +47,6 @@ from .common import (
     expanded_cost,
     f32_bits,
     final_relative_cost,
-    fltop_active,
-    frame_acoustic_costs,
     frames_after,
     hash_slot,
     in_frame,
@@ -94,6 +92,7 @@ from .constants import (
     TOKEN_OVERFLOW,
     hash_slots,
 )
+from .fltop import fltop_active, frame_acoustic_costs
 from .groups import HashTable, Memo, Survivors, Tokens
 from .lattice import add_link, close_links, prune_at_frontier, store_links
 from .select import RADIX_BINS, select_cost
@@ -834,13 +833,13 @@ def frames(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n,
                 if t > 0 and (first + t) % lat.interval == 0:
                     prune_at_frontier(lat, trace.steps, first + t, stored)
         # ExpandArcs (again without FLToP if it left no arc a finite cost), then the closure
-        frame_acoustic_costs(log_probs, t, settings, pruning, ac)
+        frame_acoustic_costs(log_probs, t, settings, pruning, ac, ws.hist)
         n, best, overflow = _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl, sg, lat)
         if pruning and ns > 0 and not overflow and best == INF:
             fell_back = 1
             if lat is not None:
                 lat.count[0] = lat.count[1]
-            frame_acoustic_costs(log_probs, t, settings, False, ac)
+            frame_acoustic_costs(log_probs, t, settings, False, ac, ws.hist)
             n, best, overflow = _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl, sg,
                                              lat)
         if not overflow:

@@ -72,7 +72,6 @@ from .common import (
     best_token,
     boost_cost,
     boosted_weight,
-    column_cost,
     context_arrive,
     context_final,
     context_locate,
@@ -84,9 +83,6 @@ from .common import (
     expanded_cost,
     final_relative_cost,
     find_segment,
-    fltop_active,
-    fltop_bounds,
-    frame_acoustic_costs,
     frames_after,
     hash_slot,
     in_frame,
@@ -127,6 +123,7 @@ from .constants import (
     OK,
     TOKEN_OVERFLOW,
 )
+from .fltop import column_cost, fltop_active, fltop_bounds, frame_acoustic_costs
 from .select import RADIX_BINS, RADIX_PASSES, matches_prefix, pick_bin, radix_digit, radix_shift
 
 MAX_BLOCK = 256  # threads per block of the per-utterance kernels (sizes their shared arrays)
@@ -645,9 +642,10 @@ def frame_costs_kernel(clock, u, settings, acoustics, prune):
     if not _active(t, u, b):
         return
     bounds = cuda.shared.array(2, float64)
+    hist = cuda.shared.array(RADIX_BINS, int32)
     log_probs = acoustics.log_probs[b]
     if cuda.threadIdx.x == 0:
-        floor, kth = fltop_bounds(log_probs, t, settings, prune)
+        floor, kth = fltop_bounds(log_probs, t, settings, prune, hist)
         bounds[0] = floor
         bounds[1] = kth
     cuda.syncthreads()
@@ -668,7 +666,8 @@ def fltop_redo_kernel(clock, u, settings, sv, acoustics):
     u.redo[b] = 0
     if _active(t, u, b) and sv.n[b] > 0 and u.min_key[b] == INF_KEY and fltop_active(
             settings, acoustics.log_probs.shape[2]):
-        frame_acoustic_costs(acoustics.log_probs[b], t, settings, False, acoustics.costs[b])
+        frame_acoustic_costs(acoustics.log_probs[b], t, settings, False, acoustics.costs[b],
+                             cuda.local.array(RADIX_BINS, int32))  # (no pruning: no selection)
         u.redo[b] = 1
         u.fallbacks[b] += 1
 

@@ -46,17 +46,31 @@ def pick_bin(hist, k):
     return RADIX_BINS - 1, k  # not reached when k < sum(hist)
 
 
-@njit(nogil=True, cache=True)
-def select_cost(costs, n, k, hist):
-    """Cost of rank k (0-based) among costs[:n] (k < n), as Kaldi's nth_element would give."""
+@njit(inline="always", cache=True)
+def _select(values, n, k, hist, sign):
+    """Rank k (0-based) of sign * values[:n], smallest first (k < n); hist: RADIX_BINS counts."""
     prefix = np.uint32(0)
     for p in range(RADIX_PASSES):
         shift = radix_shift(p)
-        hist[:] = 0
+        for b in range(RADIX_BINS):
+            hist[b] = 0
         for i in range(n):
-            key = cost_key(costs[i])
+            key = cost_key(sign * values[i])
             if matches_prefix(key, prefix, p):
                 hist[radix_digit(key, shift)] += 1
         b, k = pick_bin(hist, k)
         prefix |= np.uint32(b) << shift
     return key_cost(prefix)
+
+
+@njit(nogil=True, cache=True)
+def select_cost(costs, n, k, hist):
+    """Cost of rank k (0-based) among costs[:n] (k < n), as Kaldi's nth_element would give."""
+    return _select(costs, n, k, hist, np.float32(1.0))
+
+
+@njit(cache=True)
+def select_largest(values, k, hist):
+    """The value of rank k (0-based) of float32 values, largest first (k < len(values)): a
+    plain function, which the CUDA kernels call from one thread too."""
+    return -_select(values, len(values), k, hist, np.float32(-1.0))

@@ -81,6 +81,16 @@ def test_fltop_fallback_cuda_equals_cpu(tiny):
     assert gpu.stats.fltop_fallbacks > 0 and all(r.words or r.reached_final for r in got)
 
 
+def test_fltop_large_top_n_cuda_equals_cpu():
+    """A top_n large for V takes the radix select (one thread of the block on the GPU)
+    instead of one scan per distinct value: both backends keep the same columns."""
+    _, g = random_tlg(3, num_states=10, num_columns=64, arcs_per_state=12)
+    x = random_log_probs(3, batch=2, frames=5, columns=64)
+    x[:, :, 7] = x[:, :, 11]  # a tie near the boundary
+    assert_same(g, x, np.array([5, 4]), beam=1e4, max_active=10**6, min_active=0, token_top_n=40)
+    assert_same(g, x, np.array([5, 4]), beam=1e4, max_active=10**6, min_active=0, token_top_n=3)  # the scans
+
+
 def dying_tiny(tiny):
     """The tiny graph, and emissions whose utterance 1 dies at frame 0 (one random letter a
     frame, blank impossible, which the lexicon cannot spell) and utterance 3 part-way

@@ -59,6 +59,27 @@ def test_radix_select_is_nth_element(costs, data):
     assert select_cost(costs, len(costs), k, np.zeros(RADIX_BINS, np.int64)) == np.partition(costs, k)[k]
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([-np.inf, -3.5, -1.0, -0.0, 0.0, -7.75]) | st.floats(-60, 0, width=32), min_size=2,
+                max_size=120), st.data())
+def test_fltop_top_n_bound_by_radix_select_is_the_scans_and_numpys(row, data):
+    """FLToP's top_n-th largest log-prob (ties counted) by radix select, as large top_n and V
+    take it, and by one scan per distinct value: the same columns kept, NumPy's k-th."""
+    from wfst.kernels.fltop import _kth_by_scans
+    from wfst.kernels.select import select_largest
+
+    x = np.array([row], np.float32)
+    top_n = data.draw(st.integers(1, len(row) - 1))
+    radix = select_largest(x[0], top_n - 1, np.zeros(RADIX_BINS, np.int64))
+    scans = _kth_by_scans(x, 0, top_n)
+    kth = -np.partition(-x[0], top_n - 1)[top_n - 1]
+    assert radix == kth
+    if kth > -np.inf:
+        assert scans == kth
+    else:  # fewer finite values than top_n: each keeps every finite column
+        assert np.array_equal(x[0] >= scans, x[0] > -np.inf)
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 3), st.sampled_from([0.0, 0.5, 1.0, -1.0])
                           | st.floats(-5, 5, width=32), st.integers(0, 1000), st.integers(0, 3)), max_size=60),

@@ -135,8 +135,8 @@ class Context(NamedTuple):
     phrases: Automata  # one row per utterance
     start: np.ndarray  # int32 (rows,): the context of each row's start token
     gain: np.ndarray  # float32 per big-LM state: common.lm_gain_bounds (+inf: no bound; one entry without rescoring)
-    reward: float  # the largest single-word boost reward in effect (>= 0): how far a boosted arc's weight
-                   # may lie below its place in its state's order of weights (cpu.interleave_graph)
+    spread: float  # how far single-word boosts may put a word arc's weight below an earlier arc's in its
+                   # state's order of unboosted weights (cpu.interleave_graph): a reward plus a penalty
     rest: np.ndarray  # float32 per big-LM state: the gain bound of all words but the excepted (CPU only)
     excepted: np.ndarray  # int32 (states, common.EXCEPTED): big-LM word ids that keep `gain` (-1: none)
 

@@ -75,9 +75,11 @@ class BoostTables:
         return keys, costs, bits
 
     @property
-    def max_reward(self) -> float:
-        """The largest single-word reward of the batch (0 without one)."""
-        return max([0.0] + [-min(m.values()) for m in self.maps if m])
+    def weight_spread(self) -> float:
+        """How far below an earlier word arc of its state (in the order of unboosted weights)
+        a word arc's boosted weight may lie: an utterance's largest reward plus its largest
+        penalty, the most over the batch (0 without boosts)."""
+        return max([0.0] + [max(0.0, -min(m.values())) + max(0.0, max(m.values())) for m in self.maps if m])
 
     def boosted(self, b: int) -> bool:
         """Whether utterance b boosts any single word."""

@@ -56,20 +56,21 @@ def no_lm() -> Automata:
                       np.full(1, -1, np.int32), np.zeros(1, np.float32), np.zeros(1, np.float32))])
 
 
-def context(rescorer, phrase_automata, reward: float = 0.0) -> Context:
+def context(rescorer, phrase_automata, spread: float = 0.0) -> Context:
     """The Context of utterances with these phrase automata (wfst.boost.PhraseAutomaton, one
-    row each) and the rescoring LMs of `rescorer` (wfst.lm.Rescorer) or none; reward: the
-    largest single-word boost reward of the batch (BoostTables.max_reward)."""
+    row each) and the rescoring LMs of `rescorer` (wfst.lm.Rescorer) or none; spread: how far
+    single-word boosts may move a word arc's weight below an earlier one's
+    (BoostTables.weight_spread)."""
     phrases = automata([a.automaton() for a in phrase_automata])
     sizes = np.array([a.num_states for a in phrase_automata], np.int32)
     if rescorer is None:
         lm = no_lm()
         zero = np.zeros(1, np.int32)
         return Context(False, sizes, lm, lm, zero, zero, zero, phrases, np.zeros(len(sizes), np.int32),
-                       np.zeros(1, np.float32), np.float32(reward), *no_rest())
+                       np.zeros(1, np.float32), np.float32(spread), *no_rest())
     big, small = rescorer.automata()
     return Context(True, sizes, big, small, rescorer.small_of, rescorer.lm_map, rescorer.lm0_map, phrases,
-                   (sizes * rescorer.big.start).astype(np.int32), rescorer.gain, np.float32(reward), rescorer.rest,
+                   (sizes * rescorer.big.start).astype(np.int32), rescorer.gain, np.float32(spread), rescorer.rest,
                    rescorer.excepted)
 
 

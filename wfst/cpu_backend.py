@@ -93,7 +93,7 @@ class CpuBackend:
             context = None
             if plan.rescorer is not None or phrases.num_states > 1:
                 if id(phrases) not in automata:
-                    automata[id(phrases)] = contexts.context(plan.rescorer, [phrases], boosts.max_reward)
+                    automata[id(phrases)] = contexts.context(plan.rescorer, [phrases], boosts.weight_spread)
                 context = automata[id(phrases)]
             word_costs = boosts.word_costs(b, self.num_words) if boosts.boosted(b) and not in_graph else None
             T = int(plan.lengths[b])
@@ -231,7 +231,7 @@ class CpuBackend:
         context = None
         phrases = boosts.phrases[0]
         if rescorer is not None or phrases.num_states > 1:
-            context = contexts.context(rescorer, [phrases], boosts.max_reward)
+            context = contexts.context(rescorer, [phrases], boosts.weight_spread)
         word_costs = boosts.word_costs(0, self.num_words) if boosts.boosted(0) else None
         own_memo = None
         if context is not None and phrases.num_states > 1:  # phrase steps are this stream's own

@@ -246,7 +246,7 @@ class CudaBackend:
             _, d_keys, d_costs, d_bits, d_sizes, d_start, *d_phrases = (on_device(a) for a in dev)
             ws = ws._replace(u=ws.u._replace(lengths=on_device(dev[0])))
             boosts = WordBoosts(d_keys, d_costs, d_bits, boosting)
-            # reward 0: only the CPU's arc order reads it, and a captured step would hold its value
+            # spread 0: only the CPU's arc order reads it, and a captured step would hold its value
             context = Context(rescorer is not None, d_sizes, *lm[:2], *lm[2:5], Automata(*d_phrases), d_start, lm[5],
                               np.float32(0.0), *(on_device(a) for a in contexts.no_rest()))
             bound = _Bound(key, frames, ws, fills, dev, boosts, context, with_contexts, cache,

@@ -303,10 +303,7 @@ def assert_same_lattices(graph, x, lengths, boost=None, gpu_links=None, **config
         gpu._capacity = dataclasses.replace(gpu._capacity, links=gpu_links)
     expected, got = cpu.decode(x, lengths, boost=boost, nbest=5), gpu.decode(x, lengths, boost=boost, nbest=5)
     assert got == expected
-    for a, b in zip(expected, got):
-        if a.num_frames == 0:  # an empty utterance has no lattice
-            assert a.lattice is b.lattice is None
-            continue
+    for a, b in zip(expected, got):  # (no frames: the lattice of the start's epsilon paths)
         assert canonical_lattice(b.lattice) == canonical_lattice(a.lattice)
         assert [(e.word_ids, round(e.cost, 4)) for e in b.nbest] == [(e.word_ids, round(e.cost, 4)) for e in a.nbest]
     return gpu, got

@@ -153,8 +153,8 @@ def test_tiny_tlg_matches_openfst(tiny, topology):
     r = compile_graph(tiny / topology, tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa",
                       lexicon=tiny / "lexicon.txt", word_boundary="|", topology=topology)
     g, tlg = wfst.load_graph(r.directory), read_fst(r.directory / "TLG.fst")
-    x = random_log_probs(7, batch=6, frames=12, columns=5, sharpness=3.0)
-    lengths = np.array([12, 11, 7, 5, 3, 1])
+    x = random_log_probs(7, batch=7, frames=12, columns=5, sharpness=3.0)
+    lengths = np.array([12, 11, 7, 5, 3, 1, 0])  # 0: the start's epsilon path to a final state
     for b, res in enumerate(Decoder(g, **WIDE).decode(x, lengths)):
         assert_exact(res, *shortest_decode(tlg, x[b, : lengths[b]]))
         assert res.acoustic_cost + res.graph_cost == pytest.approx(res.cost)
@@ -190,11 +190,13 @@ def test_demo_graphs_match_kaldi_faster_decoder(demo, demo_graphs, name, max_act
     g = wfst.load_graph(path)
     texts, x, lengths = demo_emissions(demo, g, kw, count=300)
     assert len(texts) >= 200
+    lengths[0] = 0  # no frames: the start's epsilon path to a final state, in both
     settings_ = dict(beam=16.0, max_active=max_active, min_active=20)
     ours = Decoder(g, **settings_).decode(x, lengths)
     kaldi = KaldiFasterDecoder(path / "TLG.fst", **settings_).decode(x, lengths)
     same = [a.word_ids == k.word_ids for a, k in zip(ours, kaldi)]
     assert sum(same) >= 0.99 * len(texts), f"{sum(same)}/{len(texts)} same words"
+    assert same[0] and ours[0].reached_final and ours[0].cost > 0
     for a, k, s in zip(ours, kaldi, same):
         if s:
             assert a.reached_final == k.reached_final
@@ -482,8 +484,9 @@ def test_edge_inputs_are_handled(tiny_decoder):
     x = random_log_probs(1, batch=3, frames=6, columns=5)
     full = d.decode(x)
     empty = d.decode(x, np.array([0, 6, 0]))
-    assert empty[0].words == () and empty[0].num_frames == 0 and not empty[0].reached_final
-    assert empty[1] == full[1]
+    assert empty[0] == empty[2] and empty[0].num_frames == 0 and empty[1] == full[1]
+    # no frames: the start's epsilon path to a final state (the empty sentence's LM cost)
+    assert empty[0].words == () and empty[0].reached_final and empty[0].cost == empty[0].graph_cost > 0
     strided = np.asfortranarray(x)  # non-contiguous: copied, same answer
     assert d.decode(strided) == full
     y = x.copy()
@@ -548,7 +551,7 @@ def test_a_batch_too_big_for_memory_is_decoded_in_groups_that_fit(tiny_decoder, 
     monkeypatch.setattr(backend, "concurrent", lambda n: n)  # as on a GPU: the whole group at once
     monkeypatch.setattr(backend, "search", lambda plan, group: groups.append(list(group)) or search(plan, group))
     assert tiny_decoder.decode(x, lengths) == expected
-    assert groups == [[0, 2], [4, 1]]
+    assert groups == [[0, 2], [4, 1], [3]]  # (no frames: the start's closure is searched too)
     monkeypatch.setattr(backend, "free_bytes", lambda: one // 2)
     with pytest.raises(DecoderMemoryError, match=r"utterance 0 \(6 frames\) alone needs"):
         tiny_decoder.decode(x, lengths)

@@ -57,8 +57,10 @@ def test_streams_equal_offline_decoding_for_any_chunking(demo, demo_graphs, name
     path, kw = demo_graphs[name]
     g = wfst.load_graph(path)
     texts, x, lengths = demo_emissions(demo, g, kw, count=8, seed=4)
+    lengths[5] = 0  # a stream given no frames: the start's epsilon path to a final state, as offline
     dec = Decoder(g, beam=12.0, max_active=600, num_threads=2)
     want = dec.decode(x, lengths)
+    assert want[5].reached_final and want[5].words == ()
     finals = {}
 
     def check(i, partial):  # stable words never change: they are a prefix of every later partial
@@ -83,6 +85,7 @@ def test_streams_with_boosts_phrases_fltop_and_rescoring(demo, tmp_path):
     words = texts[0].split()
     boosts = [{words[0]: 2.0}, None, {" ".join(words[:2]): 3.0, words[-1]: 1.0}, None, {words[1]: 1.5}, None]
     dec = Decoder(g, beam=10.0, max_active=400, token_top_n=12, num_threads=2, rescore_lm=demo / "lm.arpa")
+    lengths[3] = 0  # (the big LM's cost of the empty sentence)
     want = dec.decode(x, lengths, boost=boosts)
     same_results(stream_all(dec, x, lengths, seed=3, boost=boosts), want)
 

@@ -36,7 +36,7 @@ from .graph import Graph, check_searchable, load_graph
 from .inputs import check_batch, check_log_probs, chunk_faults, warn_not_log_probs
 from .lattice import Lattice, PathScorer
 from .memory import USABLE_SHARE
-from .results import EMPTY_RESULT, DecodeResult, DecodeStats, no_path, path_result
+from .results import DecodeResult, DecodeStats, no_path, path_result
 from .stream import EndpointConfig, Partial, Stream
 
 
@@ -131,11 +131,11 @@ class Decoder:
             paths, regrowths = self._search(plan)
             g, c, boosts = self.graph, self.config, plan.boosts
             results = [path_result(g, c, paths[b], int(plan.lengths[b]), boosts.maps[b], boosts.phrases[b],
-                                   self.rescorer) if b in paths else EMPTY_RESULT for b in range(len(plan.lengths))]
+                                   self.rescorer) for b in range(len(plan.lengths))]
             if plan.lattice is not None:
                 results = [self._with_lattice(r, paths[b].lattice, PathScorer(
                     g, c, int(plan.lengths[b]), boosts.maps[b], boosts.phrases[b], self.rescorer), nbest)
-                    if b in paths and r.acoustic_cost < math.inf else r  # (a search that died has none)
+                    if r.acoustic_cost < math.inf else r  # (a search that died has none)
                     for b, r in enumerate(results)]
             frames = int(plan.lengths.sum())
             lm = self._backend.lm_report(lm_before, frames, self.rescorer)
@@ -252,7 +252,7 @@ class Decoder:
                 if status == C.EPS_CYCLE:
                     raise WfstError("a stream's path loops: the graph has an epsilon cycle of zero or negative cost")
                 results.append(path_result(self.graph, self.config, path, s.frames, s._boost_map, s._phrases,
-                                           self.rescorer, prefix) if s.frames else EMPTY_RESULT)
+                                           self.rescorer, prefix))
                 s._final_rule = s.endpoint_rule
                 s.finished = True
                 s._state = _FinishedState(s.frames)
@@ -319,10 +319,11 @@ class Decoder:
         return BatchPlan(x, lengths, boosts, self.rescorer, self._settings, self._capacity, lattice)
 
     def _search(self, plan: BatchPlan):
-        """The best path of every non-empty utterance ({utterance: TracedPath}) and how many
-        were decoded again: an utterance whose search overflowed is searched again with
-        the capacity it overflowed grown (Capacity.grown), until it fits."""
-        todo = [b for b in range(len(plan.lengths)) if plan.lengths[b] > 0]
+        """The best path of every utterance ({utterance: TracedPath}; one of no frames: the
+        start's epsilon path to a final state, as Kaldi's) and how many were decoded again:
+        an utterance whose search overflowed is searched again with the capacity it
+        overflowed grown (Capacity.grown), until it fits."""
+        todo = list(range(len(plan.lengths)))
         paths, regrowths = {}, 0
         while todo:
             outcomes = [o for group in self._groups(todo, plan.lengths) for o in

@@ -117,9 +117,6 @@ class DecodeResult:
         return self.lattice
 
 
-EMPTY_RESULT = DecodeResult((), (), (), 0.0, 0.0, 0.0, False, 0)
-
-
 @dataclasses.dataclass
 class DecodeStats:
     """What the last decode() call did."""

@@ -176,6 +176,26 @@ def test_boosting_absent_words_changes_little(char_graph):
     assert sum(a.words == b.words for a, b in zip(plain, boosted)) >= 0.9 * len(texts)
 
 
+def test_boosting_a_word_no_arc_outputs_changes_nothing(tiny, tmp_path):
+    """A word of words.txt that the graph never outputs (an LM word the lexicon cannot spell,
+    listed last) may be boosted: per utterance, batch-wide and in a stream (its cost vector
+    held too few words: an IndexError)."""
+    r = compile_graph(tmp_path / "g", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=tiny / "lexicon.txt",
+                      word_boundary="|", topology="compact")
+    words = r.directory / "words.txt"
+    words.write_text(words.read_text() + f"zebra {len(words.read_text().splitlines())}\n")
+    g = wfst.load_graph(r.directory)
+    assert g.words.ids()["zebra"] > g.olabel.max()
+    x = random_log_probs(4, batch=2, frames=6, columns=5)
+    dec = Decoder(g, beam=8.0)
+    plain = dec.decode(x)
+    assert dec.decode(x, boost={"zebra": 2.0, "ab": 1.0}) == dec.decode(x, boost={"ab": 1.0})
+    assert dec.decode(x, boost=[{"zebra": 2.0}, None]) == plain
+    s = dec.stream(boost={"zebra": 2.0})
+    dec.advance([s], [x[0]])
+    assert dec.finish([s])[0] == plain[0]
+
+
 def test_boost_input_is_checked_and_reported(tiny_graph):
     g, _ = tiny_graph
     x = random_log_probs(3, batch=2, frames=6, columns=5)

@@ -47,7 +47,8 @@ class CpuBackend:
         states, arcs = cpu.interleave_graph(graph.e_indptr, graph.ne_indptr, graph.ilabel, graph.olabel,
                                             graph.weight, graph.nextstate)
         self.layout = InterleavedGraph(states, arcs, graph.final, np.int64(graph.start), graph.ilabel)
-        self.num_words = int(graph.olabel.max(initial=0)) + 1  # every output label indexes a cost vector
+        # every output label and every word of the table (a boost may name one no arc outputs) indexes a cost vector
+        self.num_words = max(int(graph.olabel.max(initial=0)) + 1, len(graph.words or ()))
         self._word_arcs = None
         self._lm_memos = queue.SimpleQueue()  # see _memo
         self._workspaces = {}  # capacity -> queue of cpu.Workspace, one per utterance searched at a time

@@ -821,6 +821,8 @@ def frames(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n,
         adaptive_beam = settings.beam
         if resumed:
             adaptive_beam = resume_beam
+            if lat is not None:  # the links of the frame's first try go
+                lat.count[0] = lat.count[1]
         else:
             if n > 0:
                 cutoff, adaptive_beam = _cutoff(tl, n, settings, ws.hist)
@@ -830,7 +832,7 @@ def frames(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n,
             if lat is not None:
                 if not store_links(lat, ws.mark, ws.gid, n, first + t, stored):
                     return LINK_OVERFLOW, t, n, ns, adaptive_beam, prev, arc, stored, fallbacks
-                if t > 0 and (first + t) % lat.interval == 0:
+                if first + t > 0 and (first + t) % lat.interval == 0:
                     prune_at_frontier(lat, trace.steps, first + t, stored)
         # ExpandArcs (again without FLToP if it left no arc a finite cost), then the closure
         frame_acoustic_costs(log_probs, t, settings, pruning, ac, ws.hist)
@@ -1111,15 +1113,16 @@ def common_ancestor(tl, n, prev, stored):
 
 @njit(nogil=True, cache=True)
 def advance_stream(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n, ns, resume, resume_beam,
-                   trace, first, stored):
+                   trace, first, stored, lat):
     """A stream's chunk in one call: frames(), then (when they all went through) the hash
-    table emptied for the next stream and what the endpoint rules read.  Returns frames()'s
+    table emptied for the next stream and what the endpoint rules read.  lat: the stream's
+    lattice.Links (its steps are frames since the start: it commits nothing), or None.  Returns frames()'s
     tuple + (survivors of the frames done, trailing blanks, whether a non-blank came
     before them, the final relative cost, whether the search died: its tokens are ghosts,
     and the frames after their paths count as trailing blanks)."""
     status, done, n, ns, beam, prev, arc, stored, fallbacks = frames(
         graph, boosts, context, memo, log_probs, num_frames, settings, ws, n, ns,
-        np.float32(resume_beam if resume else -1.0), trace, first, stored, None)
+        np.float32(resume_beam if resume else -1.0), trace, first, stored, lat)
     survivors = 0
     for t in range(first, first + done):  # an overflowed frame counts when redone
         survivors += trace.survivors[t]
@@ -1181,20 +1184,38 @@ def append_chunk(slots, i, x, numbers):
 @njit(nogil=True, cache=True)
 def finish_slot(graph, context, ws, slots, i, numbers):
     """finish() of stream slots[i] (its numbers numbers[i]), room for the last step made
-    first.  Returns finish()'s tuple + the stream's trace.steps and log-probs, which the
-    path is read with; when it is OK, the slot's arrays are dropped for empty ones."""
+    first.  Returns finish_lattice()'s tuple (no final states) + the stream's trace.steps
+    and log-probs, which the path is read with; when it is OK, the slot's arrays are
+    dropped for empty ones."""
+    return _finish_slot(graph, context, ws, slots, i, numbers, None)
+
+
+@njit(nogil=True, cache=True)
+def finish_slot_lattice(graph, context, ws, slots, i, numbers, lat):
+    """finish_slot() of a stream that keeps a lattice (lat: its lattice.Links, with room
+    for the last step's tokens): finish_lattice()'s tuple, its final states included."""
+    return _finish_slot(graph, context, ws, slots, i, numbers, lat)
+
+
+@njit(nogil=True, cache=True)
+def _finish_slot(graph, context, ws, slots, i, numbers, lat):
     s = append_chunk(slots, i, slots[i].logp[:0], numbers)
     v = numbers[i]
     w = Workspace(ws.ht, s.tl, ws.sv, ws.gid, ws.mark, ws.stack, ws.hist, ws.sg)
-    status, arcs, gids, reached_final = finish(graph, context, w, v[S_N], s.trace, v[S_FRAMES] - v[S_BASE],
-                                               v[S_STORED])
+    final_gids, final_costs = np.empty(0, np.int32), np.empty(0, np.float32)
+    if lat is None:
+        status, arcs, gids, reached_final = finish(graph, context, w, v[S_N], s.trace, v[S_FRAMES] - v[S_BASE],
+                                                   v[S_STORED])
+    else:
+        status, arcs, gids, reached_final, final_gids, final_costs = finish_lattice(
+            graph, context, w, v[S_N], s.trace, v[S_FRAMES] - v[S_BASE], v[S_STORED], lat)
     if status == OK:
         i32 = np.int32
         none = np.empty(0, i32)
         slots[i] = StreamSlot(Tokens(none, none, np.empty(0, np.float32), none, none, none, none),
                               Trace(none, none, np.empty(0, np.int64), none), np.empty(0, np.float32),
                               np.empty((0, s.logp.shape[1]), np.float32))
-    return status, arcs, gids, reached_final, s.trace.steps, s.logp
+    return status, arcs, gids, reached_final, final_gids, final_costs, s.trace.steps, s.logp
 
 
 @njit(nogil=True, cache=True)
@@ -1250,10 +1271,10 @@ def advance_streams(graph, settings, ws, slots, numbers, relative, which, chunks
         first = v[S_FRAMES] - v[S_BASE]
         if len(s.word_costs):
             r = advance_stream(graph, s.word_costs, None, None, x, len(x), settings, w, v[S_N], v[S_NS], False,
-                               np.float32(0.0), s.trace, first, v[S_STORED])
+                               np.float32(0.0), s.trace, first, v[S_STORED], None)
         else:
             r = advance_stream(graph, None, None, None, x, len(x), settings, w, v[S_N], v[S_NS], False,
-                               np.float32(0.0), s.trace, first, v[S_STORED])
+                               np.float32(0.0), s.trace, first, v[S_STORED], None)
         status, done, n, ns, beam, prev, arc, stored, fallbacks, survivors, trailing, voiced, rel, dead = r
         if len(prev) != len(s.trace.prev):  # the backpointers grew
             slots[i] = StreamSlot(s.tl, Trace(prev, arc, s.trace.steps, s.trace.survivors), s.word_costs, s.logp)

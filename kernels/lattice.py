@@ -55,6 +55,26 @@ def new_links(size: int, tokens: int, beam: float, interval: int) -> Links:
                  np.zeros(2, np.int64), np.zeros(2, np.int64), f32(beam), np.int64(interval))
 
 
+_LINK_FIELDS = ("src", "dst", "arc", "graph", "acoustic", "reduced")
+_STORED_FIELDS = ("alpha", "extra", "fresh")
+
+
+def with_room(lat: Links, links: int = 0, stored: int = 0, tokens: int = 0, steps: int = 0) -> Links:
+    """`lat` (a stream's, which grows as it goes) with room for at least `links` links,
+    `stored` backpointers, `tokens` tokens a frame and `steps` steps: each array too small
+    replaced by one twice as large at least, its contents kept."""
+    def grown(a, need):
+        if len(a) >= need:
+            return a
+        b = np.zeros(max(need, 2 * len(a)), a.dtype)
+        b[:len(a)] = a
+        return b
+
+    need = dict.fromkeys(_LINK_FIELDS, links) | dict.fromkeys(_STORED_FIELDS, stored) | dict(first=tokens,
+                                                                                            block=steps)
+    return lat._replace(**{f: grown(getattr(lat, f), n) for f, n in need.items()})
+
+
 @njit(inline="always")
 def add_link(lat, src, dst, arc, graph, acoustic):
     """Append a link of the frame; False when the buffer is full."""

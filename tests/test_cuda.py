@@ -386,6 +386,12 @@ def test_streams_cuda_equal_cpu_and_offline(config):
         assert gpu._backend._lanes.capacity > 3  # a frame overflowed: the lanes grew mid-stream
 
 
+def test_cuda_streams_keep_no_lattice_yet():
+    _, g = random_tlg(3, num_states=10)
+    with pytest.raises(wfst.OptionError, match="streams on device='cuda' keep the best path only so far"):
+        Decoder(g, device="cuda", lattice_beam=4.0).stream()
+
+
 @pytest.mark.parametrize("graphs", [False, True], ids=["launches", "graphs"])
 def test_streams_cuda_with_boosts_phrases_and_rescoring(small_graph, graphs):
     g, lms = small_graph

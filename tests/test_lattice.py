@@ -233,8 +233,10 @@ def test_bad_lattice_options(noisy):
     r = results[0]
     assert lattice.sequence_posterior(r.words) == lattice.sequence_posterior(r.word_ids) > 0
     assert lattice.sequence_posterior(("no-such-word",)) == 0.0
+    with pytest.raises(OptionError, match="nbest"):  # a stream's N-best list is checked alike
+        dec.finish([dec.stream()], nbest=0)
     with pytest.raises(OptionError, match="lattice_beam"):
-        dec.stream()
+        plain.finish([plain.stream()], nbest=3)
 
 
 def test_calibration_fit_recovers_a_logistic_relation():

@@ -2,6 +2,7 @@
 endpointing, bounded state and bad input."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 
@@ -19,7 +20,7 @@ from wfst.lm import truncate_arpa
 from wfst.stream import KALDI_RULES, EndpointConfig, EndpointRule
 
 
-def stream_all(dec, x, lengths, seed, boost=None, check_partials=None):
+def stream_all(dec, x, lengths, seed, boost=None, check_partials=None, nbest=None):
     """Decode every utterance as a stream: random chunk sizes (0 frames upward), streams
     advanced in random subsets so that they join and leave between calls."""
     rng = np.random.default_rng(seed)
@@ -38,7 +39,7 @@ def stream_all(dec, x, lengths, seed, boost=None, check_partials=None):
         if check_partials is not None:
             for i in pick:
                 check_partials(i, streams[i].partial())
-    return dec.finish(streams)
+    return dec.finish(streams, nbest=nbest)
 
 
 def same_results(got, want):
@@ -50,6 +51,19 @@ def same_results(got, want):
         assert a.acoustic_cost == pytest.approx(b.acoustic_cost, abs=1e-5)
         assert (a.boost_cost, a.rescore_cost) == pytest.approx((b.boost_cost, b.rescore_cost), abs=1e-5)
         assert np.array_equal(a.frame_tokens, b.frame_tokens)  # (what word times read: the prefix's kept)
+
+
+def same_lattices(got, want):
+    """A stream keeps the offline lattice exactly: the same links (tokens numbered alike),
+    states, final costs, N-best lists and word confidences."""
+    for a, b in zip(got, want):
+        assert (a.lattice is None) == (b.lattice is None)
+        if a.lattice is not None:
+            mine, theirs = a.lattice._raw, b.lattice._raw
+            for field in mine._fields:
+                assert np.array_equal(getattr(mine, field), getattr(theirs, field)), field
+            assert a.word_confidences == b.word_confidences
+        assert [(h.words, h.cost) for h in a.nbest] == [(h.words, h.cost) for h in b.nbest]
 
 
 @pytest.mark.parametrize("name", ["char_compact", "bpe_compact"])
@@ -74,8 +88,10 @@ def test_streams_equal_offline_decoding_for_any_chunking(demo, demo_graphs, name
         assert got[i].word_ids[:len(prefix)] == prefix
 
 
-def test_streams_with_boosts_phrases_fltop_and_rescoring(demo, tmp_path):
-    """Per-stream word boosts and phrases, FLToP and on-the-fly rescoring: as offline."""
+@pytest.mark.parametrize("lattice_beam", [None, 4.0])
+def test_streams_with_boosts_phrases_fltop_and_rescoring(demo, tmp_path, lattice_beam):
+    """Per-stream word boosts and phrases, FLToP and on-the-fly rescoring: as offline (with
+    their lattices)."""
     small = truncate_arpa(demo / "lm.arpa", tmp_path / "lm2.arpa", 2)
     r = compile_graph(tmp_path / "g", tokens=demo / "chars_tokens.txt", word_boundary="|", lm=small,
                       topology="compact")
@@ -84,10 +100,38 @@ def test_streams_with_boosts_phrases_fltop_and_rescoring(demo, tmp_path):
     x, lengths = synthetic.from_texts(texts, g.tokens, word_boundary="|", seed=2, confusion=0.15, noise=1.5)
     words = texts[0].split()
     boosts = [{words[0]: 2.0}, None, {" ".join(words[:2]): 3.0, words[-1]: 1.0}, None, {words[1]: 1.5}, None]
-    dec = Decoder(g, beam=10.0, max_active=400, token_top_n=12, num_threads=2, rescore_lm=demo / "lm.arpa")
+    dec = Decoder(g, beam=10.0, max_active=400, token_top_n=12, num_threads=2, rescore_lm=demo / "lm.arpa",
+                  lattice_beam=lattice_beam, prune_interval=5)
     lengths[3] = 0  # (the big LM's cost of the empty sentence)
-    want = dec.decode(x, lengths, boost=boosts)
-    same_results(stream_all(dec, x, lengths, seed=3, boost=boosts), want)
+    nbest = None if lattice_beam is None else 3
+    want = dec.decode(x, lengths, boost=boosts, nbest=nbest)
+    got = stream_all(dec, x, lengths, seed=3, boost=boosts, nbest=nbest)
+    same_results(got, want)
+    same_lattices(got, want)
+
+
+@pytest.mark.parametrize("name", ["char_compact", "bpe_compact"])
+def test_streams_keep_the_offline_lattices(demo, demo_graphs, name):
+    """With a lattice_beam a stream keeps its word lattice, pruned every prune_interval frames
+    whatever its chunks: finish() gives the offline lattice, N-best list and confidences,
+    through token overflows and links that outgrow their room (it grows as the stream goes,
+    where decode() searches again with twice the room)."""
+    path, kw = demo_graphs[name]
+    g = wfst.load_graph(path)
+    _, x, lengths = demo_emissions(demo, g, kw, count=6, seed=3)
+    lengths[2] = 0
+    dec = Decoder(g, beam=12.0, max_active=600, lattice_beam=5.0, prune_interval=7, token_capacity=64,
+                  num_threads=2)
+    room = dataclasses.replace(dec._capacity, links=256)
+    dec._capacity = room
+    want = dec.decode(x, lengths, nbest=4)
+    assert dec.stats.regrowths > 0 and all(r.lattice for r in want)
+    dec._capacity = room
+    same_lattices(stream_all(dec, x, lengths, seed=2, nbest=4), want)
+    got = stream_all(dec, x, lengths, seed=5, nbest=4)
+    same_results(got, want)
+    same_lattices(got, want)
+    assert any(len(r.nbest) > 1 for r in got)  # lattices with alternatives, not best paths alone
 
 
 def test_a_stream_that_overflows_grows_and_stays_exact(demo, demo_graphs):
@@ -281,7 +325,7 @@ def test_streams_whose_tokens_all_die_equal_offline_decoding(demo, demo_graphs, 
     g = wfst.load_graph(path)
     _, x, lengths = demo_emissions(demo, g, kw, count=6, seed=2)
     x = dying(g, x, lengths, [int(n) * k // 6 for k, n in enumerate(lengths)])  # the first at frame 0
-    dec = Decoder(g, beam=12.0, max_active=600, num_threads=threads)
+    dec = Decoder(g, beam=12.0, max_active=600, num_threads=threads, lattice_beam=5.0 if threads == 2 else None)
     want = dec.decode(x, lengths)
     assert dec.stats.no_path == tuple(range(6))
     assert all(r.cost == np.inf and not r.reached_final for r in want)

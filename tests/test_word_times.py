@@ -252,10 +252,12 @@ def test_streams_have_the_offline_word_times(demo, demo_graphs, tmp_path):
     assert [r.word_times for r in got] == [r.word_times for r in want] and all(r.words for r in got)
     em = tmp_path / "em.npz"
     synthetic.save_npz(em, x, lengths, texts)
-    for mode in ([], ["--stream", "--chunk-ms", "120"]):
-        assert decode_main(["--graph", str(path), "--emissions", str(em), "--beam", "12", "--quiet",
-                            "--ctm", str(tmp_path / f"o{len(mode)}.ctm")] + mode) == 0
-    assert (tmp_path / "o0.ctm").read_text() == (tmp_path / "o3.ctm").read_text()
+    for lattice in ([], ["--lattice-beam", "6"]):  # with a lattice: the words' confidences too
+        for mode in ([], ["--stream", "--chunk-ms", "120"]):
+            assert decode_main(["--graph", str(path), "--emissions", str(em), "--beam", "12", "--quiet",
+                                "--ctm", str(tmp_path / f"o{len(mode)}.ctm")] + mode + lattice) == 0
+        assert (tmp_path / "o0.ctm").read_text() == (tmp_path / "o3.ctm").read_text()
+        assert len((tmp_path / "o0.ctm").read_text().split("\n")[0].split()) == 5 + len(lattice) // 2
 
 
 def test_cuda_results_have_the_cpu_word_times(tiny_graphs):

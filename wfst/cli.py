@@ -151,8 +151,9 @@ def decode_main(argv: list[str] | None = None) -> int:
     _check_shared(ap, args)
     if args.nbest is not None and args.lattice_beam is None:
         ap.error("argument --nbest: N-best lists come from the lattice; give --lattice-beam too")
-    if args.stream and args.lattice_beam is not None:
-        ap.error("argument --lattice-beam: streams keep the best path only so far (leave out --stream)")
+    if args.stream and args.lattice_beam is not None and args.device == "cuda":
+        ap.error("argument --lattice-beam: streams on --device cuda keep the best path only so far (leave out "
+                 "--stream, or stream on the CPU)")
     if not (args.chunk_ms >= args.frame_ms and math.isfinite(args.chunk_ms / args.frame_ms)):
         ap.error(f"argument --chunk-ms: must be a finite number of ms, at least one frame ({args.frame_ms:g} ms), "
                  f"got {args.chunk_ms}")
@@ -329,7 +330,7 @@ def _streams(decoder: Decoder, em, lo: int, hi: int, args):
                 shown[i] = text
                 print(f"{lo + i}\t{s.frames * args.frame_ms / 1000:6.2f} s\t{text}")
     start = time.perf_counter()
-    results = decoder.finish(streams)
+    results = decoder.finish(streams, nbest=args.nbest)
     return results, seconds + time.perf_counter() - start
 
 

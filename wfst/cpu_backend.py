@@ -224,10 +224,12 @@ class CpuBackend:
 
     # ------------------------------------------------------------------ streams
 
-    def open_stream(self, boosts, rescorer, settings, capacity) -> CpuStream:
+    def open_stream(self, boosts, rescorer, settings, capacity, lattice=None) -> CpuStream:
         """A stream's search state: its start token and the start's epsilon closure.
-        boosts: the stream's BoostTables (one row); capacity: the decoder's batch.Capacity."""
+        boosts: the stream's BoostTables (one row); capacity: the decoder's batch.Capacity;
+        lattice: (lattice beam, prune interval) when the stream keeps its lattice."""
         from wfst.kernels import cpu
+        from wfst.kernels import lattice as kl
 
         context = None
         phrases = boosts.phrases[0]
@@ -239,16 +241,21 @@ class CpuBackend:
             own_memo = cpu.new_memo(_PHRASE_LM_MEMO_SLOTS if rescorer is not None else _PHRASE_MEMO_SLOTS)
         state = CpuStream(self._slots, context, own_memo, word_costs, settings, capacity.tokens,
                           self.graph.tokens.num_columns)
+        if lattice is not None:
+            state.links = kl.with_room(kl.new_links(capacity.lattice_links, capacity.tokens, *lattice), steps=64)
         while True:
             with self._stream_memo(state) as memo, self._workspace(state.capacity) as ws:
                 ws = ws._replace(tl=state.tl)
-                n, overflow = cpu.begin(self.layout, word_costs, context, memo, ws, None)
+                n, overflow = cpu.begin(self.layout, word_costs, context, memo, ws, state.links)
                 if not overflow:
                     cpu.release(ws, n)
                     state.n = n
                     return state
                 _clean(ws)
-            state.grow(None)
+            if state.links is not None and state.links.count[0] == len(state.links.src):
+                state.links = kl.with_room(state.links, links=2 * len(state.links.src))
+            else:
+                state.grow(None)
 
     def advance(self, states: list, chunks: list) -> int:
         """Decode each stream's chunk (NumPy (T, V) float32) on the thread pool.  Streams
@@ -256,12 +263,12 @@ class CpuBackend:
         without the GIL, one call per thread: the threads take them one by one, dearest
         first, from a shared counter.  The others are one call each.  Returns the tokens
         that survived pruning, summed over the chunks' frames."""
-        if len(states) == 1 and states[0].context is None:  # a stream alone, a server's usual call: no grouping
+        if len(states) == 1 and not states[0].own_call:  # a stream alone, a server's usual call: no grouping
             return self._advance_alone(states[0], chunks[0]) if len(chunks[0]) else 0
         own, by_capacity = [], {}
         for i, (state, x) in enumerate(zip(states, chunks)):
             if len(x):
-                if state.context is not None:
+                if state.own_call:
                     own.append(i)
                 else:
                     by_capacity.setdefault(state.capacity, []).append(i)
@@ -392,6 +399,8 @@ class CpuBackend:
         a workspace of that capacity; memo: the stream's memo; resume_beam: frame t overflowed
         in a smaller workspace, and its survivors were kept (CpuStream.grow) with this beam.
         Returns the survivors of pruning over the frames searched."""
+        from wfst.kernels import lattice as kl
+
         cpu = self._cpu
         T = len(chunk)
         total = 0
@@ -403,10 +412,15 @@ class CpuBackend:
                 ws = state.resumed(ws)
             trace = state.trace
             ws = ws._replace(tl=state.tl)
+            lat = state.links
+            if lat is not None:  # room for what storing the chunk's frames can add (links grow on overflow)
+                stored, steps = state.stored + (T - t + 1) * state.capacity, state.frames + T - t + 2
+                if len(lat.alpha) < stored or len(lat.first) < state.capacity or len(lat.block) < steps:
+                    lat = state.links = kl.with_room(lat, stored=stored, tokens=state.capacity, steps=steps)
             (status, done, n, ns, beam, prev, arc, stored, fallbacks, survivors, trailing, voiced,
              relative, dead) = cpu.advance_stream(
                 self.layout, state.word_costs, state.context, memo, chunk[t:], T - t, state.settings, ws,
-                state.n, state.ns, resume, resume_beam, trace, state.frames - state.base, state.stored)
+                state.n, state.ns, resume, resume_beam, trace, state.frames - state.base, state.stored, lat)
             if len(prev) != len(trace.prev):
                 state.trace = trace._replace(prev=prev, arc=arc)
             state.n, state.ns, state.stored = n, ns, stored
@@ -416,14 +430,21 @@ class CpuBackend:
             total += survivors
             if status == C.OK:
                 break
-            # a frame overflowed: go on from its survivors in a workspace twice as large
-            state.grow(ws)
+            # a frame overflowed: go on from its survivors in a workspace twice as large, or
+            # with twice the room for links
+            if status == C.LINK_OVERFLOW:
+                if lat.count[0] < len(lat.src):  # with_room above makes storing the frames never overflow
+                    raise RuntimeError("a stream's lattice had no room to store a frame's tokens")
+                state.keep_survivors(ws)
+                state.links = kl.with_room(lat, links=2 * len(lat.src))
+            else:
+                state.grow(ws)
             _clean(ws)
             t += done
             resume, resume_beam = True, beam
         state.set_endpoint_readings(trailing, voiced, relative)
         state.dead = dead
-        if state.stored >= state.next_commit:
+        if state.stored >= state.next_commit and state.links is None:  # (a lattice holds every backpointer)
             state.commit(self.graph)
         return int(total)
 
@@ -434,14 +455,24 @@ class CpuBackend:
     def finish_stream(self, state: CpuStream):
         """The stream's last step: (status, TracedPath of the rest of the path, the
         committed PathPart before it)."""
+        from wfst.kernels import lattice as kl
+
+        lat = state.links
         with self._workspace(state.capacity) as ws:
             self._slots.generation += 1  # the kernel replaces the stream's arrays
-            status, arcs, gids, reached_final, steps, logp = self._finish_slot(self.layout, state.context, ws,
-                                                                               self._slots.list, state.slot,
-                                                                               self._slots.numbers)
+            args = (self.layout, state.context, ws, self._slots.list, state.slot, self._slots.numbers)
+            if lat is None:
+                status, arcs, gids, reached_final, _, _, steps, logp = self._finish_slot(*args)
+            else:  # (room for the last step's tokens: storing them cannot overflow)
+                lat = kl.with_room(lat, stored=state.stored + state.n)
+                status, arcs, gids, reached_final, final_gids, final_costs, steps, logp = self._cpu.finish_slot_lattice(
+                    *args, lat)
         if status != C.OK:
             return status, None, state.prefix
-        path = state.traced(self.graph, steps, arcs, gids, reached_final, logp)
+        raw = None if lat is None else RawLattice.of(lat, steps[:state.frames + 2], final_gids, final_costs,
+                                                      reached_final)
+        path = state.traced(self.graph, steps, arcs, gids, reached_final, logp)._replace(lattice=raw)
+        state.links = None
         state.close()
         return status, path, state.prefix
 
@@ -695,7 +726,14 @@ class CpuStream(Ledger):
         self._release = weakref.finalize(self, slots.give_back, self.slot)
         self._arrays, self._generation = None, -1
         self._alone = None  # its _Group when a call advances it alone
+        self.links = None  # its lattice (kernels.lattice.Links) when it keeps one
         super().__init__(capacity)
+
+    @property
+    def own_call(self) -> bool:
+        """Whether its chunks are searched one call each (a context or a lattice), not in a
+        group of plain streams."""
+        return self.context is not None or self.links is not None
 
     def group_for(self, chunk: np.ndarray) -> _Group:
         """The stream's group of one for this chunk (made once: a group costs µs, and a
@@ -745,7 +783,13 @@ class CpuStream(Ledger):
 
         self.capacity *= 2
         self.tl = cpu.new_tokens(self.capacity)
-        self._survivors = None if ws is None else tuple(a[:self.ns].copy() for a in ws.sv[:4])
+        self._survivors = None
+        if ws is not None:
+            self.keep_survivors(ws)
+
+    def keep_survivors(self, ws) -> None:
+        """Keep the survivors of the frame that overflowed in ws (resumed() puts them back)."""
+        self._survivors = tuple(a[:self.ns].copy() for a in ws.sv[:4])
 
     def resumed(self, ws):
         """ws (of the new capacity) with the overflowed frame's survivors copied in."""

@@ -118,12 +118,7 @@ class Decoder:
         confidences from it); nbest=N also lists its N best distinct word sequences
         (result.nbest, DecodeResults, best first).
         """
-        if nbest is not None:
-            if not isinstance(nbest, (int, np.integer)) or isinstance(nbest, bool) or nbest < 1:
-                raise OptionError(f"nbest={nbest!r}: must be an integer >= 1")
-            if self.config.lattice_beam is None:
-                raise OptionError(f"nbest={nbest} needs a lattice: set lattice_beam (e.g. "
-                                  f"Decoder(..., lattice_beam=8.0))")
+        self._check_nbest(nbest)
         with self._lock:
             start = time.perf_counter()
             plan = self._plan(log_probs, lengths, boost)
@@ -146,6 +141,14 @@ class Decoder:
                                      no_path(results, "utterance", plan.log_probs))
             return results
 
+    def _check_nbest(self, nbest) -> None:
+        if nbest is not None:
+            if not isinstance(nbest, (int, np.integer)) or isinstance(nbest, bool) or nbest < 1:
+                raise OptionError(f"nbest={nbest!r}: must be an integer >= 1")
+            if self.config.lattice_beam is None:
+                raise OptionError(f"nbest={nbest} needs a lattice: set lattice_beam (e.g. "
+                                  f"Decoder(..., lattice_beam=8.0))")
+
     @staticmethod
     def _with_lattice(result: DecodeResult, raw, scorer, nbest: int | None) -> DecodeResult:
         lattice = Lattice(raw, scorer, result.word_ids)
@@ -163,9 +166,9 @@ class Decoder:
         decode(); endpoint: the endpoint rules (default: Kaldi's)."""
         from .boost import boost_tables
 
-        if self.config.lattice_beam is not None:
-            raise OptionError(f"lattice_beam={self.config.lattice_beam}: streams keep the best path only so far; "
-                              f"decode with a Decoder without lattice_beam")
+        if self.config.lattice_beam is not None and self.device == "cuda":
+            raise OptionError(f"lattice_beam={self.config.lattice_beam}: streams on device='cuda' keep the best "
+                              f"path only so far; stream on device='cpu', or without lattice_beam")
         if endpoint is not None and not isinstance(endpoint, EndpointConfig):
             raise OptionError(f"endpoint must be a wfst.EndpointConfig or None; got {type(endpoint).__name__}")
         boosts = boost_tables(None if boost is None else [boost], 1, self.graph.words, self.config.beam, stream=True)
@@ -177,7 +180,9 @@ class Decoder:
                                      f"but {available / 2**30:.2f} GiB is available; lower max_active or "
                                      f"token_capacity")
         with self._lock:
-            state = self._backend.open_stream(boosts, self.rescorer, self._settings, self._capacity)
+            lattice = None if c.lattice_beam is None else (c.lattice_beam, c.prune_interval)
+            state = self._backend.open_stream(boosts, self.rescorer, self._settings, self._capacity,
+                                              **({} if lattice is None else dict(lattice=lattice)))
             self._grow_to(state.capacity)
         return Stream(self, state, boosts.maps[0], boosts.phrases[0], endpoint or EndpointConfig(),
                       tuple(w for _, w in boosts.unknown))
@@ -239,10 +244,12 @@ class Decoder:
                                      lm=self._backend.lm_report(lm_before, frames, self.rescorer) if contextual else {})
 
     @interruptible
-    def finish(self, streams) -> list[DecodeResult]:
+    def finish(self, streams, *, nbest: int | None = None) -> list[DecodeResult]:
         """The streams' results, exactly as decode() gives them for the whole of each stream's
-        frames; the streams take no more chunks.  stats: this call's (no frames searched;
-        no_path: the streams whose tokens all died)."""
+        frames (with a lattice_beam: their lattices; nbest=N: their N best word sequences);
+        the streams take no more chunks.  stats: this call's (no frames searched; no_path:
+        the streams whose tokens all died)."""
+        self._check_nbest(nbest)
         results = []
         start = time.perf_counter()
         with self._lock:  # checked in turn: another thread may be finishing one of them
@@ -251,8 +258,12 @@ class Decoder:
                 status, path, prefix = self._backend.finish_stream(s._state)
                 if status == C.EPS_CYCLE:
                     raise WfstError("a stream's path loops: the graph has an epsilon cycle of zero or negative cost")
-                results.append(path_result(self.graph, self.config, path, s.frames, s._boost_map, s._phrases,
-                                           self.rescorer, prefix))
+                r = path_result(self.graph, self.config, path, s.frames, s._boost_map, s._phrases, self.rescorer,
+                                prefix)
+                if path.lattice is not None and r.acoustic_cost < math.inf:  # (a search that died has none)
+                    r = self._with_lattice(r, path.lattice, PathScorer(self.graph, self.config, s.frames, s._boost_map,
+                                                                       s._phrases, self.rescorer), nbest)
+                results.append(r)
                 s._final_rule = s.endpoint_rule
                 s.finished = True
                 s._state = _FinishedState(s.frames)

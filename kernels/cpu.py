@@ -1112,17 +1112,18 @@ def common_ancestor(tl, n, prev, stored):
 
 
 @njit(nogil=True, cache=True)
-def advance_stream(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n, ns, resume, resume_beam,
-                   trace, first, stored, lat):
+def advance_stream(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n, ns, resume_beam, trace,
+                   first, stored, lat):
     """A stream's chunk in one call: frames(), then (when they all went through) the hash
-    table emptied for the next stream and what the endpoint rules read.  lat: the stream's
-    lattice.Links (its steps are frames since the start: it commits nothing), or None.  Returns frames()'s
+    table emptied for the next stream and what the endpoint rules read.  resume_beam: as
+    frames() takes it; lat: the stream's lattice.Links (its steps are frames since the
+    start: it commits nothing), or None.  Returns frames()'s
     tuple + (survivors of the frames done, trailing blanks, whether a non-blank came
     before them, the final relative cost, whether the search died: its tokens are ghosts,
     and the frames after their paths count as trailing blanks)."""
     status, done, n, ns, beam, prev, arc, stored, fallbacks = frames(
-        graph, boosts, context, memo, log_probs, num_frames, settings, ws, n, ns,
-        np.float32(resume_beam if resume else -1.0), trace, first, stored, lat)
+        graph, boosts, context, memo, log_probs, num_frames, settings, ws, n, ns, resume_beam, trace, first, stored,
+        lat)
     survivors = 0
     for t in range(first, first + done):  # an overflowed frame counts when redone
         survivors += trace.survivors[t]
@@ -1270,11 +1271,11 @@ def advance_streams(graph, settings, ws, slots, numbers, relative, which, chunks
         w = Workspace(ws.ht, s.tl, ws.sv, ws.gid, ws.mark, ws.stack, ws.hist, ws.sg)
         first = v[S_FRAMES] - v[S_BASE]
         if len(s.word_costs):
-            r = advance_stream(graph, s.word_costs, None, None, x, len(x), settings, w, v[S_N], v[S_NS], False,
-                               np.float32(0.0), s.trace, first, v[S_STORED], None)
+            r = advance_stream(graph, s.word_costs, None, None, x, len(x), settings, w, v[S_N], v[S_NS],
+                               np.float32(-1.0), s.trace, first, v[S_STORED], None)
         else:
-            r = advance_stream(graph, None, None, None, x, len(x), settings, w, v[S_N], v[S_NS], False,
-                               np.float32(0.0), s.trace, first, v[S_STORED], None)
+            r = advance_stream(graph, None, None, None, x, len(x), settings, w, v[S_N], v[S_NS], np.float32(-1.0),
+                               s.trace, first, v[S_STORED], None)
         status, done, n, ns, beam, prev, arc, stored, fallbacks, survivors, trailing, voiced, rel, dead = r
         if len(prev) != len(s.trace.prev):  # the backpointers grew
             slots[i] = StreamSlot(s.tl, Trace(prev, arc, s.trace.steps, s.trace.survivors), s.word_costs, s.logp)

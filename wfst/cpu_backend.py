@@ -22,6 +22,7 @@ from wfst.kernels.groups import InterleavedGraph
 from . import contexts
 from .batch import BatchPlan, Outcome
 from .config import usable_cores
+from .errors import WfstError
 from .inputs import host_array, input_faults
 from .lattice import RawLattice
 from .ledger import Ledger
@@ -420,7 +421,8 @@ class CpuBackend:
             (status, done, n, ns, beam, prev, arc, stored, fallbacks, survivors, trailing, voiced,
              relative, dead) = cpu.advance_stream(
                 self.layout, state.word_costs, state.context, memo, chunk[t:], T - t, state.settings, ws,
-                state.n, state.ns, resume, resume_beam, trace, state.frames - state.base, state.stored, lat)
+                state.n, state.ns, resume_beam if resume else np.float32(-1.0), trace, state.frames - state.base,
+                state.stored, lat)
             if len(prev) != len(trace.prev):
                 state.trace = trace._replace(prev=prev, arc=arc)
             state.n, state.ns, state.stored = n, ns, stored
@@ -434,7 +436,7 @@ class CpuBackend:
             # with twice the room for links
             if status == C.LINK_OVERFLOW:
                 if lat.count[0] < len(lat.src):  # with_room above makes storing the frames never overflow
-                    raise RuntimeError("a stream's lattice had no room to store a frame's tokens")
+                    raise WfstError("internal error: a stream's lattice had no room to store a frame's tokens")
                 state.keep_survivors(ws)
                 state.links = kl.with_room(lat, links=2 * len(lat.src))
             else:

@@ -239,6 +239,56 @@ def test_bad_lattice_options(noisy):
         plain.finish([plain.stream()], nbest=3)
 
 
+def many_word_lattice(seed: int):
+    """The lattice of 13 flat frames on a graph whose arcs nearly all output one of 5 words:
+    many word sequences (a determinized word acceptor of it would not fit in memory)."""
+    from wfst.graph import graph_from_fst
+    from wfst.symbols import TokenTable, WordTable
+
+    rng = np.random.default_rng(seed)
+    f = fst.VectorFst()
+    for _ in range(16):
+        f.add_state()
+    f.set_start(0)
+    for s in range(16):
+        for _ in range(6):
+            word = int(rng.integers(1, 6)) if rng.random() < 0.8 else 0
+            f.add_arc(s, fst.Arc(int(rng.integers(1, 6)), word, fst.Weight(f.weight_type(), float(rng.uniform(0, 2))),
+                                 int(rng.integers(0, 16))))
+        f.set_final(s, fst.Weight(f.weight_type(), float(rng.uniform(0, 2))))
+    f.arcsort("ilabel")
+    g = graph_from_fst(f, TokenTable(("<blk>", "t1", "t2", "t3", "t4"), blank=0),
+                       WordTable.from_words(["a", "ab", "ba", "abc", "cab"]))
+    x = random_log_probs(seed, batch=1, frames=13, columns=5, sharpness=0.5)
+    return Decoder(g, beam=16.0, lattice_beam=6.0).decode(x)[0].lattice
+
+
+def test_nbest_of_a_lattice_with_exponentially_many_word_sequences():
+    """N-best lists take the distinct sequences from a determinization made only as far as
+    they need: a lattice of ~1,050 links whose whole determinized word acceptor aborted the
+    process (std::bad_alloc) lists its 3 best in milliseconds, in a child process held to
+    2 GB.  They are the 3 best of a determinization pruned to 3 nats (70k states)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    child = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)); "
+             f"sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+             "from test_lattice import many_word_lattice; "
+             "print([h.words for h in many_word_lattice(2).nbest(3)])")
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lattice = many_word_lattice(2)
+    got = lattice.nbest(3)
+    assert out.stdout.strip() == str([h.words for h in got])
+    f = lattice._words_fst()
+    pruned = fst.determinize(f, weight=fst.Weight(f.weight_type(), 3.0))
+    want = sorted(_paths(fst.shortestpath(pruned, nshortest=3)), key=lambda p: p[1])
+    assert want[-1][1] - want[0][1] < 3.0  # all three within the pruning: exact
+    assert [h.word_ids for h in got] == [words for words, _ in want]
+    assert [h.cost for h in got] == pytest.approx([cost for _, cost in want], abs=1e-3)
+
+
 def test_calibration_fit_recovers_a_logistic_relation():
     """Platt scaling: labels drawn with P(right) = sigmoid(2 logit(p) - 1) give back about 2 and -1."""
     from wfst.confidence import Calibration

@@ -250,18 +250,19 @@ class Lattice:
 
     # ---------------------------------------------------------------- N-best
 
-    def _words_fst(self):
-        """The word acceptor: each word sequence once, with its best cost."""
-        if ("words", "tropical") in self._fsts:
-            return self._fsts["words", "tropical"]
-        import pywrapfst as fst
-
-        f = self._fst(np.arange(1, self.num_arcs + 1, dtype=np.int32), "tropical", key="links").copy()
-        f.project("output")
-        f.rmepsilon()
-        f = fst.determinize(f)
-        self._fsts["words", "tropical"] = f
-        return f
+    def _words_fst(self, epsilons: bool = False):
+        """The word acceptor: the lattice's paths as their words (epsilons: with an epsilon for
+        each arc without a word, else without them).  Not determinized: on a lattice where
+        words sit on many arcs, each word sequence once is exponentially many states (a
+        1,321-arc lattice of 13 frames took more than 4 GB)."""
+        key = "words-eps" if epsilons else "words"
+        if (key, "tropical") not in self._fsts:
+            f = self._fst(np.arange(1, self.num_arcs + 1, dtype=np.int32), "tropical", key="links").copy()
+            f.project("output")
+            if not epsilons:
+                f.rmepsilon()
+            self._fsts[key, "tropical"] = f
+        return self._fsts[key, "tropical"]
 
     def nbest(self, n: int) -> list[DecodeResult]:
         """Up to n distinct word sequences, best first, each as the DecodeResult of its best
@@ -272,7 +273,8 @@ class Lattice:
             raise OptionError(f"nbest={n!r}: must be an integer >= 1")
         if not len(self._raw.final_states):
             return []
-        sequences = _paths(fst.shortestpath(self._words_fst(), nshortest=int(min(n, 2**31 - 1))))  # (more: all)
+        # distinct sequences, from a determinization made as far as the n best need (more: all)
+        sequences = _paths(fst.shortestpath(self._words_fst(), nshortest=int(min(n, 2**31 - 1)), unique=True))
         listed = [words for words, _ in sorted(sequences, key=lambda p: p[1])]
         best = self._best_words
         if best is not None and (best in listed or len(listed) == n):  # (absent from a full list: more tie with it)
@@ -318,7 +320,7 @@ class Lattice:
             ref_ids = np.array([int(w) if str(w).isdecimal() and str(w).isascii() else -1 for w in ref], np.int64)
         if not len(self._raw.final_states):
             return len(ref), ()
-        f = self._words_fst().copy()
+        f = self._words_fst(epsilons=True).copy()
         f.topsort()  # the lattice is acyclic: states renumbered in topological order
         S, R = f.num_states(), len(ref)
         steps = np.arange(R + 1)

@@ -386,6 +386,31 @@ def test_streams_cuda_equal_cpu_and_offline(config):
         assert gpu._backend._lanes.capacity > 3  # a frame overflowed: the lanes grew mid-stream
 
 
+def test_a_cuda_stream_whose_start_overflows_opens_in_grown_lanes(tiny, monkeypatch):
+    """A token capacity below the start's epsilon closure: the lanes grow and the stream
+    opens (each try read the old workspace's status, and the lanes grew without end)."""
+    from wfst.cuda_streams import StreamLanes
+
+    r = compile_graph(tiny / "g", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=tiny / "lexicon.txt",
+                      word_boundary="|", topology="normal")
+    g = wfst.load_graph(r.directory)
+    grown, grow = [], StreamLanes._grow
+
+    def counted(self, *args):
+        grown.append(1)
+        assert len(grown) < 6, "the lanes grow without end"
+        return grow(self, *args)
+
+    monkeypatch.setattr(StreamLanes, "_grow", counted)
+    config = dict(beam=7.0, max_active=3, min_active=1, token_capacity=1)
+    x = random_log_probs(3, 1, 9, 5)
+    gpu = Decoder(g, device="cuda", **config)
+    s = gpu.stream()
+    assert grown
+    gpu.advance([s], [x[0]])
+    assert gpu.finish([s]) == Decoder(g, **config).decode(x)
+
+
 def test_cuda_streams_keep_no_lattice_yet():
     _, g = random_tlg(3, num_states=10)
     with pytest.raises(wfst.OptionError, match="streams on device='cuda' keep the best path only so far"):

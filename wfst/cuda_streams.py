@@ -237,8 +237,8 @@ class StreamLanes:
         weakref.finalize(s, self.release, lane, self.lanes[lane])  # a stream dropped unfinished
         if self._boosting(s) or self._boosted[lane]:  # (a plain stream in a plain row: the tables hold)
             self._tables()
-        u = self.ws_x.u
         while True:
+            u = self.ws_x.u  # (a new workspace after _grow)
             self._reset(lane)
             u.opening[lane] = 1
             self._steps(self._launch_buffer(1)).begin()

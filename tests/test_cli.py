@@ -65,12 +65,13 @@ def test_decode_cli_streams_print_partials_then_the_offline_finals(tiny_setup, t
     graph, em, texts = tiny_setup
     base = ["--graph", str(graph), "--emissions", str(em), "--batch-size", "2"]
     assert decode_main(base + ["--output", str(tmp_path / "offline.txt")]) == 0
-    capsys.readouterr()
+    tokens = capsys.readouterr().out.split("frames/s, ")[1].split()[0]
     assert decode_main(base + ["--stream", "--chunk-ms", "80", "--output", str(tmp_path / "streams.txt")]) == 0
     out = capsys.readouterr().out
     partials, finals = out.split("\nfinal:\n")
     assert " | " in partials and "0.08 s" in partials  # stable words | the rest, as the audio comes
     assert "0\tab ba" in finals and "streams of 2 frames (80 ms) a chunk, 2 at a time" in finals
+    assert f"frames/s, {tokens} tokens/frame (last batch)" in finals and tokens != "0"  # (finish() searches none)
     assert (tmp_path / "streams.txt").read_text() == (tmp_path / "offline.txt").read_text()
     cuda = tmp_path / "cuda_streams.txt"  # (Numba's CUDA simulator without a GPU)
     assert decode_main(base + ["--stream", "--device", "cuda", "--quiet", "--output", str(cuda)]) == 0

@@ -230,13 +230,13 @@ def _decode(args, config: DecoderConfig | None, beam_decoder=None, phrases=None)
         from .align import word_aligner
 
         word_aligner(decoder.graph)  # a graph without what word times need: said now, not after decoding
-    results, seconds = [], 0.0
+    results, seconds, stream_tokens = [], 0.0, 0.0
     B = len(em.lengths)
     with _progress(B, B > args.batch_size and not args.stream) as bar:
         for lo in range(0, B, args.batch_size):
             hi = min(lo + args.batch_size, B)
             if args.stream:
-                found, took = _streams(decoder, em, lo, hi, args)
+                found, took, stream_tokens = _streams(decoder, em, lo, hi, args)
                 results += found
                 seconds += took
                 continue
@@ -275,7 +275,8 @@ def _decode(args, config: DecoderConfig | None, beam_decoder=None, phrases=None)
     if args.stream:
         step = _chunk_frames(args)
         print(f"streams of {step} frames ({step * args.frame_ms:g} ms) a chunk, {args.batch_size} at a time")
-    tokens = "" if beam_decoder is not None else f", {decoder.stats.tokens_per_frame:.0f} tokens/frame (last batch)"
+    per_frame = stream_tokens if args.stream else decoder.stats.tokens_per_frame  # (finish() searches no frame)
+    tokens = "" if beam_decoder is not None else f", {per_frame:.0f} tokens/frame (last batch)"
     print(f"decode {seconds:.3f} s, RTFx {rtfx(frames, seconds, args.frame_ms / 1000):.1f}, "
           f"{frames / seconds if seconds else 0:.0f} frames/s{tokens}")
     return 0
@@ -308,18 +309,20 @@ def ctm_lines(key: str, result, frame_seconds: float, with_confidence: bool = Fa
 
 def _streams(decoder: Decoder, em, lo: int, hi: int, args):
     """Utterances lo..hi as concurrent streams fed chunk by chunk: (results, seconds in
-    advance and finish).  Prints each stream's partial result when it changes."""
+    advance and finish, tokens that survived pruning per frame).  Prints each stream's
+    partial result when it changes."""
     step = _chunk_frames(args)
     lengths = [int(n) for n in em.lengths[lo:hi]]
     streams = [decoder.stream() for _ in lengths]
     shown: dict[int, str] = {}
-    seconds = 0.0
+    seconds, survivors = 0.0, 0.0
     for pos in range(0, max(lengths, default=0), step):
         live = [i for i, n in enumerate(lengths) if n > pos]
         chunks = [em.log_probs[lo + i, pos:min(pos + step, lengths[i])] for i in live]
         start = time.perf_counter()
         decoder.advance([streams[i] for i in live], chunks)
         seconds += time.perf_counter() - start
+        survivors += decoder.stats.tokens_per_frame * decoder.stats.frames
         if args.quiet:
             continue
         for i in live:
@@ -331,7 +334,7 @@ def _streams(decoder: Decoder, em, lo: int, hi: int, args):
                 print(f"{lo + i}\t{s.frames * args.frame_ms / 1000:6.2f} s\t{text}")
     start = time.perf_counter()
     results = decoder.finish(streams, nbest=args.nbest)
-    return results, seconds + time.perf_counter() - start
+    return results, seconds + time.perf_counter() - start, survivors / max(sum(lengths), 1)
 
 
 if __name__ == "__main__":

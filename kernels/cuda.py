@@ -916,7 +916,9 @@ def closure_kernel(clock, u, graph, boosts, context, cache, ht, tl, work, initia
 
 @cuda.jit
 def traceback_kernel(u, bp, paths):
-    """One thread per utterance: the arcs of the kept token's backpointer chain, in order."""
+    """One thread per utterance: the arcs of the kept token's backpointer chain, in order;
+    length -1 where they are more than paths can hold (epsilon arcs without end: the host
+    traces that chain from the backpointers)."""
     b = cuda.grid(1)
     if b >= u.keep.shape[0] or u.status[b] != OK:
         return
@@ -926,7 +928,7 @@ def traceback_kernel(u, bp, paths):
         u.status[b] = EPS_CYCLE
         return
     if length - 1 > paths.arcs.shape[1]:
-        u.status[b] = TOKEN_OVERFLOW
+        paths.length[b] = -1
         return
     trace_path(bp.prev[b], bp.arc[b], g, length, paths.arcs[b], paths.gids[b])
     paths.length[b] = max(length - 1, 0)
@@ -1156,7 +1158,7 @@ class Paths(NamedTuple):
 
     arcs: np.ndarray  # (B, L) graph arc ids
     gids: np.ndarray  # (B, L) their backpointers (the frame each was stored at: bp.step_start)
-    length: np.ndarray  # (B,)
+    length: np.ndarray  # (B,): -1: the path has more than L arcs (traced on the host)
 
 
 class Workspace(NamedTuple):

@@ -386,6 +386,29 @@ def test_streams_cuda_equal_cpu_and_offline(config):
         assert gpu._backend._lanes.capacity > 3  # a frame overflowed: the lanes grew mid-stream
 
 
+def test_a_best_path_longer_than_the_path_buffer_is_traced_on_the_host():
+    """A chain of 80 epsilon arcs in one frame: a best path of more arcs than the GPU's path
+    buffer (2 (T + 2) + 64) is traced from the backpointers on the host (it was reported as
+    a token overflow, and the capacity doubled without end)."""
+    f = fst.VectorFst()
+    for _ in range(81):
+        f.add_state()
+    f.set_start(0)
+    w = lambda c: fst.Weight(f.weight_type(), c)  # noqa: E731
+    f.add_arc(0, fst.Arc(1, 0, w(0.0), 0))
+    f.add_arc(0, fst.Arc(2, 0, w(0.0), 1))
+    for s in range(1, 80):
+        f.add_arc(s, fst.Arc(2, 0, w(0.0), s))
+        f.add_arc(s, fst.Arc(0, 0, w(-0.01), s + 1))
+    f.add_arc(80, fst.Arc(1, 0, w(0.0), 80))
+    f.set_final(80, w(0.0))
+    f.arcsort("ilabel")
+    g = graph_from_fst(f, TokenTable(("<blk>", "t1"), blank=0))
+    x = np.log(np.full((2, 2, 2), 0.5, np.float32))
+    gpu, got = assert_same(g, x, np.array([1, 2]), beam=50.0, max_active=1000, min_active=1, token_capacity=128)
+    assert gpu.stats.regrowths == 0 and got[0].reached_final and got[0].cost < 0
+
+
 def test_a_cuda_stream_whose_start_overflows_opens_in_grown_lanes(tiny, monkeypatch):
     """A token capacity below the start's epsilon closure: the lanes grow and the stream
     opens (each try read the old workspace's status, and the lanes grew without end)."""

@@ -159,9 +159,12 @@ class CudaBackend:
         traced, wanted = [], []
         for i in range(B):
             n = int(length[i]) if status[i] == C.OK else 0
-            steps = np.searchsorted(starts[i, :int(lengths[i]) + 2], gids[i, :n], side="right") - 1
-            traced.append((arcs[i, :n], steps))
-            frames, columns = emitting_reads(g, arcs[i, :n], steps)
+            path_arcs, path_gids = arcs[i, :n], gids[i, :n]
+            if n < 0:  # more arcs than the path buffer holds (long epsilon chains): traced here
+                path_arcs, path_gids = self._trace_on_host(ws, i)
+            steps = np.searchsorted(starts[i, :int(lengths[i]) + 2], path_gids, side="right") - 1
+            traced.append((path_arcs, steps))
+            frames, columns = emitting_reads(g, path_arcs, steps)
             wanted.append((np.full(len(frames), i), frames, columns))
         # the logp of every emitting arc on the best paths, gathered in one small copy
         bi, fi, ci = (np.concatenate(a).astype(np.int64) for a in zip(*wanted))
@@ -176,6 +179,18 @@ class CudaBackend:
                 outcomes.append(Outcome(int(status[i])))
             at += k
         return outcomes
+
+    @staticmethod
+    def _trace_on_host(ws, i: int):
+        """(arcs, backpointers) of utterance i's best path, traced from its backpointers on
+        the host (kernels.cpu's traceback)."""
+        from wfst.kernels import cpu
+
+        stored = int(_to_host(ws.bp.n[i:i + 1])[0])
+        keep = int(_to_host(ws.u.keep[i:i + 1])[0])
+        _, path_arcs, path_gids = cpu._traced(_to_host(ws.bp.prev[i, :stored]), _to_host(ws.bp.arc[i, :stored]),
+                                              np.int32(keep), stored)
+        return path_arcs, path_gids
 
     # ------------------------------------------------------------------ streams (wfst.cuda_streams)
 

@@ -175,9 +175,15 @@ def cutoff_and_adaptive_beam(best, kth_max, kth_min, beam, beam_delta):
     kth_max: cost of the token at rank max_active (0-based) or +inf when there are no
     more tokens than that; kth_min: the same at rank min_active.  Tokens whose cost is
     strictly below the returned cutoff survive; adaptive_beam bounds the next frame.
+
+    One departure from Kaldi: where more than max_active tokens tie at the best cost, its
+    cutoff (the max_active-th cost, the best) keeps none of them and the search dies; here
+    the cutoff is the next float32 above the best, and the tied tokens survive.
     """
     beam_cutoff = best + beam
     if kth_max < beam_cutoff:
+        if not kth_max > best:
+            return key_cost(cost_key(best) + np.uint32(1)), np.float32(beam_delta)
         return kth_max, kth_max - best + beam_delta
     if kth_min > beam_cutoff:
         return kth_min, kth_min - best + beam_delta

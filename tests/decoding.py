@@ -6,7 +6,7 @@ import pywrapfst as fst
 
 from wfst import synthetic
 from wfst.graph import graph_from_fst
-from wfst.symbols import TokenTable
+from wfst.symbols import TokenTable, WordTable
 
 
 def random_tlg(seed: int, num_states: int = 12, num_columns: int = 4, num_words: int = 5,
@@ -36,6 +36,24 @@ def random_tlg(seed: int, num_states: int = 12, num_columns: int = 4, num_words:
     tokens = TokenTable(tuple(["<blk>"] + [f"t{i}" for i in range(1, num_columns)]), blank=0)
     f.arcsort("ilabel")
     return f, graph_from_fst(f, tokens)
+
+
+def tied_tlg():
+    """Two words spelled alike ("x", "y": the token t1 and any blanks and t1s after it):
+    every frame's best cost is held by two tokens, so max_active=1 binds on a tie.
+    Returns (pywrapfst fst, Graph)."""
+    f = fst.VectorFst()
+    for _ in range(3):
+        f.add_state()
+    f.set_start(0)
+    w = lambda c: fst.Weight(f.weight_type(), c)  # noqa: E731
+    for s in (1, 2):
+        f.add_arc(0, fst.Arc(2, s, w(0.5), s))
+        f.add_arc(s, fst.Arc(1, 0, w(0.0), s))
+        f.add_arc(s, fst.Arc(2, 0, w(0.0), s))
+        f.set_final(s, w(0.0))
+    f.arcsort("ilabel")
+    return f, graph_from_fst(f, TokenTable(("<blk>", "t1"), blank=0), WordTable.from_words(["x", "y"]))
 
 
 def random_log_probs(seed: int, batch: int, frames: int, columns: int, sharpness: float = 2.0) -> np.ndarray:

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import pywrapfst as fst
-from decoding import random_log_probs, random_tlg
+from decoding import random_log_probs, random_tlg, tied_tlg
 from wfst.graphs import compile_graph
 
 import wfst
@@ -384,6 +384,13 @@ def test_streams_cuda_equal_cpu_and_offline(config):
     gpu = assert_streams_same(g, x, np.array([9, 6, 0]), seed=1, **CONFIGS[config])
     if config == "overflow regrows":
         assert gpu._backend._lanes.capacity > 3  # a frame overflowed: the lanes grew mid-stream
+
+
+def test_tokens_tied_at_the_max_active_cost_survive_on_both():
+    _, g = tied_tlg()
+    x = np.log(np.full((2, 5, 2), 0.5, np.float32))
+    _, got = assert_same(g, x, np.array([5, 3]), max_active=1, min_active=1)
+    assert all(r.reached_final for r in got)
 
 
 def test_a_best_path_longer_than_the_path_buffer_is_traced_on_the_host():

@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from decoding import demo_emissions, random_log_probs, random_tlg, top_k_only
+from decoding import demo_emissions, random_log_probs, random_tlg, tied_tlg, top_k_only
 from fst_paths import shortest_decode
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -172,6 +172,19 @@ def test_demo_graphs_match_openfst(demo, demo_graphs, name):
     x = top_k_only(x, 3 if name.startswith("bpe") else 2)
     for b, res in enumerate(Decoder(g, **WIDE).decode(x, lengths)):
         assert_exact(res, *shortest_decode(tlg, x[b, : lengths[b]]))
+
+
+def test_tokens_tied_at_the_max_active_cost_survive():
+    """More than max_active tokens tie at the best cost (two words spelled alike): the
+    max_active-th cost is the best, Kaldi's cutoff, and keeps none of them (the search
+    died); the tied tokens survive and the best path is OpenFST's."""
+    tlg, g = tied_tlg()
+    x = np.log(np.full((2, 6, 2), 0.5, np.float32))
+    x[1, :, 1] = np.log(0.75)
+    x[1, :, 0] = np.log(0.25)
+    for b, r in enumerate(Decoder(g, max_active=1, min_active=1).decode(x)):
+        words, cost = shortest_decode(tlg, x[b])
+        assert r.reached_final and len(r.words) == 1 and r.cost == pytest.approx(cost, abs=1e-5)
 
 
 # --------------------------------------------------------------------------- vs Kaldi's FasterDecoder

@@ -178,16 +178,19 @@ def cutoff_and_adaptive_beam(best, kth_max, kth_min, beam, beam_delta):
 
     One departure from Kaldi: where more than max_active tokens tie at the best cost, its
     cutoff (the max_active-th cost, the best) keeps none of them and the search dies; here
-    the cutoff is the next float32 above the best, and the tied tokens survive.
+    the cutoff is the next float32 above the best, and the tied tokens survive (so too
+    where best + beam rounds to the best: costs beyond ~2.7e8).
     """
-    beam_cutoff = best + beam
+    beam_cutoff = np.float32(best + beam)
     if kth_max < beam_cutoff:
-        if not kth_max > best:
-            return key_cost(cost_key(best) + np.uint32(1)), np.float32(beam_delta)
-        return kth_max, kth_max - best + beam_delta
-    if kth_min > beam_cutoff:
-        return kth_min, kth_min - best + beam_delta
-    return beam_cutoff, np.float32(beam)
+        cutoff, adaptive_beam = kth_max, np.float32(kth_max - best + beam_delta)
+    elif kth_min > beam_cutoff:
+        cutoff, adaptive_beam = kth_min, np.float32(kth_min - best + beam_delta)
+    else:
+        cutoff, adaptive_beam = beam_cutoff, np.float32(beam)
+    if not cutoff > best:
+        cutoff = key_cost(cost_key(best) + np.uint32(1))
+    return cutoff, adaptive_beam
 
 
 @njit(inline="always", cache=True)

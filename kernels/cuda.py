@@ -658,7 +658,8 @@ def frame_costs_kernel(clock, u, settings, acoustics, prune):
 def fltop_redo_kernel(clock, u, settings, sv, acoustics):
     """One thread per utterance, after expand_min: where FLToP left no arc of the frame a
     finite cost, the frame's acoustic costs again without it, and redo[b] set so that
-    expand_min runs again for the utterance (the CPU search's fallback)."""
+    expand_min runs again for the utterance (the CPU search's fallback; counted once the
+    frame's closure is done without an overflow, which searches the frame again)."""
     t = clock[0]
     b = cuda.grid(1)
     if b >= u.lengths.shape[0]:
@@ -669,7 +670,6 @@ def fltop_redo_kernel(clock, u, settings, sv, acoustics):
         frame_acoustic_costs(acoustics.log_probs[b], t, settings, False, acoustics.costs[b],
                              cuda.local.array(RADIX_BINS, int32))  # (no pruning: no selection)
         u.redo[b] = 1
-        u.fallbacks[b] += 1
 
 
 @cuda.jit
@@ -818,6 +818,8 @@ def closure_kernel(clock, u, graph, boosts, context, cache, ht, tl, work, initia
     n0 = tl.n[b]
     if n0 == 0 and not initial:
         _ghosts(b, cur, sv, tl)
+        if tid == 0:
+            u.fallbacks[b] += u.redo[b]
         return
     for j in range(tid, n0, nthreads):
         todo[j] = j
@@ -912,6 +914,8 @@ def closure_kernel(clock, u, graph, boosts, context, cache, ht, tl, work, initia
             sh[1] = 0
         cuda.syncthreads()
     _count_lookups(cache, lookups, misses, fetches)
+    if tid == 0 and not initial:  # the frame is done: its FLToP fallback counts (fltop_redo_kernel)
+        u.fallbacks[b] += u.redo[b]
 
 
 @cuda.jit

@@ -364,7 +364,7 @@ def assert_streams_same(graph, x, lengths, boost=None, seed=0, graphs=False, **c
         for i in pick:
             c, g = (s._state for s in pairs[i])
             assert pairs[i][1].partial() == pairs[i][0].partial()
-            assert (g.frames, g.trailing, g.survivors) == (c.frames, c.trailing, c.survivors)
+            assert (g.frames, g.trailing, g.survivors, g.fallbacks) == (c.frames, c.trailing, c.survivors, c.fallbacks)
             assert g.relative_cost == pytest.approx(c.relative_cost, abs=1e-5)
     got = gpu.finish([p[1] for p in pairs])
     assert cpu.finish([p[0] for p in pairs]) == want
@@ -445,6 +445,18 @@ def test_cuda_streams_keep_no_lattice_yet():
     _, g = random_tlg(3, num_states=10)
     with pytest.raises(wfst.OptionError, match="streams on device='cuda' keep the best path only so far"):
         Decoder(g, device="cuda", lattice_beam=4.0).stream()
+
+
+def test_cuda_streams_count_a_redone_frames_fltop_fallback_once():
+    """A frame that takes FLToP's fallback and then overflows the token capacity is rolled
+    back and searched again: its fallback counts once, as on the CPU (it counted twice).
+    And advance() of no stream before any was opened does nothing, as on the CPU."""
+    _, g = random_tlg(0, num_states=7, arcs_per_state=4, eps_per_state=2)
+    x = random_log_probs(1, batch=1, frames=6, columns=4, sharpness=3.0)
+    gpu = assert_streams_same(g, x, np.array([6]), beam=5.0, max_active=1, min_active=0, token_capacity=1,
+                              blank_penalty=-0.7, token_top_n=3, token_rel_threshold=1.0)
+    assert gpu._backend._lanes.capacity > 1
+    Decoder(g, device="cuda").advance([], [])
 
 
 @pytest.mark.parametrize("graphs", [False, True], ids=["launches", "graphs"])

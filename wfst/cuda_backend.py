@@ -203,6 +203,8 @@ class CudaBackend:
         return self._lanes.open(boosts)
 
     def advance(self, states: list, chunks: list) -> int:
+        if not states:  # (no stream opened yet: no lanes)
+            return 0
         return self._lanes.advance(states, chunks)
 
     def stream_partial(self, state):

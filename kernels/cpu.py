@@ -66,12 +66,15 @@ from .constants import (
     COMMIT_DUE,
     EMPTY_KEY,
     EPS_CYCLE,
+    GROUP_COUNTS,
     LINK_OVERFLOW,
     NO_ARC,
+    NO_CONTEXT,
     NO_TOKEN,
     OK,
     OVERFLOWED,
     S_BASE,
+    S_CONTEXT,
     S_DEAD,
     S_FALLBACKS,
     S_FRAMES,
@@ -82,6 +85,7 @@ from .constants import (
     S_STORED,
     S_SURVIVORS,
     S_TRAILING,
+    SHARED_MEMO,
     STEP_ARCS,
     STEP_BACKOFFS,
     STEP_CLOSURE_ARCS,
@@ -1244,21 +1248,26 @@ def _fetch_add(typingctx, counter, i, value):
 
 
 @njit(nogil=True, cache=True)
-def advance_streams(graph, settings, ws, slots, numbers, relative, which, chunks, offsets, order, flags, counts):
-    """advance_stream for several streams without a context, in one call: stream k is
-    slots[which[k]], its numbers numbers[which[k]] (read and updated), its chunk
-    chunks[offsets[k]:offsets[k + 1]] (appended to its log-probs first).  The call takes
-    the streams in `order`, the next one by an atomic increment of counts[0], until none
-    is left: threads calling it at once on the same arguments (each with its own
-    workspace) share the streams as they come free, so none waits while another has
-    several left.  counts[1] sums the streams' survivors of pruning over their frames, and
-    counts[2] counts the streams flagged COMMIT_DUE.
+def advance_streams(graph, settings, ws, memo, slots, contexts, memos, numbers, relative, which, chunks, offsets, order,
+                    flags, counts):
+    """advance_stream for several streams in one call: stream k is slots[which[k]], its
+    numbers numbers[which[k]] (read and updated), its chunk chunks[offsets[k]:offsets[k + 1]]
+    (appended to its log-probs first).  A stream with a context (numbers' S_CONTEXT) searches
+    with contexts[i] and a memo of its steps: `memo` (this call's, for the rescoring LM's
+    steps, which all its streams share) or its own, memos[i] (phrases).  The call takes the
+    streams in `order`, the next one by an atomic increment of counts[0], until none is
+    left: threads calling it at once on the same arguments (each with its own workspace
+    and memo) share the streams as they come free, so none waits while another has
+    several left.  counts[1] sums the streams' survivors of pruning over their frames,
+    counts[2] counts the streams flagged COMMIT_DUE and counts[GROUP_COUNTS:] adds up what
+    the memos' counters (constants.STEP_*) gained.
 
     Writes the final relative cost of stream slot i at relative[i], and flags[k]: 0,
     COMMIT_DUE (its backpointers reached S_NEXT_COMMIT) or OVERFLOWED (a frame overflowed:
     its survivors are in ws.sv).  Returns (k of the stream that overflowed, -1 if none;
     the chunk's frames done before it; the frame's adaptive beam): the call stops there
     for the caller to go on from its survivors in a larger workspace."""
+    before = np.empty(STEP_COUNTERS, np.int64)
     while True:
         taken = _fetch_add(counts, 0, 1)
         if taken >= len(order):
@@ -1270,12 +1279,25 @@ def advance_streams(graph, settings, ws, slots, numbers, relative, which, chunks
         v = numbers[i]
         w = Workspace(ws.ht, s.tl, ws.sv, ws.gid, ws.mark, ws.stack, ws.hist, ws.sg)
         first = v[S_FRAMES] - v[S_BASE]
-        if len(s.word_costs):
-            r = advance_stream(graph, s.word_costs, None, None, x, len(x), settings, w, v[S_N], v[S_NS],
-                               np.float32(-1.0), s.trace, first, v[S_STORED], None)
+        no_beam = np.float32(-1.0)
+        if v[S_CONTEXT] == NO_CONTEXT:
+            if len(s.word_costs):
+                r = advance_stream(graph, s.word_costs, None, None, x, len(x), settings, w, v[S_N], v[S_NS], no_beam,
+                                   s.trace, first, v[S_STORED], None)
+            else:
+                r = advance_stream(graph, None, None, None, x, len(x), settings, w, v[S_N], v[S_NS], no_beam,
+                                   s.trace, first, v[S_STORED], None)
         else:
-            r = advance_stream(graph, None, None, None, x, len(x), settings, w, v[S_N], v[S_NS], np.float32(-1.0),
-                               s.trace, first, v[S_STORED], None)
+            m = memo if v[S_CONTEXT] == SHARED_MEMO else memos[i]
+            before[:] = m.counts
+            if len(s.word_costs):
+                r = advance_stream(graph, s.word_costs, contexts[i], m, x, len(x), settings, w, v[S_N], v[S_NS],
+                                   no_beam, s.trace, first, v[S_STORED], None)
+            else:
+                r = advance_stream(graph, None, contexts[i], m, x, len(x), settings, w, v[S_N], v[S_NS], no_beam,
+                                   s.trace, first, v[S_STORED], None)
+            for c in range(STEP_COUNTERS):
+                _fetch_add(counts, GROUP_COUNTS + c, m.counts[c] - before[c])
         status, done, n, ns, beam, prev, arc, stored, fallbacks, survivors, trailing, voiced, rel, dead = r
         if len(prev) != len(s.trace.prev):  # the backpointers grew
             slots[i] = StreamSlot(s.tl, Trace(prev, arc, s.trace.steps, s.trace.survivors), s.word_costs, s.logp)
@@ -1311,10 +1333,10 @@ def work_order(numbers, which, offsets, order):
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def advance_streams_parallel(graph, settings, spaces, slots, numbers, relative, which, chunks, offsets, order, flags,
-                             counts, stops, beams):
+def advance_streams_parallel(graph, settings, spaces, lm_memos, slots, contexts, memos, numbers, relative, which,
+                             chunks, offsets, order, flags, counts, stops, beams):
     """advance_streams on len(spaces) threads of Numba's pool at once, thread t with workspace
-    spaces[t]: one parallel region per call, where a pool of Python threads costs tens of
+    spaces[t] and memo lm_memos[t]: one parallel region per call, where a pool of Python threads costs tens of
     µs to hand over (a stream's chunk searches in tens of µs).  The first call of a group
     (counts[0] 0) puts its streams in work_order.  Thread t's return is in stops[t] (the
     stream that overflowed or -1, the frames done before it) and beams[t]; returns
@@ -1323,8 +1345,8 @@ def advance_streams_parallel(graph, settings, spaces, slots, numbers, relative, 
         work_order(numbers, which, offsets, order)
     for u in prange(len(spaces)):
         t = np.int64(u)  # prange counts in uint64
-        k, done, beam = advance_streams(graph, settings, spaces[t], slots, numbers, relative, which, chunks, offsets,
-                                        order, flags, counts)
+        k, done, beam = advance_streams(graph, settings, spaces[t], lm_memos[t], slots, contexts, memos, numbers,
+                                        relative, which, chunks, offsets, order, flags, counts)
         stops[t, 0] = k
         stops[t, 1] = done
         beams[t] = beam

@@ -11,8 +11,10 @@ call (all N streams, one chunk each): p50 / p95 / p99 of the best run.  Results
 of the streams are checked against the offline ones (the same words on every utterance).
 
 Emissions are SYNTHETIC (wfst.synthetic) of the demo's held-out sentences, several seeds
-where more utterances are needed: the demo's character graph on the demo profile and its
-BPE graph on the noisy profile (the harder setup).  40 ms a frame.  --device cuda runs
+where more utterances are needed: the demo's character graph on the demo profile, its
+BPE graph on the noisy profile (the harder setup), and the character graph built on a
+bigram cut from the demo 3-gram, rescored on the fly with the 3-gram (as in make
+bench-rescore; built once into --out).  40 ms a frame.  --device cuda runs
 both on the GPU (the goal there: 512 streams at 320 ms chunks within 40 ms per call).
 """
 from __future__ import annotations
@@ -24,15 +26,28 @@ from pathlib import Path
 
 import numpy as np
 import recipe_cli
-from demo_data import PROFILES, emission_options, sentences
+from demo_data import LM, PROFILES, TOKEN_SETS, emission_options, sentences
 from tqdm import tqdm
+from wfst.graphs import compile_graph
 from wfst_bench.machine import machine
 
 import wfst
 from wfst import synthetic
+from wfst.lm import truncate_arpa
 from wfst.scoring import FRAME_SECONDS, rtfx
 
-SETUPS = [("char_compact", "demo"), ("bpe_compact", "noisy")]
+# (graph, emission profile, rescored with the demo 3-gram): the rescored graph is built on its bigram
+SETUPS = [("char_compact", "demo", False), ("bpe_compact", "noisy", False), ("char_compact_2gram", "demo", True)]
+
+
+def load(name: str, rescored: bool, graphs: Path, out: Path):
+    """A setup's graph: the demo's, or the character graph on the demo LM's bigram (built once)."""
+    if not rescored:
+        return wfst.load_graph(graphs / name)
+    out.mkdir(parents=True, exist_ok=True)
+    bigram = truncate_arpa(LM, out / "lm_2gram.arpa", 2)
+    return wfst.load_graph(compile_graph(out / name, lm=bigram, topology="compact", cache_dir=out / ".cache",
+                                         **TOKEN_SETS["char"]).directory)
 
 
 def stream_rounds(dec, x, lengths, n: int, step: int):
@@ -68,6 +83,7 @@ def offline(dec, x, lengths, n: int):
 def main() -> int:
     ap = recipe_cli.parser(__doc__)
     ap.add_argument("--graphs", default="build/demo", help="where make demo put the graphs")
+    ap.add_argument("--out", default="build/stream", help="where the rescored setup's graph is built")
     ap.add_argument("--streams", type=recipe_cli.listed(item=recipe_cli.whole()), default="1,16,128,512",
                     help="numbers of concurrent streams")
     ap.add_argument("--chunk-ms", type=recipe_cli.listed(item=recipe_cli.positive), default="160,320,1000",
@@ -85,14 +101,15 @@ def main() -> int:
              f"CUDA backend; {m.get('gpu') or 'GPU'}")
     print(f"Streams on SYNTHETIC emissions of the demo's held-out sentences; {where}\n")
     rows = []
-    for name, profile in SETUPS:
+    for name, profile, rescored in SETUPS:
         token_set = name.split("_")[0]
-        g = wfst.load_graph(Path(args.graphs) / name)
+        g = load(name, rescored, Path(args.graphs), Path(args.out))
         need = max(max(counts), 64)
         seeds = -(-need // len(texts))
         x_all, lengths_all = synthetic.from_texts_seeds(texts, g.tokens, seeds, **emission_options(token_set),
                                                         **PROFILES[profile])
-        dec = wfst.Decoder(g, beam=16.0, max_active=7000, num_threads=args.threads, device=args.device)
+        dec = wfst.Decoder(g, beam=16.0, max_active=7000, num_threads=args.threads, device=args.device,
+                           rescore_lm=LM if rescored else None)
         dec.decode(x_all[:2], lengths_all[:2])  # compile
         stream_rounds(dec, x_all[:2], lengths_all[:2], 2, 8)
         for n in tqdm(counts, desc=f"{name} ({profile})", unit="N", file=sys.stderr):
@@ -111,7 +128,8 @@ def main() -> int:
                         got, seconds, lat = found, took, latencies
                 same = sum(a.words == b.words for a, b in zip(got, want))
                 p50, p95, p99 = (1000 * float(np.percentile(lat, q)) for q in (50, 95, 99))
-                rows.append(dict(graph=name, emissions=profile, streams=n, chunk_ms=chunk_ms, utterances=U,
+                label = name + (" + 3-gram" if rescored else "")
+                rows.append(dict(graph=label, emissions=profile, streams=n, chunk_ms=chunk_ms, utterances=U,
                                  frames=audio, stream_seconds=seconds, offline_seconds=off_seconds,
                                  stream_rtfx=rtfx(audio, seconds), offline_rtfx=rtfx(audio, off_seconds),
                                  share=off_seconds / seconds, p50_ms=p50, p95_ms=p95, p99_ms=p99,

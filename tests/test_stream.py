@@ -164,10 +164,10 @@ def test_a_stream_advanced_alone_overflows_grows_and_stays_exact(demo, demo_grap
 
 
 def test_streams_of_every_kind_in_one_batched_call(demo, demo_graphs):
-    """Plain, word-boosted and phrase-boosted streams advanced together on 2 threads (the
-    context-free ones in groups, one Numba call each) at a token capacity that overflows,
-    read-only chunks among them, and a stream dropped unfinished whose slot a new stream
-    takes: every stream as offline."""
+    """Plain, word-boosted and phrase-boosted streams advanced together on 2 threads (in
+    groups, one Numba call each, the phrase-boosted ones with their own memos) at a token
+    capacity that overflows, read-only chunks among them, and a stream dropped unfinished
+    whose slot a new stream takes: every stream as offline."""
     path, kw = demo_graphs["bpe_compact"]
     g = wfst.load_graph(path)
     texts, x, lengths = demo_emissions(demo, g, kw, count=7, seed=8)
@@ -196,26 +196,34 @@ def test_streams_of_every_kind_in_one_batched_call(demo, demo_graphs):
     assert dec._capacity.tokens > 24
 
 
+@pytest.mark.parametrize("contexts", [False, True])
 @pytest.mark.parametrize("numba_pool", [True, False])
-def test_plain_streams_on_two_threads_overflow_and_stay_exact(demo, demo_graphs, monkeypatch, numba_pool):
-    """Streams without a context on 2 threads, at a token capacity that overflows: in
-    parallel regions of Numba's pool, or on Python threads where that pool cannot be used
-    (its threading layer is not thread-safe, or the process was forked).  Every stream as
-    offline, the calls' survivors too."""
+def test_streams_on_two_threads_overflow_and_stay_exact(demo, demo_graphs, monkeypatch, numba_pool, contexts):
+    """Streams on 2 threads, at a token capacity that overflows: in parallel regions of
+    Numba's pool, or on Python threads where that pool cannot be used (its threading layer
+    is not thread-safe, or the process was forked); without contexts, or rescored on the fly
+    with phrase and word boosts on some (their steps in each thread's memo or their own).
+    Every stream as offline, the calls' survivors too."""
     if numba_pool and cpu_backend.numba_pool_threads() < 2:
         pytest.skip("Numba's pool has no thread-safe threading layer (TBB, OpenMP) or fewer than 2 threads here")
     if not numba_pool:
         monkeypatch.setattr(cpu_backend, "_NUMBA_POOL", 0)
     path, kw = demo_graphs["bpe_compact"]
     g = wfst.load_graph(path)
-    _, x, lengths = demo_emissions(demo, g, kw, count=6, seed=9)
-    offline = Decoder(g, beam=12.0, max_active=900, num_threads=1)
-    want = offline.decode(x, lengths)
-    dec = Decoder(g, beam=12.0, max_active=900, token_capacity=24, num_threads=2)
+    texts, x, lengths = demo_emissions(demo, g, kw, count=6, seed=9)
+    boosts = [None] * len(lengths)
+    options = dict(beam=12.0, max_active=900)
+    if contexts:
+        words = texts[0].split()
+        boosts = [{" ".join(words[:2]): 3.0}, None, {words[1]: 1.5}, None, {" ".join(words[1:3]): 2.0}, None]
+        options.update(rescore_lm=demo / "lm.arpa")
+    offline = Decoder(g, **options, num_threads=1)
+    want = offline.decode(x, lengths, boost=boosts)
+    dec = Decoder(g, **options, token_capacity=24, num_threads=2)
     regions = []
     parallel = dec._backend._advance_parallel
     monkeypatch.setattr(dec._backend, "_advance_parallel", lambda *a: regions.append(1) or parallel(*a))
-    streams = [dec.stream() for _ in lengths]
+    streams = [dec.stream(boost=b) for b in boosts]
     survivors = 0.0
     for t in range(0, int(lengths.max()), 5):
         live = [i for i in range(len(streams)) if lengths[i] > t]
@@ -225,6 +233,39 @@ def test_plain_streams_on_two_threads_overflow_and_stay_exact(demo, demo_graphs,
     assert survivors == pytest.approx(offline.stats.tokens_per_frame * offline.stats.frames)
     assert dec._capacity.tokens > 24
     assert bool(regions) == numba_pool
+
+
+@pytest.mark.parametrize("numba_pool", [True, False])
+def test_streams_count_their_context_steps_as_offline(demo, demo_graphs, monkeypatch, numba_pool):
+    """Rescored streams (phrases on some) searched in batched calls report their context
+    steps in each call's stats.lm: summed over the calls, ExpandArcs' word arcs and lookups
+    are the offline decode's (the same search), and every call's lookups are its hits plus
+    its misses."""
+    if numba_pool and cpu_backend.numba_pool_threads() < 2:
+        pytest.skip("Numba's pool has no thread-safe threading layer (TBB, OpenMP) or fewer than 2 threads here")
+    if not numba_pool:
+        monkeypatch.setattr(cpu_backend, "_NUMBA_POOL", 0)
+    path, kw = demo_graphs["char_compact"]
+    g = wfst.load_graph(path)
+    texts, x, lengths = demo_emissions(demo, g, kw, count=5, seed=3)
+    words = texts[1].split()
+    boosts = [None, {" ".join(words[:2]): 3.0}, None, {words[0]: 1.0}, None]
+    options = dict(beam=12.0, max_active=900, rescore_lm=demo / "lm.arpa")
+    offline = Decoder(g, **options, num_threads=1)
+    want = offline.decode(x, lengths, boost=boosts)
+    dec = Decoder(g, **options, num_threads=2)
+    streams = [dec.stream(boost=b) for b in boosts]
+    summed = dict(word_arcs=0, lookups=0)
+    for t in range(0, int(lengths.max()), 8):
+        live = [i for i in range(len(streams)) if lengths[i] > t]
+        dec.advance([streams[i] for i in live], [x[i, t:min(t + 8, int(lengths[i]))] for i in live])
+        lm = dec.stats.lm
+        assert lm["hits"] + lm["misses"] == lm["lookups"] + lm["closure_lookups"]
+        assert lm["memo_bytes"] > 0 and lm["frames"] == dec.stats.frames
+        for key in summed:
+            summed[key] += lm[key]
+    same_results(dec.finish(streams), want)
+    assert summed == {key: offline.stats.lm[key] for key in summed} and summed["lookups"] > 0
 
 
 def test_streams_are_taken_dearest_first():

@@ -21,6 +21,7 @@ from wfst.kernels.groups import InterleavedGraph
 
 from . import contexts
 from .batch import BatchPlan, Outcome
+from .boost import NO_PHRASES
 from .config import usable_cores
 from .errors import WfstError
 from .inputs import host_array, input_faults
@@ -60,10 +61,12 @@ class CpuBackend:
         self._pool = None  # the streams' thread pool, made on first use
         self._slots = StreamSlots()  # the live streams' arrays
         self._cpu = cpu  # the kernels module (imported here: importing wfst compiles nothing)
-        self._advance_streams = DirectCall(cpu.advance_streams, fixed=6, checked=(7,))  # 7: the chunks
-        self._advance_parallel = DirectCall(cpu.advance_streams_parallel, fixed=6, checked=(7,))
+        self._advance_streams = DirectCall(cpu.advance_streams, fixed=9, checked=(10,))  # 10: the chunks
+        self._advance_parallel = DirectCall(cpu.advance_streams_parallel, fixed=9, checked=(10,))
+        self._thread_memos = None  # the streams' memos of LM steps, one per thread (_memos_for)
         self._finish_slot = DirectCall(cpu.finish_slot, fixed=4, checked=())
         self._thread_spaces = {}  # (capacity, threads) -> typed list of workspaces, one per thread of Numba's pool
+        self._rescoring = False  # whether the streams' contexts have the rescoring LM (set when the first opens)
 
     # ------------------------------------------------------------------ the Backend interface
 
@@ -240,6 +243,10 @@ class CpuBackend:
         own_memo = None
         if context is not None and phrases.num_states > 1:  # phrase steps are this stream's own
             own_memo = cpu.new_memo(_PHRASE_LM_MEMO_SLOTS if rescorer is not None else _PHRASE_MEMO_SLOTS)
+            self._memo_bytes = max(self._memo_bytes, own_memo.table.nbytes)
+        if self._slots.no_context is None:  # what slots without a context hold (of the types the others hold)
+            self._slots.no_context = contexts.context(rescorer, [NO_PHRASES])
+            self._rescoring = rescorer is not None
         state = CpuStream(self._slots, context, own_memo, word_costs, settings, capacity.tokens,
                           self.graph.tokens.num_columns)
         if lattice is not None:
@@ -259,11 +266,11 @@ class CpuBackend:
                 state.grow(None)
 
     def advance(self, states: list, chunks: list) -> int:
-        """Decode each stream's chunk (NumPy (T, V) float32) on the thread pool.  Streams
-        without a context (no phrases, no rescoring) are searched by cpu.advance_streams
-        without the GIL, one call per thread: the threads take them one by one, dearest
-        first, from a shared counter.  The others are one call each.  Returns the tokens
-        that survived pruning, summed over the chunks' frames."""
+        """Decode each stream's chunk (NumPy (T, V) float32) on the thread pool.  Streams of
+        one token capacity are searched by cpu.advance_streams without the GIL, one call per
+        thread: the threads take them one by one, dearest first, from a shared counter.
+        Streams that keep a lattice are one call each.  Returns the tokens that survived
+        pruning, summed over the chunks' frames."""
         if len(states) == 1 and not states[0].own_call:  # a stream alone, a server's usual call: no grouping
             return self._advance_alone(states[0], chunks[0]) if len(chunks[0]) else 0
         own, by_capacity = [], {}
@@ -280,64 +287,91 @@ class CpuBackend:
         groups = [_Group([states[i] for i in group], [chunks[i] for i in group]) for group in by_capacity.values()]
         tasks = iter([(states[i], chunks[i]) for i in own])  # shared: next() hands each to one thread
         survivors = []  # of the streams searched one call each (and overflows), as the threads add them
+        threads = min(self.num_threads, len(own) + sum(len(g.which) for g in groups))
+        memos, typed_memos = self._memos_for(threads)
 
-        def run():
+        def run(t):
             held = _Held(self)
             try:
                 for state, chunk in tasks:
                     survivors.append(self._advance_one(state, chunk, held.space, held.memo(state)))
                 for group in groups:
-                    self._advance_plain(group, held.space, survivors)
+                    self._advance_group(group, held.space, memos[t], survivors)
             finally:
                 held.close()
 
-        threads = min(self.num_threads, len(own) + sum(len(g.which) for g in groups))
         if threads <= 1:
-            run()
+            run(0)
         elif not own and numba_pool_threads() >= threads:
             for group in groups:
-                self._advance_in_numba_pool(group, threads, survivors)
+                self._advance_in_numba_pool(group, threads, memos, typed_memos, survivors)
         else:
             for group in groups:
                 self._cpu.work_order(self._slots.numbers, group.which, group.offsets, group.order)
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.num_threads - 1)
-            futures = [self._pool.submit(run) for _ in range(threads - 1)]
+            futures = [self._pool.submit(run, t) for t in range(1, threads)]
             try:
-                run()  # this thread takes work too
+                run(0)  # this thread takes work too
             finally:
                 for future in futures:
                     future.result()
         for group in groups:
+            self._count_steps(group.counts[C.GROUP_COUNTS:])
             if group.counts[2]:
                 for k in np.flatnonzero(group.flags == C.COMMIT_DUE):
                     group.states[k].commit(self.graph)
         return sum(survivors) + sum(int(g.counts[1]) for g in groups)
 
     def _advance_alone(self, state: CpuStream, x: np.ndarray) -> int:
-        """advance() of one stream without a context: its group of one, kept from call to call."""
+        """advance() of one stream that keeps no lattice: its group of one, kept from call to call."""
         group = state.group_for(x)
         self._slots.generation += 1
         ws = self._take_workspace(group.capacity)
+        memo = self._memos_for(1)[0][0]
         survivors = 0
         try:
-            k, done, beam = self._search_group(group, ws)
+            k, done, beam = self._search_group(group, ws, memo)
             if k >= 0:  # a frame overflowed
                 held = _Held(self)
                 try:
-                    survivors = self._after_overflow(group, k, ws, held.space, done, beam)
+                    survivors = self._after_overflow(group, k, ws, held.space, memo, done, beam)
                 finally:
                     held.close()
         finally:
             self._workspaces[group.capacity].put(ws)
             group.states = group.chunks = group.x = None  # (the stream holds the group)
+        self._count_steps(group.counts[C.GROUP_COUNTS:])
         if group.counts[2]:
             state.commit(self.graph)
         return survivors + int(group.counts[1])
 
-    def _advance_in_numba_pool(self, group: _Group, threads: int, survivors: list) -> None:
-        """The group's streams on `threads` threads of Numba's pool (cpu.advance_streams_parallel);
-        a stream whose frame overflowed goes on alone on this thread, in a larger workspace."""
+    def _memos_for(self, threads: int):
+        """The memos of a call on `threads` threads, one per thread, as a list and as a typed
+        list (the same memos): those of the rescoring LM's steps (kept from call to call, as
+        the decodes' memos are), or, without rescoring, a memo no stream reads."""
+        if self._thread_memos is None or len(self._thread_memos[0]) < threads:
+            from numba.typed import List
+
+            memos = [] if self._thread_memos is None else self._thread_memos[0]
+            if self._rescoring:
+                memos = memos + [self._cpu.new_memo(_LM_MEMO_SLOTS) for _ in range(threads - len(memos))]
+                self._memo_bytes = max(self._memo_bytes, memos[0].table.nbytes)
+            else:
+                memos = [self._slots.no_memo] * threads
+            self._thread_memos = memos, List(memos)
+        return self._thread_memos
+
+    def _count_steps(self, gained: np.ndarray) -> None:
+        """Add what a search's memos' counters gained to the backend's."""
+        if gained.any():
+            with self._counts_lock:
+                self._counts += gained
+
+    def _advance_in_numba_pool(self, group: _Group, threads: int, memos, typed_memos, survivors: list) -> None:
+        """The group's streams on `threads` threads of Numba's pool (cpu.advance_streams_parallel),
+        thread t with memos[t] (typed_memos: the same in a typed list); a stream whose frame
+        overflowed goes on alone on this thread, in a larger workspace."""
         import numba
 
         slots = self._slots
@@ -352,14 +386,15 @@ class CpuBackend:
             numba.set_num_threads(threads)
         try:
             while group.counts[0] < len(group.order):
-                if not self._advance_parallel(self.layout, group.settings, spaces, slots.list, slots.numbers,
-                                              slots.relative, group.which, group.x, group.offsets, group.order,
-                                              group.flags, group.counts, stops, beams):
+                if not self._advance_parallel(self.layout, group.settings, spaces, typed_memos, slots.list,
+                                              slots.contexts, slots.memos, slots.numbers, slots.relative, group.which,
+                                              group.x, group.offsets, group.order, group.flags, group.counts, stops,
+                                              beams):
                     break
                 held = None
                 for t in np.flatnonzero(stops[:, 0] >= 0):
                     held = held or _Held(self)
-                    survivors.append(self._after_overflow(group, int(stops[t, 0]), spaces[t], held.space,
+                    survivors.append(self._after_overflow(group, int(stops[t, 0]), spaces[t], held.space, memos[t],
                                                           int(stops[t, 1]), float(beams[t])))
                 if held is not None:
                     held.close()
@@ -367,32 +402,36 @@ class CpuBackend:
             if before != threads:
                 numba.set_num_threads(before)
 
-    def _advance_plain(self, group: _Group, space, survivors: list) -> None:
-        """This thread's share of the group's streams (one token capacity, no context): one
-        cpu.advance_streams call, more only where a frame overflows: that stream goes on
-        alone in a larger workspace (its survivors from there on added to `survivors`),
-        and the thread takes the next."""
+    def _advance_group(self, group: _Group, space, memo, survivors: list) -> None:
+        """This thread's share of the group's streams (one token capacity): one
+        cpu.advance_streams call with this thread's memo, more only where a frame overflows:
+        that stream goes on alone in a larger workspace (its survivors from there on added to
+        `survivors`), and the thread takes the next."""
         while True:
             ws = space(group.capacity)
-            k, done, beam = self._search_group(group, ws)
+            k, done, beam = self._search_group(group, ws, memo)
             if k < 0:
                 return
-            survivors.append(self._after_overflow(group, k, ws, space, done, beam))
+            survivors.append(self._after_overflow(group, k, ws, space, memo, done, beam))
 
-    def _search_group(self, group: _Group, ws):
+    def _search_group(self, group: _Group, ws, memo):
         """cpu.advance_streams of the group's streams in workspace ws, on this thread."""
         slots = self._slots
-        return self._advance_streams(self.layout, group.settings, ws, slots.list, slots.numbers, slots.relative,
-                                     group.which, group.x, group.offsets, group.order, group.flags, group.counts)
+        return self._advance_streams(self.layout, group.settings, ws, memo, slots.list, slots.contexts, slots.memos,
+                                     slots.numbers, slots.relative, group.which, group.x, group.offsets, group.order,
+                                     group.flags, group.counts)
 
-    def _after_overflow(self, group: _Group, k: int, ws, space, done: int, beam: float) -> int:
+    def _after_overflow(self, group: _Group, k: int, ws, space, memo, done: int, beam: float) -> int:
         """Stream k of the group overflowed a frame in workspace ws after `done` frames of its
-        chunk: it goes on from the frame's survivors in a larger workspace.  Returns the
-        survivors of pruning from there on."""
+        chunk: it goes on from the frame's survivors in a larger workspace (its steps in
+        `memo`, the memo of the group's call, or its own).  Returns the survivors of pruning
+        from there on."""
         state = group.states[k]
         state.grow(ws)
         _clean(ws)
-        return self._advance_one(state, group.chunks[k], space, None, done, beam)
+        memo = None if state.context is None else state.memo if state.memo is not None else memo
+        with self._counted(memo):
+            return self._advance_one(state, group.chunks[k], space, memo, done, beam)
 
     def _advance_one(self, state: CpuStream, chunk: np.ndarray, space, memo, t: int = 0,
                      resume_beam: float | None = None) -> int:
@@ -483,14 +522,19 @@ class CpuBackend:
         """The stream's memo (its own with phrases, else one of the pool), its counters
         added to the backend's."""
         with contextlib.nullcontext(state.memo) if state.memo is not None else self._memo(state.context) as memo:
-            if memo is None:
-                yield None
-                return
-            before = memo.counts.copy()
-            yield memo
-            with self._counts_lock:
-                self._counts += memo.counts - before
-                self._memo_bytes = max(self._memo_bytes, memo.table.nbytes)
+            with self._counted(memo):
+                yield memo
+
+    @contextlib.contextmanager
+    def _counted(self, memo):
+        """What a search does in `memo` (or None) meanwhile, added to the backend's counters."""
+        if memo is None:
+            yield
+            return
+        before = memo.counts.copy()
+        yield
+        self._count_steps(memo.counts - before)
+        self._memo_bytes = max(self._memo_bytes, memo.table.nbytes)
 
 
 _NO_COSTS = np.empty(0, np.float32)  # a StreamSlot's word costs without a boost
@@ -601,32 +645,43 @@ class _Held:
 
 
 class StreamSlots:
-    """The arrays of every live stream (a cpu.StreamSlot each) in one Numba typed list, and
-    its numbers in one array (`numbers[slot]`, fields constants.S_*; `relative[slot]`: its final
-    relative cost), so that one cpu.advance_streams call reaches a thread's share of them.
-    A stream's slot is given back when it is finished (its arrays are dropped then) or
-    garbage-collected (they are dropped when the slot is taken again: the list never holds
+    """The arrays of every live stream (a cpu.StreamSlot each) in one Numba typed list, its
+    context and its own memo in two more (`no_context` and `no_memo` where it has none), and
+    its numbers in one array (`numbers[slot]`, fields constants.S_*; `relative[slot]`: its
+    final relative cost), so that one cpu.advance_streams call reaches a thread's share of
+    them.  A stream's slot is given back when it is finished (its arrays are dropped then) or
+    garbage-collected (they are dropped when the slot is taken again: the lists never hold
     more than the most streams that lived at once)."""
 
     def __init__(self):
-        self.list = None
+        from wfst.kernels import cpu
+
+        self.list = self.contexts = self.memos = None
+        self.no_context = None  # a groups.Context of the backend's streams' types (the backend makes it)
+        self.no_memo = cpu.new_memo(1)
         self.numbers = np.zeros((0, C.STREAM_FIELDS), np.int64)
         self.relative = np.zeros(0, np.float64)
         self.generation = 0  # advanced before each kernel call that may replace a slot's arrays
         self._free = queue.SimpleQueue()  # safe to put into from a finalizer
 
-    def take(self, slot) -> int:
-        """A slot holding `slot`'s arrays, its numbers zero (the caller holds the decoder's
+    def take(self, slot, context, memo) -> int:
+        """A slot holding `slot`'s arrays, `context` (None: none) and `memo` (its own memo of
+        context steps, or None), its numbers zero but S_CONTEXT (the caller holds the decoder's
         lock: no search runs)."""
+        kind = C.NO_CONTEXT if context is None else C.SHARED_MEMO if memo is None else C.OWN_MEMO
+        context = self.no_context if context is None else context
+        memo = self.no_memo if memo is None else memo
         try:
             i = self._free.get_nowait()
-            self.list[i] = slot
+            self.list[i], self.contexts[i], self.memos[i] = slot, context, memo
         except queue.Empty:
             if self.list is None:
                 from numba.typed import List
 
-                self.list = List()
+                self.list, self.contexts, self.memos = List(), List(), List()
             self.list.append(slot)
+            self.contexts.append(context)
+            self.memos.append(memo)
             i = len(self.list) - 1
             if i >= len(self.numbers):
                 rows = max(16, 2 * len(self.numbers))
@@ -636,8 +691,13 @@ class StreamSlots:
                 relative[:len(self.relative)] = self.relative
                 self.numbers, self.relative = numbers, relative
         self.numbers[i] = 0
+        self.numbers[i, C.S_CONTEXT] = kind
         self.relative[i] = np.inf
         return i
+
+    def drop_context(self, i: int) -> None:
+        """Slot i's context and memo let go (its stream was finished)."""
+        self.contexts[i], self.memos[i] = self.no_context, self.no_memo
 
     def give_back(self, i: int) -> None:
         self._free.put(i)
@@ -653,10 +713,11 @@ class _Group:
         self.states, self.chunks = states, chunks
         self.capacity, self.settings = states[0].capacity, states[0].settings
         self.x = chunks[0] if k == 1 else np.concatenate(chunks)
-        ints = np.zeros(4 * k + 4, np.int64)  # one array (a µs each saved on a chunk of one stream)
+        # one array (a µs each saved on a chunk of one stream)
+        ints = np.zeros(4 * k + 1 + C.GROUP_COUNTS + C.STEP_COUNTERS, np.int64)
         self.offsets, self.which = ints[:k + 1], ints[k + 1:2 * k + 1]
         self.flags, self.order = ints[2 * k + 1:3 * k + 1], ints[3 * k + 1:4 * k + 1]
-        self.counts = ints[4 * k + 1:]  # streams taken, survivors, streams flagged COMMIT_DUE
+        self.counts = ints[4 * k + 1:]  # streams taken, survivors, streams flagged COMMIT_DUE, step counters
         if k == 1:
             self.offsets[1], self.which[0] = len(chunks[0]), states[0].slot
             return
@@ -724,7 +785,7 @@ class CpuStream(Ledger):
         self._slots = slots
         self.slot = slots.take(cpu.StreamSlot(cpu.new_tokens(capacity), cpu.new_trace(64, capacity),
                                               _NO_COSTS if word_costs is None else word_costs,
-                                              np.empty((0, num_columns), np.float32)))
+                                              np.empty((0, num_columns), np.float32)), context, memo)
         self._release = weakref.finalize(self, slots.give_back, self.slot)
         self._arrays, self._generation = None, -1
         self._alone = None  # its _Group when a call advances it alone
@@ -733,9 +794,9 @@ class CpuStream(Ledger):
 
     @property
     def own_call(self) -> bool:
-        """Whether its chunks are searched one call each (a context or a lattice), not in a
-        group of plain streams."""
-        return self.context is not None or self.links is not None
+        """Whether its chunks are searched one call each (it keeps a lattice), not in a group
+        of streams."""
+        return self.links is not None
 
     def group_for(self, chunk: np.ndarray) -> _Group:
         """The stream's group of one for this chunk (made once: a group costs µs, and a
@@ -773,6 +834,7 @@ class CpuStream(Ledger):
         """Give the slot back (the stream was finished: cpu.finish_slot dropped its arrays)."""
         if self._release.detach() is not None:
             self._arrays, self._generation = None, -1
+            self._slots.drop_context(self.slot)
             self._slots.give_back(self.slot)
 
     def logp_at(self, frames, columns):

@@ -196,6 +196,15 @@ def test_streams_of_every_kind_in_one_batched_call(demo, demo_graphs):
     assert dec._capacity.tokens > 24
 
 
+def _threads_of(numba_pool: bool, monkeypatch) -> None:
+    """Streams on the threads of Numba's pool (skipped where it cannot take them), or on
+    Python threads (as where its threading layer is not thread-safe, or in a forked child)."""
+    if numba_pool and cpu_backend.numba_pool_threads() < 2:
+        pytest.skip("Numba's pool has no thread-safe threading layer (TBB, OpenMP) or fewer than 2 threads here")
+    if not numba_pool:
+        monkeypatch.setattr(cpu_backend, "_NUMBA_POOL", 0)
+
+
 @pytest.mark.parametrize("contexts", [False, True])
 @pytest.mark.parametrize("numba_pool", [True, False])
 def test_streams_on_two_threads_overflow_and_stay_exact(demo, demo_graphs, monkeypatch, numba_pool, contexts):
@@ -204,10 +213,7 @@ def test_streams_on_two_threads_overflow_and_stay_exact(demo, demo_graphs, monke
     is not thread-safe, or the process was forked); without contexts, or rescored on the fly
     with phrase and word boosts on some (their steps in each thread's memo or their own).
     Every stream as offline, the calls' survivors too."""
-    if numba_pool and cpu_backend.numba_pool_threads() < 2:
-        pytest.skip("Numba's pool has no thread-safe threading layer (TBB, OpenMP) or fewer than 2 threads here")
-    if not numba_pool:
-        monkeypatch.setattr(cpu_backend, "_NUMBA_POOL", 0)
+    _threads_of(numba_pool, monkeypatch)
     path, kw = demo_graphs["bpe_compact"]
     g = wfst.load_graph(path)
     texts, x, lengths = demo_emissions(demo, g, kw, count=6, seed=9)
@@ -241,10 +247,7 @@ def test_streams_count_their_context_steps_as_offline(demo, demo_graphs, monkeyp
     steps in each call's stats.lm: summed over the calls, ExpandArcs' word arcs and lookups
     are the offline decode's (the same search), and every call's lookups are its hits plus
     its misses."""
-    if numba_pool and cpu_backend.numba_pool_threads() < 2:
-        pytest.skip("Numba's pool has no thread-safe threading layer (TBB, OpenMP) or fewer than 2 threads here")
-    if not numba_pool:
-        monkeypatch.setattr(cpu_backend, "_NUMBA_POOL", 0)
+    _threads_of(numba_pool, monkeypatch)
     path, kw = demo_graphs["char_compact"]
     g = wfst.load_graph(path)
     texts, x, lengths = demo_emissions(demo, g, kw, count=5, seed=3)

@@ -345,12 +345,16 @@ def test_a_long_stream_keeps_bounded_state(demo, demo_graphs):
     assert dec.stream()._state.slot == slot
 
 
-def test_empty_and_zero_frame_chunks(demo, demo_graphs):
+@pytest.mark.parametrize("rescored", [False, True])
+def test_empty_and_zero_frame_chunks(demo, demo_graphs, rescored):
+    """Calls with no frames to search (no streams, or chunks of 0 frames), the first calls of
+    a decoder among them, do nothing."""
     path, kw = demo_graphs["char_compact"]
     g = wfst.load_graph(path)
     _, x, lengths = demo_emissions(demo, g, kw, count=1)
-    dec = Decoder(g, beam=10.0, max_active=300, num_threads=1)
+    dec = Decoder(g, beam=10.0, max_active=300, num_threads=2, rescore_lm=demo / "lm.arpa" if rescored else None)
     idle, s = dec.stream(), dec.stream()
+    dec.advance([], [])
     dec.advance([idle, s], [x[0, :0], x[0, :0]])
     assert idle.frames == 0 and idle.partial().words == () and idle.partial().stable == 0
     dec.advance([s], [x[0, :int(lengths[0])]])

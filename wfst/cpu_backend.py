@@ -280,6 +280,8 @@ class CpuBackend:
                     own.append(i)
                 else:
                     by_capacity.setdefault(state.capacity, []).append(i)
+        if not own and not by_capacity:  # no frames to search
+            return 0
         self._slots.generation += 1  # the kernels may replace any stream's arrays
         if own:  # their log-probs, in one call
             group = _Group([states[i] for i in own], [chunks[i] for i in own])

@@ -271,6 +271,23 @@ def test_streams_count_their_context_steps_as_offline(demo, demo_graphs, monkeyp
     assert summed == {key: offline.stats.lm[key] for key in summed} and summed["lookups"] > 0
 
 
+def test_streams_and_decodes_share_the_rescoring_memos(demo, demo_graphs):
+    """The memos of the rescoring LM's steps (32 MiB each) are one per thread whether the
+    decoder streams, decodes or both."""
+    path, kw = demo_graphs["char_compact"]
+    g = wfst.load_graph(path)
+    _, x, lengths = demo_emissions(demo, g, kw, count=4, seed=2)
+    dec = Decoder(g, beam=10.0, max_active=300, num_threads=2, rescore_lm=demo / "lm.arpa")
+    want = dec.decode(x, lengths)
+    streams = [dec.stream() for _ in lengths]
+    same_results(_advance_all(dec, streams, x, lengths), want)
+    assert dec.decode(x, lengths) == want
+    backend, pooled = dec._backend, []
+    while not backend._lm_memos.empty():
+        pooled.append(backend._lm_memos.get_nowait())
+    assert len({id(m) for m in pooled + list(backend._thread_memos[0])}) == 2
+
+
 def test_streams_are_taken_dearest_first():
     """cpu.work_order: by tokens times frames, the dearest first, ties in the order given."""
     from wfst.kernels import constants as C

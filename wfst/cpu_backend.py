@@ -296,7 +296,9 @@ class CpuBackend:
             held = _Held(self)
             try:
                 for state, chunk in tasks:
-                    survivors.append(self._advance_one(state, chunk, held.space, held.memo(state)))
+                    memo = _memo_of(state, memos[t])
+                    with self._counted(memo):
+                        survivors.append(self._advance_one(state, chunk, held.space, memo))
                 for group in groups:
                     self._advance_group(group, held.space, memos[t], survivors)
             finally:
@@ -350,17 +352,24 @@ class CpuBackend:
 
     def _memos_for(self, threads: int):
         """The memos of a call on `threads` threads, one per thread, as a list and as a typed
-        list (the same memos): those of the rescoring LM's steps (kept from call to call, as
-        the decodes' memos are), or, without rescoring, a memo no stream reads."""
+        list (the same memos): those of the rescoring LM's steps, or, without rescoring, a
+        memo no stream reads.  The LM's memos are the offline decodes' (_memo's pool: they
+        stay warm from call to call, and a decoder that does both holds no more of them);
+        the decoder's lock keeps a decode and an advance() from using them at once."""
         if self._thread_memos is None or len(self._thread_memos[0]) < threads:
             from numba.typed import List
 
-            memos = [] if self._thread_memos is None else self._thread_memos[0]
+            memos = [self._slots.no_memo] * threads
             if self._rescoring:
-                memos = memos + [self._cpu.new_memo(_LM_MEMO_SLOTS) for _ in range(threads - len(memos))]
+                memos = []
+                for _ in range(threads):
+                    try:
+                        memos.append(self._lm_memos.get_nowait())
+                    except queue.Empty:
+                        memos.append(self._cpu.new_memo(_LM_MEMO_SLOTS))
+                for memo in memos:
+                    self._lm_memos.put(memo)
                 self._memo_bytes = max(self._memo_bytes, memos[0].table.nbytes)
-            else:
-                memos = [self._slots.no_memo] * threads
             self._thread_memos = memos, List(memos)
         return self._thread_memos
 
@@ -431,7 +440,7 @@ class CpuBackend:
         state = group.states[k]
         state.grow(ws)
         _clean(ws)
-        memo = None if state.context is None else state.memo if state.memo is not None else memo
+        memo = _memo_of(state, memo)
         with self._counted(memo):
             return self._advance_one(state, group.chunks[k], space, memo, done, beam)
 
@@ -616,13 +625,11 @@ class DirectCall:
 
 class _Held:
     """What one thread of CpuBackend.advance holds while it takes tasks: a workspace per
-    capacity and the memos of the streams' context steps, given back by close()."""
+    capacity, given back by close()."""
 
     def __init__(self, backend: CpuBackend):
         self.backend = backend
         self.spaces = {}
-        self.memos = None  # an ExitStack of memos, made for the first stream with a context
-        self.lm_memo = None
 
     def space(self, capacity: int):
         ws = self.spaces.get(capacity)
@@ -630,20 +637,17 @@ class _Held:
             ws = self.spaces[capacity] = self.backend._take_workspace(capacity)
         return ws
 
-    def memo(self, state):
-        if self.memos is None:
-            self.memos = contextlib.ExitStack()
-        if state.memo is not None:  # its own (phrases)
-            return self.memos.enter_context(self.backend._stream_memo(state))
-        if self.lm_memo is None:  # the LM's steps: a memo of the pool
-            self.lm_memo = self.memos.enter_context(self.backend._stream_memo(state))
-        return self.lm_memo
-
     def close(self) -> None:
         for capacity, ws in self.spaces.items():
             self.backend._workspaces[capacity].put(ws)
-        if self.memos is not None:
-            self.memos.close()
+
+
+def _memo_of(state, lm_memo):
+    """The memo a stream's context steps go in: none without a context, its own (phrases),
+    or lm_memo, its thread's memo of the rescoring LM's steps."""
+    if state.context is None:
+        return None
+    return state.memo if state.memo is not None else lm_memo
 
 
 class StreamSlots:

@@ -1232,6 +1232,17 @@ def append_chunks(slots, which, chunks, offsets, numbers):
 
 
 @intrinsic
+def _cycles(typingctx):
+    """The processor's cycle counter (llvm.readcyclecounter): how long a thread of a parallel
+    region worked and how long the region took, for a few cycles each."""
+    def codegen(context, builder, signature, args):
+        read = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.IntType(64), []),
+                                              "llvm.readcyclecounter")
+        return builder.call(read, [])
+    return types.int64(), codegen
+
+
+@intrinsic
 def _fetch_add(typingctx, counter, i, value):
     """counter[i] += value as one atomic step; returns the value before (threads that share
     a counter each take a different one)."""
@@ -1336,21 +1347,25 @@ def work_order(numbers, which, offsets, order):
 def advance_streams_parallel(graph, settings, spaces, lm_memos, slots, contexts, memos, numbers, relative, which,
                              chunks, offsets, order, flags, counts, stops, beams):
     """advance_streams on len(spaces) threads of Numba's pool at once, thread t with workspace
-    spaces[t] and memo lm_memos[t]: one parallel region per call, where a pool of Python threads costs tens of
-    µs to hand over (a stream's chunk searches in tens of µs).  The first call of a group
-    (counts[0] 0) puts its streams in work_order.  Thread t's return is in stops[t] (the
-    stream that overflowed or -1, the frames done before it) and beams[t]; returns
-    whether any thread stopped at an overflow."""
+    spaces[t] and memo lm_memos[t]: one parallel region per call, where a pool of Python
+    threads costs tens of µs to hand over (a stream's chunk searches in tens of µs).  The
+    first call of a group (counts[0] 0) puts its streams in work_order.  Thread t's return
+    is in stops[t] (the stream that overflowed or -1, the frames done before it, the cycles
+    it worked) and beams[t].  Returns (whether any thread stopped at an overflow, the cycles
+    the region took)."""
+    start = _cycles()
     if counts[0] == 0:
         work_order(numbers, which, offsets, order)
     for u in prange(len(spaces)):
         t = np.int64(u)  # prange counts in uint64
+        began = _cycles()
         k, done, beam = advance_streams(graph, settings, spaces[t], lm_memos[t], slots, contexts, memos, numbers,
                                         relative, which, chunks, offsets, order, flags, counts)
         stops[t, 0] = k
         stops[t, 1] = done
+        stops[t, 2] = _cycles() - began
         beams[t] = beam
-    return stops[:, 0].max() >= 0
+    return stops[:, 0].max() >= 0, _cycles() - start
 
 
 @njit(nogil=True, cache=True)

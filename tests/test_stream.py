@@ -288,6 +288,32 @@ def test_streams_and_decodes_share_the_rescoring_memos(demo, demo_graphs):
     assert len({id(m) for m in pooled + list(backend._thread_memos[0])}) == 2
 
 
+def test_the_pool_guard_moves_calls_off_a_stalling_pool():
+    """Where other processes hold the cores, regions of Numba's pool stall (their threads
+    wait, spinning, for one the scheduler took away): 3 stalls among the last 8 regions and
+    the calls go on Python threads for a while, longer each time stalls come back right
+    after; a pool that runs well keeps the calls."""
+    guard = cpu_backend.PoolGuard()
+    for idle in [0.1, 0.9, 0.05, 0.2, 0.2, 0.1, 0.3, 0.1] * 4 + [0.9, 0.1, 0.8]:  # never 3 stalls in 8 regions
+        assert guard.usable()
+        guard.judge(idle)
+    assert guard.usable()
+    guard.judge(0.7)  # the third
+    first = guard.pause
+    assert [guard.usable() for _ in range(first)] == [False] * first and guard.usable()
+    for idle in [0.6, 0.7, 0.95]:  # back right after the retry: a longer pause
+        guard.judge(idle)
+    assert guard.pause == 2 * first
+    for _ in range(guard.pause):
+        assert not guard.usable()
+    for _ in range(8):  # the retry runs well ...
+        assert guard.usable()
+        guard.judge(0.05)
+    for idle in [0.9, 0.9, 0.9]:  # ... so the next stalls pause for the first length again
+        guard.judge(idle)
+    assert guard.pause == first and not guard.usable()
+
+
 def test_streams_are_taken_dearest_first():
     """cpu.work_order: by tokens times frames, the dearest first, ties in the order given."""
     from wfst.kernels import constants as C

@@ -7,6 +7,7 @@ give each utterance a groups.Context, with a memo of its context steps.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import queue
@@ -66,6 +67,7 @@ class CpuBackend:
         self._thread_memos = None  # the streams' memos of LM steps, one per thread (_memos_for)
         self._finish_slot = DirectCall(cpu.finish_slot, fixed=4, checked=())
         self._thread_spaces = {}  # (capacity, threads) -> typed list of workspaces, one per thread of Numba's pool
+        self._pool_guard = PoolGuard()
         self._rescoring = False  # whether the streams' contexts have the rescoring LM (set when the first opens)
 
     # ------------------------------------------------------------------ the Backend interface
@@ -306,7 +308,7 @@ class CpuBackend:
 
         if threads <= 1:
             run(0)
-        elif not own and numba_pool_threads() >= threads:
+        elif not own and numba_pool_threads() >= threads and self._pool_guard.usable():
             for group in groups:
                 self._advance_in_numba_pool(group, threads, memos, typed_memos, survivors)
         else:
@@ -391,16 +393,19 @@ class CpuBackend:
         if spaces is None:
             spaces = self._thread_spaces[key] = numba.typed.List(self._cpu.new_workspace(group.capacity)
                                                                  for _ in range(threads))
-        stops, beams = np.zeros((threads, 2), np.int64), np.zeros(threads, np.float32)
+        stops, beams = np.zeros((threads, 3), np.int64), np.zeros(threads, np.float32)
         before = numba.get_num_threads()
         if before != threads:
             numba.set_num_threads(threads)
         try:
             while group.counts[0] < len(group.order):
-                if not self._advance_parallel(self.layout, group.settings, spaces, typed_memos, slots.list,
-                                              slots.contexts, slots.memos, slots.numbers, slots.relative, group.which,
-                                              group.x, group.offsets, group.order, group.flags, group.counts, stops,
-                                              beams):
+                overflowed, cycles = self._advance_parallel(
+                    self.layout, group.settings, spaces, typed_memos, slots.list, slots.contexts, slots.memos,
+                    slots.numbers, slots.relative, group.which, group.x, group.offsets, group.order, group.flags,
+                    group.counts, stops, beams)
+                if len(group.order) >= 4 * threads:  # (fewer streams leave threads idle by themselves)
+                    self._pool_guard.judge(1.0 - stops[:, 2].sum() / max(threads * cycles, 1))
+                if not overflowed:
                     break
                 held = None
                 for t in np.flatnonzero(stops[:, 0] >= 0):
@@ -621,6 +626,44 @@ class DirectCall:
                 self._entries[key] = (args[:self.fixed], tuple((args[i].dtype, args[i].ndim) for i in self.checked),
                                       compiled.entry_point)
         return result
+
+
+class PoolGuard:
+    """Whether a call may search on Numba's pool.  A parallel region ends when its last
+    thread does, the others spinning meanwhile: where other processes keep the cores busy,
+    a thread descheduled in a region makes the whole call wait for the scheduler to run it
+    again, milliseconds where the region's work takes a fraction of one (the character
+    graph's streams ran at 5-40% of the Python threads' throughput so, whose waits sleep).
+    A region whose threads sat idle for more than half its time is a stall; 3 stalls among
+    the last 8 regions judged, and the calls go on Python threads for `pause` calls, twice
+    as many each time the stalls come back within 8 regions of a retry."""
+
+    FIRST_PAUSE, MAX_PAUSE = 256, 1 << 16
+
+    def __init__(self):
+        self.recent = collections.deque(maxlen=8)  # stalled or not, of the last regions judged
+        self.pause = self.FIRST_PAUSE
+        self.resting = 0  # calls left on Python threads
+        self.retried = False  # the regions since the last pause ended are not yet 8
+
+    def usable(self) -> bool:
+        if self.resting:
+            self.resting -= 1
+            if not self.resting:
+                self.recent.clear()
+                self.retried = True
+            return False
+        return True
+
+    def judge(self, idle_share: float) -> None:
+        """One region: the share of its threads' time that they sat idle."""
+        self.recent.append(idle_share > 0.5)
+        if sum(self.recent) >= 3:
+            self.pause = min(2 * self.pause, self.MAX_PAUSE) if self.retried else self.FIRST_PAUSE
+            self.resting, self.retried = self.pause, False
+            self.recent.clear()
+        elif self.retried and len(self.recent) == self.recent.maxlen:
+            self.retried = False
 
 
 class _Held:

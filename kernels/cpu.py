@@ -1157,6 +1157,19 @@ class StreamSlot(NamedTuple):
     logp: np.ndarray  # float32 (frames kept, V): logp[r] is frame base + r
 
 
+class StreamTable(NamedTuple):
+    """Every live stream of a CPU backend, as advance_streams reads them: slot i's arrays
+    (a typed list of StreamSlot), its context and its own memo (typed lists: of
+    groups.Context and groups.Memo), its numbers (numbers[i], fields constants.S_*) and
+    its final relative cost (relative[i])."""
+
+    slots: object
+    contexts: object
+    memos: object
+    numbers: np.ndarray  # int64 (slots, STREAM_FIELDS)
+    relative: np.ndarray  # float64 (slots,)
+
+
 @njit(nogil=True, cache=True)
 def append_chunk(slots, i, x, numbers):
     """Stream slots[i] takes chunk x into its log-probs, and room in its trace.steps and
@@ -1259,13 +1272,12 @@ def _fetch_add(typingctx, counter, i, value):
 
 
 @njit(nogil=True, cache=True)
-def advance_streams(graph, settings, ws, memo, slots, contexts, memos, numbers, relative, which, chunks, offsets, order,
-                    flags, counts):
-    """advance_stream for several streams in one call: stream k is slots[which[k]], its
-    numbers numbers[which[k]] (read and updated), its chunk chunks[offsets[k]:offsets[k + 1]]
+def advance_streams(graph, settings, ws, memo, table, which, chunks, offsets, order, flags, counts):
+    """advance_stream for several streams in one call: stream k is slot i = which[k] of the
+    StreamTable (its numbers read and updated), its chunk chunks[offsets[k]:offsets[k + 1]]
     (appended to its log-probs first).  A stream with a context (numbers' S_CONTEXT) searches
-    with contexts[i] and a memo of its steps: `memo` (this call's, for the rescoring LM's
-    steps, which all its streams share) or its own, memos[i] (phrases).  The call takes the
+    with table.contexts[i] and a memo of its steps: `memo` (this call's, for the rescoring
+    LM's steps, which all its streams share) or its own, table.memos[i] (phrases).  The call takes the
     streams in `order`, the next one by an atomic increment of counts[0], until none is
     left: threads calling it at once on the same arguments (each with its own workspace
     and memo) share the streams as they come free, so none waits while another has
@@ -1273,11 +1285,12 @@ def advance_streams(graph, settings, ws, memo, slots, contexts, memos, numbers, 
     counts[2] counts the streams flagged COMMIT_DUE and counts[GROUP_COUNTS:] adds up what
     the memos' counters (constants.STEP_*) gained.
 
-    Writes the final relative cost of stream slot i at relative[i], and flags[k]: 0,
+    Writes the final relative cost of stream slot i at table.relative[i], and flags[k]: 0,
     COMMIT_DUE (its backpointers reached S_NEXT_COMMIT) or OVERFLOWED (a frame overflowed:
     its survivors are in ws.sv).  Returns (k of the stream that overflowed, -1 if none;
     the chunk's frames done before it; the frame's adaptive beam): the call stops there
     for the caller to go on from its survivors in a larger workspace."""
+    slots, numbers, relative = table.slots, table.numbers, table.relative
     before = np.empty(STEP_COUNTERS, np.int64)
     while True:
         taken = _fetch_add(counts, 0, 1)
@@ -1299,14 +1312,14 @@ def advance_streams(graph, settings, ws, memo, slots, contexts, memos, numbers, 
                 r = advance_stream(graph, None, None, None, x, len(x), settings, w, v[S_N], v[S_NS], no_beam,
                                    s.trace, first, v[S_STORED], None)
         else:
-            m = memo if v[S_CONTEXT] == SHARED_MEMO else memos[i]
+            m = memo if v[S_CONTEXT] == SHARED_MEMO else table.memos[i]
             before[:] = m.counts
             if len(s.word_costs):
-                r = advance_stream(graph, s.word_costs, contexts[i], m, x, len(x), settings, w, v[S_N], v[S_NS],
-                                   no_beam, s.trace, first, v[S_STORED], None)
+                r = advance_stream(graph, s.word_costs, table.contexts[i], m, x, len(x), settings, w, v[S_N],
+                                   v[S_NS], no_beam, s.trace, first, v[S_STORED], None)
             else:
-                r = advance_stream(graph, None, contexts[i], m, x, len(x), settings, w, v[S_N], v[S_NS], no_beam,
-                                   s.trace, first, v[S_STORED], None)
+                r = advance_stream(graph, None, table.contexts[i], m, x, len(x), settings, w, v[S_N], v[S_NS],
+                                   no_beam, s.trace, first, v[S_STORED], None)
             for c in range(STEP_COUNTERS):
                 _fetch_add(counts, GROUP_COUNTS + c, m.counts[c] - before[c])
         status, done, n, ns, beam, prev, arc, stored, fallbacks, survivors, trailing, voiced, rel, dead = r
@@ -1344,8 +1357,8 @@ def work_order(numbers, which, offsets, order):
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def advance_streams_parallel(graph, settings, spaces, lm_memos, slots, contexts, memos, numbers, relative, which,
-                             chunks, offsets, order, flags, counts, stops, beams):
+def advance_streams_parallel(graph, settings, spaces, lm_memos, table, which, chunks, offsets, order, flags, counts,
+                             stops, beams):
     """advance_streams on len(spaces) threads of Numba's pool at once, thread t with workspace
     spaces[t] and memo lm_memos[t]: one parallel region per call, where a pool of Python
     threads costs tens of µs to hand over (a stream's chunk searches in tens of µs).  The
@@ -1355,12 +1368,12 @@ def advance_streams_parallel(graph, settings, spaces, lm_memos, slots, contexts,
     the region took)."""
     start = _cycles()
     if counts[0] == 0:
-        work_order(numbers, which, offsets, order)
+        work_order(table.numbers, which, offsets, order)
     for u in prange(len(spaces)):
         t = np.int64(u)  # prange counts in uint64
         began = _cycles()
-        k, done, beam = advance_streams(graph, settings, spaces[t], lm_memos[t], slots, contexts, memos, numbers,
-                                        relative, which, chunks, offsets, order, flags, counts)
+        k, done, beam = advance_streams(graph, settings, spaces[t], lm_memos[t], table, which, chunks, offsets, order,
+                                        flags, counts)
         stops[t, 0] = k
         stops[t, 1] = done
         stops[t, 2] = _cycles() - began

@@ -62,8 +62,8 @@ class CpuBackend:
         self._pool = None  # the streams' thread pool, made on first use
         self._slots = StreamSlots()  # the live streams' arrays
         self._cpu = cpu  # the kernels module (imported here: importing wfst compiles nothing)
-        self._advance_streams = DirectCall(cpu.advance_streams, fixed=9, checked=(10,))  # 10: the chunks
-        self._advance_parallel = DirectCall(cpu.advance_streams_parallel, fixed=9, checked=(10,))
+        self._advance_streams = DirectCall(cpu.advance_streams, fixed=5, checked=(6,))  # 6: the chunks
+        self._advance_parallel = DirectCall(cpu.advance_streams_parallel, fixed=5, checked=(6,))
         self._thread_memos = None  # the streams' memos of LM steps, one per thread (_memos_for)
         self._finish_slot = DirectCall(cpu.finish_slot, fixed=4, checked=())
         self._thread_spaces = {}  # (capacity, threads) -> typed list of workspaces, one per thread of Numba's pool
@@ -400,9 +400,8 @@ class CpuBackend:
         try:
             while group.counts[0] < len(group.order):
                 overflowed, cycles = self._advance_parallel(
-                    self.layout, group.settings, spaces, typed_memos, slots.list, slots.contexts, slots.memos,
-                    slots.numbers, slots.relative, group.which, group.x, group.offsets, group.order, group.flags,
-                    group.counts, stops, beams)
+                    self.layout, group.settings, spaces, typed_memos, slots.table(), group.which, group.x,
+                    group.offsets, group.order, group.flags, group.counts, stops, beams)
                 if len(group.order) >= 4 * threads:  # (fewer streams leave threads idle by themselves)
                     self._pool_guard.judge(1.0 - stops[:, 2].sum() / max(threads * cycles, 1))
                 if not overflowed:
@@ -433,9 +432,8 @@ class CpuBackend:
     def _search_group(self, group: _Group, ws, memo):
         """cpu.advance_streams of the group's streams in workspace ws, on this thread."""
         slots = self._slots
-        return self._advance_streams(self.layout, group.settings, ws, memo, slots.list, slots.contexts, slots.memos,
-                                     slots.numbers, slots.relative, group.which, group.x, group.offsets, group.order,
-                                     group.flags, group.counts)
+        return self._advance_streams(self.layout, group.settings, ws, memo, slots.table(), group.which, group.x,
+                                     group.offsets, group.order, group.flags, group.counts)
 
     def _after_overflow(self, group: _Group, k: int, ws, space, memo, done: int, beam: float) -> int:
         """Stream k of the group overflowed a frame in workspace ws after `done` frames of its
@@ -712,6 +710,16 @@ class StreamSlots:
         self.relative = np.zeros(0, np.float64)
         self.generation = 0  # advanced before each kernel call that may replace a slot's arrays
         self._free = queue.SimpleQueue()  # safe to put into from a finalizer
+        self._table = None  # the cpu.StreamTable of the lists and arrays above, made again when one is replaced
+
+    def table(self):
+        """The cpu.StreamTable the kernels read (the same object while its parts are: a
+        compiled call knows its fixed arguments by identity, cpu_backend.DirectCall)."""
+        if self._table is None:
+            from wfst.kernels import cpu
+
+            self._table = cpu.StreamTable(self.list, self.contexts, self.memos, self.numbers, self.relative)
+        return self._table
 
     def take(self, slot, context, memo) -> int:
         """A slot holding `slot`'s arrays, `context` (None: none) and `memo` (its own memo of
@@ -728,6 +736,7 @@ class StreamSlots:
                 from numba.typed import List
 
                 self.list, self.contexts, self.memos = List(), List(), List()
+                self._table = None
             self.list.append(slot)
             self.contexts.append(context)
             self.memos.append(memo)
@@ -739,6 +748,7 @@ class StreamSlots:
                 relative = np.zeros(rows, np.float64)
                 relative[:len(self.relative)] = self.relative
                 self.numbers, self.relative = numbers, relative
+                self._table = None
         self.numbers[i] = 0
         self.numbers[i, C.S_CONTEXT] = kind
         self.relative[i] = np.inf

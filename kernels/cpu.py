@@ -1275,13 +1275,13 @@ def _fetch_add(typingctx, counter, i, value):
 def advance_streams(graph, settings, ws, memo, table, which, chunks, offsets, order, flags, counts):
     """advance_stream for several streams in one call: stream k is slot i = which[k] of the
     StreamTable (its numbers read and updated), its chunk chunks[offsets[k]:offsets[k + 1]]
-    (appended to its log-probs first).  A stream with a context (numbers' S_CONTEXT) searches
-    with table.contexts[i] and a memo of its steps: `memo` (this call's, for the rescoring
-    LM's steps, which all its streams share) or its own, table.memos[i] (phrases).  The call takes the
-    streams in `order`, the next one by an atomic increment of counts[0], until none is
-    left: threads calling it at once on the same arguments (each with its own workspace
-    and memo) share the streams as they come free, so none waits while another has
-    several left.  counts[1] sums the streams' survivors of pruning over their frames,
+    (appended to its log-probs first).  A stream with a context (numbers' S_CONTEXT)
+    searches with table.contexts[i] and a memo of its steps: `memo` (this call's, for the
+    rescoring LM's steps, which all its streams share) or its own, table.memos[i]
+    (phrases).  The call takes the streams in `order`, the next one by an atomic increment
+    of counts[0], until none is left: threads calling it at once on the same arguments
+    (each with its own workspace and memo) share the streams as they come free, so none
+    waits while another has several left.  counts[1] sums the streams' survivors of pruning over their frames,
     counts[2] counts the streams flagged COMMIT_DUE and counts[GROUP_COUNTS:] adds up what
     the memos' counters (constants.STEP_*) gained.
 

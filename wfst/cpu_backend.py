@@ -245,7 +245,6 @@ class CpuBackend:
         own_memo = None
         if context is not None and phrases.num_states > 1:  # phrase steps are this stream's own
             own_memo = cpu.new_memo(_PHRASE_LM_MEMO_SLOTS if rescorer is not None else _PHRASE_MEMO_SLOTS)
-            self._memo_bytes = max(self._memo_bytes, own_memo.table.nbytes)
         if self._slots.no_context is None:  # what slots without a context hold (of the types the others hold)
             self._slots.no_context = contexts.context(rescorer, [NO_PHRASES])
             self._rescoring = rescorer is not None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 import os
 import queue
 import threading
@@ -66,7 +67,9 @@ class CpuBackend:
         self._advance_parallel = DirectCall(cpu.advance_streams_parallel, fixed=5, checked=(6,))
         self._thread_memos = None  # the streams' memos of LM steps, one per thread (_memos_for)
         self._finish_slot = DirectCall(cpu.finish_slot, fixed=4, checked=())
-        self._thread_spaces = {}  # (capacity, threads) -> typed list of workspaces, one per thread of Numba's pool
+        # (capacity, threads) -> a typed list of workspaces, one per thread of Numba's pool, and
+        # the arrays the threads' returns go in
+        self._thread_spaces = {}
         self._pool_guard = PoolGuard()
         self._rescoring = False  # whether the streams' contexts have the rescoring LM (set when the first opens)
 
@@ -322,7 +325,8 @@ class CpuBackend:
                 for future in futures:
                     future.result()
         for group in groups:
-            self._count_steps(group.counts[C.GROUP_COUNTS:])
+            if self._slots.contextual:
+                self._count_steps(group.counts[C.GROUP_COUNTS:])
             if group.counts[2]:
                 for k in np.flatnonzero(group.flags == C.COMMIT_DUE):
                     group.states[k].commit(self.graph)
@@ -346,7 +350,8 @@ class CpuBackend:
         finally:
             self._workspaces[group.capacity].put(ws)
             group.states = group.chunks = group.x = None  # (the stream holds the group)
-        self._count_steps(group.counts[C.GROUP_COUNTS:])
+        if state.context is not None:
+            self._count_steps(group.counts[C.GROUP_COUNTS:])
         if group.counts[2]:
             state.commit(self.graph)
         return survivors + int(group.counts[1])
@@ -388,11 +393,12 @@ class CpuBackend:
 
         slots = self._slots
         key = (group.capacity, threads)
-        spaces = self._thread_spaces.get(key)
-        if spaces is None:
-            spaces = self._thread_spaces[key] = numba.typed.List(self._cpu.new_workspace(group.capacity)
-                                                                 for _ in range(threads))
-        stops, beams = np.zeros((threads, 3), np.int64), np.zeros(threads, np.float32)
+        arrays = self._thread_spaces.get(key)
+        if arrays is None:  # (kept from call to call: an allocation costs µs, a call's search tens)
+            arrays = self._thread_spaces[key] = (
+                numba.typed.List(self._cpu.new_workspace(group.capacity) for _ in range(threads)),
+                np.zeros((threads, 3), np.int64), np.zeros(threads, np.float32))
+        spaces, stops, beams = arrays
         before = numba.get_num_threads()
         if before != threads:
             numba.set_num_threads(threads)
@@ -405,13 +411,11 @@ class CpuBackend:
                     self._pool_guard.judge(1.0 - stops[:, 2].sum() / max(threads * cycles, 1))
                 if not overflowed:
                     break
-                held = None
+                held = _Held(self)
                 for t in np.flatnonzero(stops[:, 0] >= 0):
-                    held = held or _Held(self)
                     survivors.append(self._after_overflow(group, int(stops[t, 0]), spaces[t], held.space, memos[t],
                                                           int(stops[t, 1]), float(beams[t])))
-                if held is not None:
-                    held.close()
+                held.close()  # (not after an exception: an interrupted search leaves its tables full)
         finally:
             if before != threads:
                 numba.set_num_threads(before)
@@ -708,6 +712,7 @@ class StreamSlots:
         self.numbers = np.zeros((0, C.STREAM_FIELDS), np.int64)
         self.relative = np.zeros(0, np.float64)
         self.generation = 0  # advanced before each kernel call that may replace a slot's arrays
+        self.contextual = False  # whether a slot ever held a context (else no call counts context steps)
         self._free = queue.SimpleQueue()  # safe to put into from a finalizer
         self._table = None  # the cpu.StreamTable of the lists and arrays above, made again when one is replaced
 
@@ -725,6 +730,7 @@ class StreamSlots:
         context steps, or None), its numbers zero but S_CONTEXT (the caller holds the decoder's
         lock: no search runs)."""
         kind = C.NO_CONTEXT if context is None else C.SHARED_MEMO if memo is None else C.OWN_MEMO
+        self.contextual = self.contextual or context is not None
         context = self.no_context if context is None else context
         memo = self.no_memo if memo is None else memo
         try:
@@ -779,9 +785,8 @@ class _Group:
         if k == 1:
             self.offsets[1], self.which[0] = len(chunks[0]), states[0].slot
             return
-        np.cumsum(np.fromiter(map(len, chunks), np.int64, k), out=self.offsets[1:])
-        self.which[:] = [s.slot for s in states]
-        self.order[:] = np.arange(k)  # one thread's (several: cpu.work_order)
+        ints[1:2 * k + 1] = [*itertools.accumulate(map(len, chunks)), *[s.slot for s in states]]  # offsets, which
+        self.order[:] = range(k)  # one thread's (several: cpu.work_order)
 
     def again(self, state, chunk: np.ndarray) -> _Group:
         """This group of one stream for its next chunk."""
@@ -892,7 +897,8 @@ class CpuStream(Ledger):
         """Give the slot back (the stream was finished: cpu.finish_slot dropped its arrays)."""
         if self._release.detach() is not None:
             self._arrays, self._generation = None, -1
-            self._slots.drop_context(self.slot)
+            if self.context is not None:  # (a typed list's item set from Python costs µs)
+                self._slots.drop_context(self.slot)
             self._slots.give_back(self.slot)
 
     def logp_at(self, frames, columns):

@@ -18,7 +18,7 @@ GRAPH_ARGS = --tokens '$(TOKENS)' --lm '$(LM)' --topo '$(TOPO)' --out '$(GRAPH_D
 	$(if $(SPM),--spm '$(SPM)') $(if $(BOUNDARY),--word-boundary '$(BOUNDARY)') \
 	$(if $(BLANK),--blank '$(BLANK)') $(if $(EPSILON_FREE),--epsilon-free)
 
-.PHONY: demo test gpu-check graph bench-graph bench-decode bench-fltop bench-boost bench-rescore bench-stream bench-lattice bench-beam-search install install-test \
+.PHONY: demo test gpu-check gpu-kit graph bench-graph bench-decode bench-fltop bench-boost bench-rescore bench-stream bench-lattice bench-beam-search install install-test \
 	install-bench clean
 
 $(VENV)/.installed: setup.py pyproject.toml
@@ -72,6 +72,14 @@ else
 	recipes/gpu_env.sh '$(PYTHON)' '$(GPU_VENV)' '$(WHEELS)'
 	$(GPU_VENV)/bin/python recipes/gpu_check.py
 endif
+
+# What a GPU machine with no package index needs to run gpu-check's sections KIT (default: the
+# open goals: streams, on-the-fly rescoring, the large rescoring setup of bench-rescore, which
+# must be made first) in .gpu-kit/: the graphs built here, the wheels it lacks, and run.sh to run
+# there (docs/benchmarks.md: "Running gpu-check on a lent GPU").
+KIT ?= streams,rescoring,rescoring-large
+gpu-kit: install-test
+	$(PY) recipes/gpu_check.py --kit .gpu-kit --only $(KIT)
 
 bench-graph: install
 	$(PY) recipes/bench_graph.py

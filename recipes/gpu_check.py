@@ -21,7 +21,16 @@
    the same as the CPU's, and their cost against the GPU's best path; the lexicon-free beam
    search (CtcBeamDecoder, beam 8 and 32, the demo's token LMs): the same as on the CPU,
    with and without a boosted phrase, and its RTFx by batch against the CPU on one thread.
-5. build/gpu-check/report.md and report.json; the exit status is 1 if any check failed.
+5. build/gpu-check/report.md and report.json (written again after each section, so that a
+   run stopped part-way leaves what it did); the exit status is 1 if any check failed.
+
+--only picks sections (in this order): tests, streams, rescoring, rescoring-large,
+equality, batches, boost, lattices, beam-search; --stop-after S skips the sections not
+begun after S seconds.  rescoring-large is the large setup of make bench-rescore (its
+files in build/rescore/large): rescoring on the GPU against our CPU backend on one thread,
+both WERs; it is skipped, with a note, where they are missing.  Where pynini is not
+installed (a GPU machine with no package index), the graphs are read as built elsewhere:
+make gpu-kit packs them with the wheels such a machine lacks (docs/benchmarks.md says how).
 
 Synthetic emissions (wfst.synthetic) of the demo's held-out sentences; 40 ms frames.  A
 batch decodes utterances of similar lengths (a random sample sorted by length, as an
@@ -41,6 +50,7 @@ SIMULATE = "--simulate" in sys.argv
 os.environ["NUMBA_ENABLE_CUDASIM"] = "1" if SIMULATE else "0"  # before numba is imported
 
 import dataclasses  # noqa: E402
+import functools  # noqa: E402
 import importlib.metadata as metadata  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
@@ -51,6 +61,7 @@ import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
+import recipe_cli  # noqa: E402
 from demo_data import LM, TOKEN_SETS, emission_options, sentences  # noqa: E402
 from numba import cuda  # noqa: E402
 from tqdm import tqdm  # noqa: E402
@@ -90,8 +101,11 @@ TINY = Scale(1, 1, 1, dict(beam=8.0, max_active=16, min_active=4, token_capacity
 # ---------------------------------------------------------------------- the report
 
 class Report:
-    def __init__(self):
-        self.checks, self.sections = [], {}
+    """The checks, the benchmark's rows and the sections' figures, written out by save()."""
+
+    def __init__(self, out: Path, args: list[str]):
+        self.out, self.args = out, args
+        self.checks, self.env, self.bench, self.extras = [], {}, [], {}
 
     def check(self, name: str, ok: bool, detail: str = ""):
         self.checks.append(dict(name=name, ok=bool(ok), detail=detail))
@@ -101,7 +115,10 @@ class Report:
     def ok(self) -> bool:
         return all(c["ok"] for c in self.checks)
 
-    def write(self, out: Path, env: dict, bench: list, extras: dict, args):
+    def save(self):
+        self._write(self.out, self.env, self.bench, self.extras, self.args)
+
+    def _write(self, out: Path, env: dict, bench: list, extras: dict, args):
         out.mkdir(parents=True, exist_ok=True)
         (out / "report.json").write_text(json.dumps(dict(simulated=SIMULATE, environment=env, checks=self.checks,
                                                          benchmark=bench, **extras), indent=1, default=str))
@@ -134,6 +151,54 @@ def bench_note() -> str:
             "are its longest utterance's frames); GPU busy = CUDA-event time from each search's first kernel to its "
             "last / wall time; x Kaldi = RTFx / Kaldi FasterDecoder's RTFx on one CPU thread of this machine (same "
             "TLG, beam, max_active).")
+
+
+# ---------------------------------------------------------------------- the graphs
+
+class DemoGraphs:
+    """The demo graphs the sections ask for, by name ("bpe_compact"; "bpe_compact_2gram":
+    on the demo 3-gram's 2-gram), loaded once: built here, or found up to date, by
+    compile_graph; where pynini is not installed (a GPU machine with no package index), read
+    as built elsewhere and copied here (make gpu-kit)."""
+
+    def __init__(self, build: Path):
+        self.build, self.loaded = build, {}
+
+    @functools.cached_property
+    def small_lm(self) -> Path:
+        """The demo 3-gram's 2-gram (the 2-gram graphs' LM), made once a run."""
+        from wfst.lm import truncate_arpa
+
+        path = self.build / "gpu-check" / "lm_2gram.arpa"
+        return path if self._built_elsewhere() else truncate_arpa(LM, path, 2)
+
+    def directory(self, name: str) -> Path:
+        token_set, topology, *small = name.split("_")
+        home = self.build / ("gpu-check" if small else "demo")
+        if self._built_elsewhere():
+            if not (home / name / "graph.json").is_file():
+                raise SystemExit(f"{home / name}: no graph there, and no pynini here to build it: make gpu-kit on "
+                                 f"a machine with pynini packs the graphs to copy (docs/benchmarks.md)")
+            return home / name
+        from wfst.graphs import compile_graph
+
+        return compile_graph(home / name, lm=self.small_lm if small else LM, topology=topology,
+                             cache_dir=home / ".wfst-cache", **TOKEN_SETS[token_set]).directory
+
+    def __getitem__(self, name: str):
+        import wfst
+
+        if name not in self.loaded:
+            self.loaded[name] = wfst.load_graph(self.directory(name))
+        return self.loaded[name]
+
+    @staticmethod
+    def _built_elsewhere() -> bool:
+        try:
+            import pywrapfst  # noqa: F401 -- pynini's OpenFST bindings: graphs can be built here
+        except ImportError:
+            return True
+        return False
 
 
 # ---------------------------------------------------------------------- 1. the machine
@@ -239,13 +304,16 @@ def utterances(graph, token_set, texts, seeds):
     return synthetic.from_texts_seeds(texts, graph.tokens, seeds, **emission_options(token_set))
 
 
-def equality(report: Report, scale: Scale, graphs: dict, texts: list[str], small_graphs: dict, small_lm: Path):
+def equality(report: Report, scale: Scale, graphs: DemoGraphs, texts: list[str]):
     """CUDA == CPU on every demo graph, plain and with boosts, a phrase and FLToP; on the
     2-gram graphs, with rescoring by the 3-gram as well."""
     import wfst
 
     words = None
-    for name, g in tqdm({**graphs, **small_graphs}.items(), desc="CUDA == CPU", unit="graph", disable=SIMULATE):
+    names = [f"{s}_{t}" for s in scale.token_sets for t in scale.topologies]
+    names += [f"{s}_compact_2gram" for s in scale.token_sets]
+    for name in tqdm(names, desc="CUDA == CPU", unit="graph", disable=SIMULATE):
+        g = graphs[name]
         token_set = name.split("_")[0]
         x, lengths = utterances(g, token_set, texts, scale.seeds)
         if words is None:
@@ -254,8 +322,8 @@ def equality(report: Report, scale: Scale, graphs: dict, texts: list[str], small
             words["of the"] = 2.0  # a phrase
         extras = dict(scale.check_config, token_top_n=4 if token_set == "char" else 16, token_rel_threshold=0.001)
         what = "20 boosted words, a phrase and FLToP"
-        if name in small_graphs:
-            extras.update(rescore_lm=LM, graph_lm=small_lm)
+        if name.endswith("_2gram"):
+            extras.update(rescore_lm=LM, graph_lm=graphs.small_lm)
             what = "rescoring by the 3-gram, " + what
         else:
             compare(report, f"{name}: {len(texts)} held-out + {len(lengths) - len(texts)} synthetic utterances",
@@ -284,16 +352,16 @@ def timed(decoder, x, lengths, batch, **kw):
     return wall, device, steps, results
 
 
-def benchmark(report: Report, scale: Scale, graphs: dict, dirs: dict, texts: list[str], small_graphs: dict,
-              small_lm: Path) -> tuple[list, dict]:
+def batches(report: Report, scale: Scale, graphs: DemoGraphs, texts: list[str]) -> list:
+    """The benchmark's rows: the compact graphs by beam and batch, against Kaldi's
+    FasterDecoder on one CPU thread (where kaldi-decoder is installed)."""
     from wfst_bench.kaldi import KaldiFasterDecoder
     from wfst_bench.peers import PeerUnavailable
 
     import wfst
-    from wfst.scoring import word_errors
 
     xp = _array_module()
-    rows, extras = [], {}
+    rows = []
     rng = np.random.default_rng(0)
     for name in [f"{s}_compact" for s in scale.token_sets]:
         g = graphs[name]
@@ -305,7 +373,7 @@ def benchmark(report: Report, scale: Scale, graphs: dict, dirs: dict, texts: lis
                                **scale.options)
             sample = rng.permutation(len(lengths))[:scale.kaldi_utterances]
             try:
-                kaldi = KaldiFasterDecoder(Path(dirs[name]) / "TLG.fst", beam=beam, max_active=max_active,
+                kaldi = KaldiFasterDecoder(graphs.directory(name) / "TLG.fst", beam=beam, max_active=max_active,
                                            min_active=min_active, blank_column=g.tokens.blank)
                 found = kaldi.decode(x[sample], lengths[sample])
                 kaldi_rtfx = FRAME_SECONDS * lengths[sample].sum() / kaldi.seconds
@@ -338,34 +406,30 @@ def benchmark(report: Report, scale: Scale, graphs: dict, dirs: dict, texts: lis
                                      frames_per_s=frames / wall, ms_per_step=1000 * wall / steps,
                                      gpu_busy=device / wall, peak_gib=_pool_bytes() / 2**30,
                                      vs_kaldi=FRAME_SECONDS * frames / wall / kaldi_rtfx))
-    # word boosting of 1,000 words, and rescoring, on bpe_compact at the first config's beam
+    return rows
+
+
+def boost(scale: Scale, graphs: DemoGraphs, texts: list[str]) -> dict:
+    """Word boosting of 1,000 words on the GPU: bpe_compact, batch 64, the first config's beam."""
+    import wfst
+
+    xp = _array_module()
     g = graphs["bpe_compact"]
     beam, max_active = scale.bench_configs[0]
-    min_active = min(20, max_active // 2)
     x, lengths = utterances(g, "bpe", texts, scale.seeds)
     n = min(len(lengths), 256 if not SIMULATE else 2)
     xd = xp.asarray(x[:n])
     vocab = [w for w in g.words.symbols[1:] if w.isalpha()]
-    boost = {w: 1.0 for w in rng.choice(vocab, min(1000, len(vocab)), replace=False)}
-    gpu = wfst.Decoder(g, device="cuda", beam=beam, max_active=max_active, min_active=min_active, **scale.options)
+    words = {w: 1.0 for w in np.random.default_rng(0).choice(vocab, min(1000, len(vocab)), replace=False)}
+    gpu = wfst.Decoder(g, device="cuda", beam=beam, max_active=max_active, min_active=min(20, max_active // 2),
+                       **scale.options)
     plain = timed(gpu, xd, lengths[:n], 64)[0]
-    boosted = timed(gpu, xd, lengths[:n], 64, boost=boost)[0]
-    extras["Word boosting (bpe_compact, GPU, batch 64)"] = {
-        "utterances": n, "boosted words": len(boost), "seconds without": f"{plain:.3f}",
-        "seconds with": f"{boosted:.3f}", "overhead": f"{100 * (boosted / plain - 1):+.1f}%"}
-    extras["Rescoring"] = rescoring(report, scale, small_graphs["bpe_compact_2gram"], texts, small_lm, beam,
-                                    max_active, xp, word_errors)
-    extras["Streams (bpe_compact, 320 ms chunks)"] = streams(report, scale, g, texts, beam, max_active, xp)
-    for name in [f"{s}_compact" for s in scale.token_sets]:
-        extras[f"Lattices ({name}, lattice beam 8)"] = lattices(report, scale, graphs[name], name, texts, beam,
-                                                                max_active, xp)
-    for token_set in scale.token_sets:
-        extras[f"Lexicon-free beam search ({token_set}, the demo's token LM)"] = beam_search(
-            report, scale, graphs[f"{token_set}_compact"], token_set, texts, xp)
-    return rows, extras
+    boosted = timed(gpu, xd, lengths[:n], 64, boost=words)[0]
+    return {"utterances": n, "boosted words": len(words), "seconds without": f"{plain:.3f}",
+            "seconds with": f"{boosted:.3f}", "overhead": f"{100 * (boosted / plain - 1):+.1f}%"}
 
 
-def beam_search(report, scale, g, token_set, texts, xp) -> dict:
+def beam_search(report, scale, g, token_set, texts) -> dict:
     """CtcBeamDecoder (the second decoder) on the GPU: the same results as on the CPU (words,
     frames, costs to 1e-4, N-best sizes), with a phrase boosted as well; RTFx by batch
     against the CPU on one thread."""
@@ -373,6 +437,7 @@ def beam_search(report, scale, g, token_set, texts, xp) -> dict:
 
     import wfst
 
+    xp = _array_module()
     x, lengths = utterances(g, token_set, texts, scale.seeds)
     n = min(len(lengths), 256 if not SIMULATE else 1)
     x, lengths = x[:n], lengths[:n]
@@ -401,12 +466,13 @@ def beam_search(report, scale, g, token_set, texts, xp) -> dict:
     return out
 
 
-def lattices(report, scale, g, name, texts, beam, max_active, xp) -> dict:
+def lattices(report, scale, g, name, texts, beam, max_active) -> dict:
     """Word lattices on the GPU: the same lattices as the CPU's (sizes, final states, 10-best
     lists with costs to 1e-3), and their cost against the GPU's best path (batch 64) and
     the CPU's lattices on one thread."""
     import wfst
 
+    xp = _array_module()
     x, lengths = utterances(g, name.split("_")[0], texts, scale.seeds)
     n = min(len(lengths), 256 if not SIMULATE else 2)
     config = dict(beam=beam, max_active=max_active, min_active=min(20, max_active // 2), **scale.options)
@@ -436,12 +502,13 @@ def lattices(report, scale, g, name, texts, beam, max_active, xp) -> dict:
             "CPU lattice RTFx (1 thread)": f"{FRAME_SECONDS * int(lengths[:m].sum()) / cpu_seconds:,.0f}"}
 
 
-def streams(report, scale, g, texts, beam, max_active, xp) -> dict:
+def streams(report, scale, g, texts, beam, max_active) -> dict:
     """N live streams on the GPU advanced 320 ms at a time (chunks already on the device, as
     from an acoustic model there): results against the CPU's offline decode, aggregate RTFx
     and the latency of one advance() call of all live streams."""
     import wfst
 
+    xp = _array_module()
     x, lengths = utterances(g, "bpe", texts, scale.seeds)
     config = dict(beam=beam, max_active=max_active, min_active=min(20, max_active // 2), **scale.options)
     gpu, cpu = wfst.Decoder(g, device="cuda", **config), wfst.Decoder(g, device="cpu", **config)
@@ -468,30 +535,59 @@ def streams(report, scale, g, texts, beam, max_active, xp) -> dict:
     return out
 
 
-def rescoring(report, scale, g, texts, small_lm, beam, max_active, xp, word_errors) -> dict:
-    """The BPE compact graph on the demo 3-gram's 2-gram, rescored on the fly with the 3-gram:
-    the GPU (batch 64) against our CPU backend on one thread, same utterances, both WERs."""
+def rescoring(report, scale, setup: str, g, texts, profile: str, rescore_lm, graph_lm, beam, max_active,
+              n: int) -> dict:
+    """A BPE compact graph rescored on the fly with a bigger LM: the GPU (batch 64) against
+    our CPU backend on one thread, the same n utterances, both WERs."""
     import wfst
+    from wfst.scoring import word_errors
 
-    n = scale.rescore_utterances
-    x, lengths = utterances(g, "bpe", texts, 1)
+    xp = _array_module()
+    x, lengths = utterances(g, "bpe", texts, 1) if profile == "demo" else synthetic_profile(g, texts, profile)
     x, lengths, refs = x[:n], lengths[:n], texts[:n]
-    config = dict(beam=beam, max_active=max_active, min_active=min(20, max_active // 2), rescore_lm=LM,
-                  graph_lm=small_lm, **scale.options)
+    config = dict(beam=beam, max_active=max_active, min_active=min(20, max_active // 2), rescore_lm=rescore_lm,
+                  graph_lm=graph_lm, **scale.options)
     cpu = wfst.Decoder(g, device="cpu", num_threads=1, **config)
     gpu = wfst.Decoder(g, device="cuda", **config)
     cpu_wall, _, _, cpu_res = timed(cpu, x, lengths, n)
     gpu_wall, _, _, gpu_res = timed(gpu, xp.asarray(x), lengths, 64)
     same = sum(not differences(a, b) for a, b in zip(gpu_res, cpu_res))
-    report.check("rescoring: GPU == CPU", same == n, f"{same}/{n} identical")
+    report.check(f"{setup}: GPU == CPU", same == n, f"{same}/{n} identical")
     frames = int(lengths.sum())
-    return {"graph": "bpe_compact on the demo 2-gram, rescored with the 3-gram", "utterances": n,
+    return {"utterances": n, "beam/max_active": f"{beam:g}/{max_active}",
             "CPU (1 thread) RTFx": f"{FRAME_SECONDS * frames / cpu_wall:,.0f}",
             "GPU (batch 64) RTFx": f"{FRAME_SECONDS * frames / gpu_wall:,.0f}",
             "GPU / CPU": f"{cpu_wall / gpu_wall:.1f}x",
             "WER CPU": f"{100 * word_errors(refs, [r.words for r in cpu_res]).rate:.2f}%",
             "WER GPU": f"{100 * word_errors(refs, [r.words for r in gpu_res]).rate:.2f}%",
             "big LM on the GPU": f"{gpu.stats.lm.get('gpu_bytes', 0) / 2**20:.1f} MiB"}
+
+
+def synthetic_profile(g, texts, profile: str):
+    """Emissions of the texts (seed 0) with one of the demo's profiles (`noisy`)."""
+    from demo_data import PROFILES
+
+    from wfst import synthetic
+
+    return synthetic.from_texts(texts, g.tokens, seed=0, **emission_options("bpe"), **PROFILES[profile])
+
+
+def rescoring_large(report, scale) -> dict | None:
+    """make bench-rescore's large setup (a BPE compact graph on a pruned 3-gram of a generated
+    12,600-word LM, rescored with its unpruned 4-gram; noisy emissions, beam 17, max_active
+    10000), where its files are in build/rescore/large: None where they are not."""
+    import wfst
+
+    setup = ROOT / "build" / "rescore" / "large"
+    files = [setup / f for f in ("bpe_compact_small/graph.json", "big_4gram.arpa", "small_3gram.arpa", "test.txt")]
+    if not all(f.is_file() for f in files):
+        return None
+    texts = (setup / "test.txt").read_text().splitlines()
+    n = len(texts) if not SIMULATE else 1
+    beam, max_active = (17.0, 10000) if not SIMULATE else (8.0, 16)
+    out = rescoring(report, scale, "large rescoring setup", wfst.load_graph(setup / "bpe_compact_small"), texts,
+                    "noisy", setup / "big_4gram.arpa", setup / "small_3gram.arpa", beam, max_active, n)
+    return {"graph": "BPE compact on the large setup's pruned 3-gram, rescored with its 4-gram (noisy)", **out}
 
 
 def _array_module():
@@ -517,57 +613,164 @@ def _pool_bytes() -> int:
 
 # ---------------------------------------------------------------------- main
 
+SECTIONS = ("tests", "streams", "rescoring", "rescoring-large", "equality", "batches", "boost", "lattices",
+            "beam-search")
+
+
+def run_section(report: Report, name: str, scale: Scale, graphs: DemoGraphs, texts: list[str]) -> None:
+    """One section: its checks and figures go into the report."""
+    beam, max_active = scale.bench_configs[0]
+    if name == "tests":
+        cuda_tests(report)
+    elif name == "streams":
+        report.extras["Streams (bpe_compact, 320 ms chunks)"] = streams(report, scale, graphs["bpe_compact"], texts,
+                                                                       beam, max_active)
+    elif name == "rescoring":
+        report.extras["Rescoring"] = {
+            "graph": "bpe_compact on the demo 2-gram, rescored with the 3-gram",
+            **rescoring(report, scale, "rescoring", graphs["bpe_compact_2gram"], texts, "demo", LM, graphs.small_lm,
+                        beam, max_active, scale.rescore_utterances)}
+    elif name == "rescoring-large":
+        figures = rescoring_large(report, scale)
+        report.extras["Rescoring, the large setup"] = figures or {
+            "skipped": "its files are not in build/rescore/large (make bench-rescore makes them)"}
+    elif name == "equality":
+        equality(report, scale, graphs, texts)
+    elif name == "batches":
+        report.bench = batches(report, scale, graphs, texts)
+    elif name == "boost":
+        report.extras["Word boosting (bpe_compact, GPU, batch 64)"] = boost(scale, graphs, texts)
+    elif name == "lattices":
+        for graph in [f"{s}_compact" for s in scale.token_sets]:
+            report.extras[f"Lattices ({graph}, lattice beam 8)"] = lattices(report, scale, graphs[graph], graph, texts,
+                                                                           beam, max_active)
+    elif name == "beam-search":
+        for token_set in scale.token_sets:
+            report.extras[f"Lexicon-free beam search ({token_set}, the demo's token LM)"] = beam_search(
+                report, scale, graphs[f"{token_set}_compact"], token_set, texts)
+
+
+# ---------------------------------------------------------------------- the kit
+
+DEVICE_PYTHON = "3.12"  # the GPU machines' python3 (/work/.library/device/KINDS.md lists their packages)
+LARGE_FILES = ("bpe_compact_small", "big_4gram.arpa", "small_3gram.arpa", "test.txt")  # in build/rescore/large
+
+
+def kit_graphs(section: str) -> list[str]:
+    """The demo graphs a section reads."""
+    compact = [f"{s}_compact" for s in FULL.token_sets]
+    return {"streams": ["bpe_compact"], "rescoring": ["bpe_compact_2gram"], "boost": ["bpe_compact"],
+            "batches": compact, "lattices": compact, "beam-search": compact,
+            "equality": [f"{s}_{t}" for s in FULL.token_sets for t in FULL.topologies]
+            + [f"{s}_compact_2gram" for s in FULL.token_sets]}.get(section, [])
+
+
+def make_kit(kit: Path, sections: list[str]) -> None:
+    """Pack what these sections read on a GPU machine with no package index into `kit`: the
+    graphs (built here first; a tar that keeps their times to the nanosecond, which the
+    graphs' CSR caches are keyed by, so that no FST is read again there), the wheels such a
+    machine lacks, and run.sh, which installs them with this checkout and runs the check."""
+    if not kit.resolve().is_relative_to(ROOT):
+        raise SystemExit(f"--kit {kit}: must be inside this checkout ({ROOT}), which is what a device call carries")
+    if "tests" in sections:
+        raise SystemExit("--kit: leave 'tests' out: the CUDA tests build graphs with pynini, whose wheel (165 MB) "
+                         "is over what a device call carries (64 MiB)")
+    graphs = DemoGraphs(ROOT / "build")
+    if graphs._built_elsewhere():
+        raise SystemExit("--kit: pynini is not installed here to build the graphs (make install-test)")
+    paths = [graphs.directory(name) for name in dict.fromkeys(n for s in sections for n in kit_graphs(s))]
+    if any(p.name.endswith("_2gram") for p in paths):
+        paths.append(graphs.small_lm)
+    if "rescoring-large" in sections:
+        large = ROOT / "build" / "rescore" / "large"
+        if not all((large / f).exists() for f in LARGE_FILES):
+            raise SystemExit(f"--kit: the large rescoring setup is not in {large}: make it first with "
+                             f"python recipes/bench_rescore.py --setups large (or leave rescoring-large out)")
+        paths += [large / f for f in LARGE_FILES]
+    kit.mkdir(parents=True, exist_ok=True)
+    for old in kit.glob("*.whl"):
+        old.unlink()
+    print(f"packing {len(paths)} graphs and files into {kit}/graphs.tar.xz", flush=True)
+    subprocess.run(["tar", "--format=posix", "--exclude=*.lmstore", "--exclude=.wfst-cache", "-cJf",
+                    str(kit / "graphs.tar.xz"), "-C", str(ROOT), *(str(p.relative_to(ROOT)) for p in paths)],
+                   check=True, env=dict(os.environ, XZ_OPT="-T0"))
+    wheels = ["numpy<2.5", f"kaldialign=={metadata.version('kaldialign')}"]  # (numba-cuda 0.30 fails on NumPy 2.5)
+    if "batches" in sections:
+        wheels += [f"kaldi-decoder=={metadata.version('kaldi-decoder')}", f"kaldifst=={metadata.version('kaldifst')}"]
+    platforms = [a for n in (28, 27, 24, 17) for a in ("--platform", f"manylinux_2_{n}_x86_64")]
+    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                    "--python-version", DEVICE_PYTHON, "--implementation", "cp", *platforms, "-d", str(kit), *wheels],
+                   check=True)
+    only = ",".join(sections)
+    (kit / "run.sh").write_text(f"""#!/usr/bin/env bash
+# make gpu-kit's run on a GPU machine with no package index, from the repository root:
+# the kit's wheels, this checkout (editable, without its dependencies: the machine's numba,
+# numba-cuda, CuPy, sentencepiece and tqdm are used), the graphs, then the check's sections
+# {only}; the report goes to $OUT where it is set.  Arguments go to gpu_check.py.
+set -euo pipefail
+kit=$(dirname "$0")
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/kit-site "$kit"/*.whl
+export PYTHONPATH=/tmp/kit-site${{PYTHONPATH:+:$PYTHONPATH}} PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-build-isolation -e .
+tar -xJf "$kit/graphs.tar.xz"
+python3 recipes/gpu_check.py --only {only} --out "${{OUT:-build/gpu-check}}" "$@"
+""")
+    (kit / "run.sh").chmod(0o755)
+    size = sum(f.stat().st_size for f in kit.iterdir())
+    print(f"{kit}: {size / 2**20:.1f} MiB (with this checkout's tracked files, a device call carries at most "
+          f"64 MiB); on the GPU machine run: bash {kit.resolve().relative_to(ROOT)}/run.sh --stop-after 420 "
+          f"(the device tool's run, carry=[\"{kit.resolve().relative_to(ROOT)}\"])")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--simulate", action="store_true", help="Numba's CUDA simulator on a tiny subset (no GPU)")
     ap.add_argument("--out", default="build/gpu-check", help="where report.md and report.json go")
+    ap.add_argument("--only", type=recipe_cli.listed(SECTIONS), default=",".join(SECTIONS),
+                    help=f"the sections to run, comma-separated (default: all): {', '.join(SECTIONS)}")
     ap.add_argument("--skip-tests", action="store_true", help="do not run tests/test_cuda.py")
+    ap.add_argument("--stop-after", type=float, default=math.inf, metavar="S",
+                    help="skip the sections not begun after S seconds (a device's time limit)")
+    ap.add_argument("--kit", type=Path, metavar="DIR",
+                    help="no check: pack the graphs and wheels the --only sections need on a GPU machine with no "
+                         "package index into DIR, with DIR/run.sh to run them there (make gpu-kit)")
     args = ap.parse_args()
+    if args.kit is not None:
+        make_kit(ROOT / args.kit, args.only)
+        return 0
     scale = TINY if SIMULATE else FULL
-    report = Report()
+    report = Report(ROOT / args.out, sys.argv[1:])
     t0 = time.perf_counter()
     print("1. the machine", flush=True)
-    env = environment(report)
-    for k, v in env.items():
+    report.env = environment(report)
+    for k, v in report.env.items():
         print(f"     {k}: {v}")
-    bench, extras = [], {}
+    report.save()
     if report.ok:
-        from wfst.graphs import TOPOLOGIES, compile_graph
-
-        import wfst
-        from wfst.lm import truncate_arpa
-
-        if not args.skip_tests:
-            print("2. the CUDA tests", flush=True)
-            cuda_tests(report)
-        print("3. CUDA == CPU on the demo graphs", flush=True)
-        build = ROOT / "build"
-        dirs = {f"{s}_{t}": compile_graph(build / "demo" / f"{s}_{t}", lm=LM, topology=t,
-                                          cache_dir=build / "demo" / ".wfst-cache", **kw).directory
-                for s, kw in TOKEN_SETS.items() for t in TOPOLOGIES if t in scale.topologies and s in scale.token_sets}
-        graphs = {name: wfst.load_graph(d) for name, d in dirs.items()}
         texts = sentences("test", scale.sentences)
         if SIMULATE:
             texts = sorted(texts, key=len)[:scale.sentences]
-        out = ROOT / args.out
-        out.mkdir(parents=True, exist_ok=True)
-        small_lm = truncate_arpa(LM, out / "lm_2gram.arpa", 2)
-        small_graphs = {f"{s}_compact_2gram": wfst.load_graph(compile_graph(
-            out / f"{s}_compact_2gram", lm=small_lm, topology="compact", cache_dir=out / ".wfst-cache",
-            **TOKEN_SETS[s]).directory) for s in scale.token_sets}
-        try:
-            equality(report, scale, graphs, texts, small_graphs, small_lm)
-            print("4. the benchmark", flush=True)
-            bench, extras = benchmark(report, scale, graphs, dirs, texts, small_graphs, small_lm)
-        except Exception as e:  # noqa: BLE001 -- the report says what broke, and the exit status
-            traceback.print_exc()
-            report.check("the checks and the benchmark ran to the end", False, f"{type(e).__name__}: {e}")
-    extras["Run"] = {"seconds": f"{time.perf_counter() - t0:.0f}"}
-    report.write(ROOT / args.out, env, bench, extras, sys.argv[1:])
-    for r in bench:
+        graphs = DemoGraphs(ROOT / "build")
+        for name in [n for n in SECTIONS if n in args.only and not (n == "tests" and args.skip_tests)]:
+            if time.perf_counter() - t0 > args.stop_after:
+                report.check(f"{name}: run", False, f"not begun: --stop-after {args.stop_after:g} s had passed")
+                continue
+            print(f"2. {name}", flush=True)
+            try:
+                run_section(report, name, scale, graphs, texts)
+            except Exception as e:  # noqa: BLE001 -- the report says what broke, and the exit status
+                traceback.print_exc()
+                report.check(f"{name}: ran to the end", False, f"{type(e).__name__}: {e}")
+            report.extras["Run"] = {"seconds": f"{time.perf_counter() - t0:.0f}"}
+            report.save()
+    report.extras["Run"] = {"seconds": f"{time.perf_counter() - t0:.0f}"}
+    report.save()
+    for r in report.bench:
         print(f"  {r['graph']:<13}{r['beam']:>5g}/{r['max_active']:<5} batch {r['batch']:>5} "
               f"graphs {'on ' if r['cuda_graphs'] else 'off'} RTFx {r['rtfx']:>9,.0f}  ms/step {r['ms_per_step']:7.3f}"
               f"  GPU busy {100 * r['gpu_busy']:3.0f}%  {r['peak_gib']:6.2f} GiB  x Kaldi {r['vs_kaldi']:6.1f}")
+    for section, figures in report.extras.items():
+        print(f"  {section}: " + "; ".join(f"{k} {v}" for k, v in figures.items()))
     failed = [c["name"] for c in report.checks if not c["ok"]]
     print(f"\n{'all checks passed' if not failed else f'{len(failed)} check(s) FAILED'}; "
           f"report: {args.out}/report.md ({time.perf_counter() - t0:.0f} s)")

@@ -1,6 +1,7 @@
 """The CSR graph: equal to the FST it came from, loadable from foreign directories, robust to damage."""
 import os
 import random
+import shutil
 import struct
 
 import numpy as np
@@ -142,6 +143,34 @@ def test_cache_follows_the_fst(tmp_path):
     (d / "TLG.csr.npz").write_bytes(whole[:len(whole) // 2])  # half written (a full disk): rebuilt too
     assert load_graph(d).num_arcs == 6
     assert (d / "TLG.csr.npz").read_bytes() == whole
+
+
+def test_a_copied_graph_directory_loads_from_its_cache(tmp_path, monkeypatch):
+    """A copy whose times changed (cp without -p, an upload) loads from its cache without
+    reading the FST, which a machine that only decodes may have no pynini to read; an FST of
+    the same size but other content is read again."""
+    d = riva_style_dir(tmp_path / "a")
+    good = load_graph(d)
+    copy = tmp_path / "b"
+    shutil.copytree(d, copy, copy_function=shutil.copyfile)  # the contents alone
+    os.utime(copy / "TLG.fst", ns=(5, 5))
+
+    def unread(path):
+        raise AssertionError(f"{path} was read")
+
+    monkeypatch.setattr(wfst.graph, "read_fst", unread)
+    g = load_graph(copy)
+    for name in ("final", "e_indptr", "ne_indptr", "ilabel", "olabel", "weight", "nextstate"):
+        np.testing.assert_array_equal(getattr(g, name), getattr(good, name))
+    monkeypatch.undo()
+    f = fst.Fst.read(str(copy / "TLG.fst"))
+    f.set_final(2, 0.75)  # another weight: the same size
+    f.write(str(copy / "TLG.fst"))
+    assert (copy / "TLG.fst").stat().st_size == (d / "TLG.fst").stat().st_size
+    os.utime(copy / "TLG.fst", ns=(5, 5))
+    with np.load(copy / "TLG.csr.npz") as z:
+        assert z["key"][2] != 5  # (the cache's key is the first copy's time: only the digest can tell)
+    assert load_graph(copy).final[2] == np.float32(0.75)
 
 
 def damage(name, arrays):

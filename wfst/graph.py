@@ -3,7 +3,8 @@
 A graph directory holds ``TLG.fst`` (OpenFST binary, tropical), ``tokens.txt`` (the FST
 input symbol table, see :mod:`wfst.symbols`), ``words.txt``, ``graph.json`` (how it was
 built; absent in graphs from riva/NeMo/Kaldi) and ``TLG.csr.npz``, a cache of the CSR
-arrays that is rebuilt whenever TLG.fst changes.
+arrays that is rebuilt whenever TLG.fst changes (its size or time; a time alone that
+changed, as in a copy, is checked against the FST's content digest kept in the cache).
 
 CSR layout (Kaldi cudadecoder's CudaFst, CuPy-style names): states are 0..S-1; arcs
 live in one set of arrays, all emitting arcs (a token input label) first, grouped by
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import hashlib
 import json
 import os
 import shutil
@@ -253,15 +255,32 @@ def _csr_key(fst_path: Path, tokens: TokenTable) -> np.ndarray:
                     dtype=np.int64)
 
 
+_KEY_TIME = 2  # the FST's mtime in a _csr_key
+
+
+def _fst_digest(fst_path: Path) -> np.ndarray:
+    """The FST file's content digest (BLAKE2b, 16 bytes): a copy of the graph directory whose
+    times changed (cp without -p, an upload, a tar) still loads from its cache, with no FST
+    read (and no pynini on a machine that only decodes)."""
+    h = hashlib.blake2b(digest_size=16)
+    with open(fst_path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return np.frombuffer(h.digest(), np.uint8)
+
+
 _CSR_DTYPES = {"final": np.float32, "e_indptr": np.int64, "ne_indptr": np.int64, "ilabel": np.int32,
                "olabel": np.int32, "weight": np.float32, "nextstate": np.int32}
 
 
-def _read_csr_cache(cache: Path, key: np.ndarray, num_columns: int) -> dict | None:
-    """The cached arrays, or None when the cache is stale or damaged (then it is rebuilt)."""
+def _read_csr_cache(cache: Path, key: np.ndarray, num_columns: int, fst_path: Path) -> dict | None:
+    """The cached arrays, or None when the cache is stale or damaged (then it is rebuilt).  A
+    key that differs in the FST's time alone is of the same FST if its content digest is."""
     try:
         with np.load(cache) as z:
-            if not np.array_equal(z["key"], key):
+            if not np.array_equal(z["key"], key) and not (
+                    np.array_equal(np.delete(z["key"], _KEY_TIME), np.delete(key, _KEY_TIME))
+                    and "digest" in z.files and np.array_equal(z["digest"], _fst_digest(fst_path))):
                 return None
             arrays = {name: z[name] for name in (*_ARRAYS, "start")}
     except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):  # a half-written copy
@@ -292,7 +311,7 @@ def write_csr_cache(graph: Graph, fst_path: str | os.PathLike, cache: str | os.P
     key = _csr_key(Path(fst_path), graph.tokens)
     with atomic_path(cache) as tmp:
         with open(tmp, "wb") as f:
-            np.savez(f, key=key, start=np.int64(graph.start),
+            np.savez(f, key=key, digest=_fst_digest(Path(fst_path)), start=np.int64(graph.start),
                      **{name: getattr(graph, name) for name in _ARRAYS})
 
 
@@ -357,7 +376,7 @@ def load_graph(path: str | os.PathLike, *, use_cache: bool = True) -> Graph:
     home = directory if fst_path.name == FST_NAME else None  # its lexicon.txt and graph.json are this FST's
     cache = fst_path.with_name(CSR_NAME if fst_path.name == FST_NAME else fst_path.stem + ".csr.npz")
     key = _csr_key(fst_path, tokens)
-    arrays = _read_csr_cache(cache, key, tokens.num_columns) if use_cache and cache.is_file() else None
+    arrays = _read_csr_cache(cache, key, tokens.num_columns, fst_path) if use_cache and cache.is_file() else None
     if arrays is not None:
         start = int(arrays.pop("start"))
         graph = Graph(start=start, tokens=tokens, words=words, info=info, directory=home, **arrays)

@@ -170,7 +170,10 @@ class DemoGraphs:
         from wfst.lm import truncate_arpa
 
         path = self.build / "gpu-check" / "lm_2gram.arpa"
-        return path if self._built_elsewhere() else truncate_arpa(LM, path, 2)
+        if self._built_elsewhere():
+            return path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return truncate_arpa(LM, path, 2)
 
     def directory(self, name: str) -> Path:
         token_set, topology, *small = name.split("_")

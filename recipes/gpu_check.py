@@ -62,7 +62,7 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import recipe_cli  # noqa: E402
-from demo_data import LM, TOKEN_SETS, emission_options, sentences  # noqa: E402
+from demo_data import LM, PROFILES, TOKEN_SETS, emission_options, sentences  # noqa: E402
 from numba import cuda  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
@@ -170,7 +170,7 @@ class DemoGraphs:
         from wfst.lm import truncate_arpa
 
         path = self.build / "gpu-check" / "lm_2gram.arpa"
-        if self._built_elsewhere():
+        if self.built_elsewhere():
             return path
         path.parent.mkdir(parents=True, exist_ok=True)
         return truncate_arpa(LM, path, 2)
@@ -178,7 +178,7 @@ class DemoGraphs:
     def directory(self, name: str) -> Path:
         token_set, topology, *small = name.split("_")
         home = self.build / ("gpu-check" if small else "demo")
-        if self._built_elsewhere():
+        if self.built_elsewhere():
             if not (home / name / "graph.json").is_file():
                 raise SystemExit(f"{home / name}: no graph there, and no pynini here to build it: make gpu-kit on "
                                  f"a machine with pynini packs the graphs to copy (docs/benchmarks.md)")
@@ -196,7 +196,7 @@ class DemoGraphs:
         return self.loaded[name]
 
     @staticmethod
-    def _built_elsewhere() -> bool:
+    def built_elsewhere() -> bool:
         try:
             import pywrapfst  # noqa: F401 -- pynini's OpenFST bindings: graphs can be built here
         except ImportError:
@@ -300,11 +300,12 @@ def compare(report, name, gpu, cpu, x, lengths, batch, **kw) -> int:
     return len(bad)
 
 
-def utterances(graph, token_set, texts, seeds):
-    """Synthetic emissions of each text with seeds 0 .. seeds-1 (seed 0: the held-out sentences)."""
+def utterances(graph, token_set, texts, seeds, profile: str = "demo"):
+    """Synthetic emissions of each text with seeds 0 .. seeds-1 (seed 0: the held-out sentences)
+    and one of the demo's emission profiles."""
     from wfst import synthetic
 
-    return synthetic.from_texts_seeds(texts, graph.tokens, seeds, **emission_options(token_set))
+    return synthetic.from_texts_seeds(texts, graph.tokens, seeds, **emission_options(token_set), **PROFILES[profile])
 
 
 def equality(report: Report, scale: Scale, graphs: DemoGraphs, texts: list[str]):
@@ -546,7 +547,7 @@ def rescoring(report, scale, setup: str, g, texts, profile: str, rescore_lm, gra
     from wfst.scoring import word_errors
 
     xp = _array_module()
-    x, lengths = utterances(g, "bpe", texts, 1) if profile == "demo" else synthetic_profile(g, texts, profile)
+    x, lengths = utterances(g, "bpe", texts, 1, profile)
     x, lengths, refs = x[:n], lengths[:n], texts[:n]
     config = dict(beam=beam, max_active=max_active, min_active=min(20, max_active // 2), rescore_lm=rescore_lm,
                   graph_lm=graph_lm, **scale.options)
@@ -564,15 +565,6 @@ def rescoring(report, scale, setup: str, g, texts, profile: str, rescore_lm, gra
             "WER CPU": f"{100 * word_errors(refs, [r.words for r in cpu_res]).rate:.2f}%",
             "WER GPU": f"{100 * word_errors(refs, [r.words for r in gpu_res]).rate:.2f}%",
             "big LM on the GPU": f"{gpu.stats.lm.get('gpu_bytes', 0) / 2**20:.1f} MiB"}
-
-
-def synthetic_profile(g, texts, profile: str):
-    """Emissions of the texts (seed 0) with one of the demo's profiles (`noisy`)."""
-    from demo_data import PROFILES
-
-    from wfst import synthetic
-
-    return synthetic.from_texts(texts, g.tokens, seed=0, **emission_options("bpe"), **PROFILES[profile])
 
 
 def rescoring_large(report, scale) -> dict | None:
@@ -683,7 +675,7 @@ def make_kit(kit: Path, sections: list[str]) -> None:
         raise SystemExit(f"--kit: the large rescoring setup is not in {large}: make it first with "
                          f"python recipes/bench_rescore.py --setups large (or leave rescoring-large out)")
     graphs = DemoGraphs(ROOT / "build")
-    if graphs._built_elsewhere():
+    if graphs.built_elsewhere():
         raise SystemExit("--kit: pynini is not installed here to build the graphs (make install-test)")
     import wfst
 

@@ -198,11 +198,12 @@ class Decoder:
             raise DecodeInputError(f"advance() got {len(streams)} streams but {len(chunks)} chunks")
         V = self.graph.tokens.num_columns
         to_batch = self._backend.to_batch
-        arrays = []
+        arrays, seen = [], set()
         contextual = self.rescorer is not None  # the context steps' counters only where a stream has one
         for i, (s, chunk) in enumerate(zip(streams, chunks)):  # one pass: a stream's chunk costs µs to search
-            if type(s) is not Stream or s._decoder is not self or s.finished:
+            if type(s) is not Stream or s._decoder is not self or s.finished or id(s) in seen:
                 self._check_streams(streams, "advance")
+            seen.add(id(s))
             x = to_batch(chunk)
             if x.ndim != 2 or x.shape[1] != V:
                 raise DecodeInputError(f"stream {i}: a chunk must have shape (T, V={V}) (V: the graph's tokens, "
@@ -211,8 +212,6 @@ class Decoder:
                 raise DecodeInputError(f"stream {i}: a chunk must be float32 log-posteriors; got {x.dtype}")
             arrays.append(x)
             contextual = contextual or s._phrases.num_states > 1
-        if len(set(map(id, streams))) < len(streams):  # one given twice
-            self._check_streams(streams, "advance")
         bad, above = chunk_faults(arrays)
         if bad is not None:
             raise DecodeInputError(f"stream {bad[0]}: chunk frame {bad[1]} {bad[2]}")
@@ -221,15 +220,13 @@ class Decoder:
         with self._lock:  # checked again, and the states read, in turn: another thread may have finished one
             if any(s.finished for s in streams):  # (nothing else about them can change meanwhile)
                 self._check_streams(streams, "advance")
-            states, moving = [s._state for s in streams], arrays
-            if any(state.dead for state in states):  # (a search that ended: every token died)
-                states, moving = [], []
-                for s, x in zip(streams, arrays):  # its later frames are counted, not kept
-                    if s._state.dead:
-                        s._state.idle += len(x)
-                    else:
-                        states.append(s._state)
-                        moving.append(x)
+            states, moving = [], []
+            for s, x in zip(streams, arrays):
+                if s._state.dead:  # its search ended (every token died): later frames are counted, not kept
+                    s._state.idle += len(x)
+                else:
+                    states.append(s._state)
+                    moving.append(x)
             start = time.perf_counter()
             lm_before = self._backend.counters() if contextual else None
             try:

@@ -52,6 +52,7 @@ os.environ["NUMBA_ENABLE_CUDASIM"] = "1" if SIMULATE else "0"  # before numba is
 import dataclasses  # noqa: E402
 import functools  # noqa: E402
 import importlib.metadata as metadata  # noqa: E402
+import importlib.util  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import platform  # noqa: E402
@@ -64,6 +65,7 @@ import numpy as np  # noqa: E402
 import recipe_cli  # noqa: E402
 from demo_data import LM, PROFILES, TOKEN_SETS, emission_options, sentences  # noqa: E402
 from numba import cuda  # noqa: E402
+from slim_wheel import slim_wheel  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from wfst.scoring import FRAME_SECONDS  # noqa: E402
@@ -256,13 +258,25 @@ def _cuda_version(v: int) -> str:
 
 # ---------------------------------------------------------------------- 2. the CUDA tests
 
-def cuda_tests(report: Report):
+def test_workers() -> int:
+    """pytest processes for the CUDA tests: on a GPU with pytest-xdist and the cores for it, 8
+    (most of their time is compiling kernels, on the CPU); else 1."""
+    return 8 if not SIMULATE and importlib.util.find_spec("xdist") and (os.cpu_count() or 1) >= 16 else 1
+
+
+def cuda_tests(report: Report, workers: int):
     tests = ROOT / "tests" / "test_cuda.py"
     if not tests.is_file():
         report.check("CUDA tests", False, f"{tests} not found: run gpu-check from a source checkout")
         return
-    beam = f"{ROOT / 'tests' / 'test_beam_search.py'}::test_cuda_equals_cpu"  # the lexicon-free decoder's
-    cmd = [sys.executable, "-m", "pytest", str(tests), beam, "-q", "-p", "no:cacheprovider"]
+    paths, note = [str(tests)], ""
+    if importlib.util.find_spec("kenlm") is not None:  # (the beam search's test module needs it; a kit has none)
+        paths.append(f"{ROOT / 'tests' / 'test_beam_search.py'}::test_cuda_equals_cpu")
+    else:
+        note = "; the beam search's not run: no kenlm here (the beam-search section compares CUDA and CPU)"
+    cmd = [sys.executable, "-m", "pytest", *paths, "-q", "-p", "no:cacheprovider"]
+    if workers > 1:
+        cmd += ["-n", str(workers)]
     if SIMULATE:
         cmd += ["-k", "random_graphs and 0-wide or cuda_equals_cpu and ties"]
     t0 = time.perf_counter()
@@ -270,7 +284,8 @@ def cuda_tests(report: Report):
     summary = (out.stdout.strip().splitlines() or [""])[-1]
     report.check(f"CUDA tests on the {'simulator' if SIMULATE else 'GPU'} (tests/test_cuda.py, the beam search's)",
                  out.returncode == 0,
-                 f"{summary.strip('= ')}, {time.perf_counter() - t0:.0f} s")
+                 f"{summary.strip('= ')}, {time.perf_counter() - t0:.0f} s"
+                 + (f" in {workers} processes" if workers > 1 else "") + note)
     if out.returncode != 0:
         print(out.stdout[-4000:], out.stderr[-2000:])
 
@@ -612,11 +627,12 @@ SECTIONS = ("tests", "streams", "rescoring", "rescoring-large", "equality", "bat
             "beam-search")
 
 
-def run_section(report: Report, name: str, scale: Scale, graphs: DemoGraphs, texts: list[str]) -> None:
+def run_section(report: Report, name: str, scale: Scale, graphs: DemoGraphs, texts: list[str],
+                test_workers: int = 1) -> None:
     """One section: its checks and figures go into the report."""
     beam, max_active = scale.bench_configs[0]
     if name == "tests":
-        cuda_tests(report)
+        cuda_tests(report, test_workers)
     elif name == "streams":
         report.extras["Streams (bpe_compact, 320 ms chunks)"] = streams(report, scale, graphs["bpe_compact"], texts,
                                                                        beam, max_active)
@@ -660,16 +676,14 @@ def kit_graphs(section: str) -> list[str]:
             + [f"{s}_compact_2gram" for s in FULL.token_sets]}.get(section, [])
 
 
-def make_kit(kit: Path, sections: list[str]) -> None:
+def make_kit(kit: Path, sections: list[str], python: str = DEVICE_PYTHON) -> None:
     """Pack what these sections read on a GPU machine with no package index into `kit`: the
     graphs (built here first, with CSR caches that hold their FST's digest, so that they load
-    there without reading an FST), the wheels such a machine lacks, and run.sh, which
-    installs them with this checkout and runs the check."""
+    there without reading an FST), the wheels such a machine lacks (for its `python`: pynini
+    stripped for the CUDA tests, which build their own graphs), and run.sh, which installs
+    them with this checkout and runs the check."""
     if not kit.resolve().is_relative_to(ROOT):
         raise SystemExit(f"--kit {kit}: must be inside this checkout ({ROOT}), which is what a device call carries")
-    if "tests" in sections:
-        raise SystemExit("--kit: leave 'tests' out: the CUDA tests build graphs with pynini, whose wheel (165 MB) "
-                         "is over what a device call carries (64 MiB)")
     large = ROOT / "build" / "rescore" / "large"
     if "rescoring-large" in sections and not all((large / f).exists() for f in LARGE_FILES):
         raise SystemExit(f"--kit: the large rescoring setup is not in {large}: make it first with "
@@ -699,10 +713,23 @@ def make_kit(kit: Path, sections: list[str]) -> None:
     wheels = ["numpy<2.5", f"kaldialign=={metadata.version('kaldialign')}"]  # (numba-cuda 0.30 fails on NumPy 2.5)
     if "batches" in sections:
         wheels += [f"kaldi-decoder=={metadata.version('kaldi-decoder')}", f"kaldifst=={metadata.version('kaldifst')}"]
+    if "tests" in sections:  # (their graphs' G: kaldilm's arpa2fst)
+        wheels += [f"kaldilm=={metadata.version('kaldilm')}"]
     platforms = [a for n in (28, 27, 24, 17) for a in ("--platform", f"manylinux_2_{n}_x86_64")]
-    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                    "--python-version", DEVICE_PYTHON, "--implementation", "cp", *platforms, "-d", str(kit), *wheels],
-                   check=True)
+
+    def download(into: Path, *names: str) -> None:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                        "--python-version", python, "--implementation", "cp", *platforms, "-d", str(into), *names],
+                       check=True)
+
+    download(kit, *wheels)
+    if "tests" in sections:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            download(Path(tmp), f"pynini=={metadata.version('pynini')}")
+            print("stripping pynini's libraries", flush=True)
+            slim_wheel(next(Path(tmp).glob("pynini-*.whl")), kit)
     only = ",".join(sections)
     (kit / "run.sh").write_text(f"""#!/usr/bin/env bash
 # make gpu-kit's run on a GPU machine with no package index, from the repository root:
@@ -732,14 +759,21 @@ def main() -> int:
     ap.add_argument("--only", type=recipe_cli.listed(SECTIONS), default=",".join(SECTIONS),
                     help=f"the sections to run, comma-separated (default: all): {', '.join(SECTIONS)}")
     ap.add_argument("--skip-tests", action="store_true", help="do not run tests/test_cuda.py")
+    ap.add_argument("--test-workers", type=recipe_cli.whole(), default=test_workers(), metavar="N",
+                    help="pytest processes for the CUDA tests (pytest-xdist; default: 8 on a GPU machine of 16+ "
+                         "cores that has it, else 1)")
     ap.add_argument("--stop-after", type=float, default=math.inf, metavar="S",
                     help="skip the sections not begun after S seconds (a device's time limit)")
     ap.add_argument("--kit", type=Path, metavar="DIR",
                     help="no check: pack the graphs and wheels the --only sections need on a GPU machine with no "
                          "package index into DIR, with DIR/run.sh to run them there (make gpu-kit)")
+    ap.add_argument("--kit-python", default=DEVICE_PYTHON, metavar="X.Y",
+                    help=f"the Python version of the kit's wheels: the GPU machine's (default {DEVICE_PYTHON})")
     args = ap.parse_args()
+    if args.test_workers > 1 and not importlib.util.find_spec("xdist"):
+        ap.error(f"--test-workers {args.test_workers}: more than one needs pytest-xdist (pip install pytest-xdist)")
     if args.kit is not None:
-        make_kit(ROOT / args.kit, args.only)
+        make_kit(ROOT / args.kit, args.only, args.kit_python)
         return 0
     scale = TINY if SIMULATE else FULL
     report = Report(ROOT / args.out, sys.argv[1:])
@@ -760,7 +794,7 @@ def main() -> int:
                 continue
             print(f"2. {name}", flush=True)
             try:
-                run_section(report, name, scale, graphs, texts)
+                run_section(report, name, scale, graphs, texts, args.test_workers)
             except Exception as e:  # noqa: BLE001 -- the report says what broke, and the exit status
                 traceback.print_exc()
                 report.check(f"{name}: ran to the end", False, f"{type(e).__name__}: {e}")

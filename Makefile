@@ -75,12 +75,12 @@ endif
 
 # What a GPU machine with no package index needs to run gpu-check's sections KIT (default: the
 # CUDA tests, then the open goals: streams, on-the-fly rescoring, the large rescoring setup of
-# bench-rescore, which must be made first) in .gpu-kit/: the graphs built here, the wheels it
+# bench-rescore, made first where missing) in .gpu-kit/: the graphs built here, the wheels it
 # lacks for its Python KIT_PYTHON, and run.sh to run there (docs/benchmarks.md: "Running
 # gpu-check on a lent GPU").
 KIT ?= tests,streams,rescoring,rescoring-large
 KIT_PYTHON ?= 3.12
-gpu-kit: install-test
+gpu-kit: install-test install-bench
 	$(PY) recipes/gpu_check.py --kit .gpu-kit --kit-python $(KIT_PYTHON) --only $(KIT)
 
 bench-graph: install

@@ -75,8 +75,9 @@ def timed(decoder, x, lengths, repeat, batch=None):
     return results, best, per_frame, lm
 
 
-def large_setup(out: Path):
-    """The large setup's LMs and test sentences (made once, seeded), and its two graphs."""
+def large_setup(out: Path, graphs=("small", "big")):
+    """The large setup's LMs and test sentences (made once, seeded), and its graphs: (the
+    graphs named, in order: the small LM's and the big LM's), the big LM's ARPA, the texts."""
     out.mkdir(parents=True, exist_ok=True)
     big, small, test = out / "big_4gram.arpa", out / "small_3gram.arpa", out / "test.txt"
     if not (big.exists() and small.exists() and test.exists()):
@@ -86,12 +87,12 @@ def large_setup(out: Path):
         generated_lm.prune(lm, 3, LARGE_PRUNED).write_arpa(small)
         test.write_text("\n".join(generated_lm.sample(lm, LARGE_SENTENCES, seed=1)) + "\n")
         lm.write_arpa(big)
-    graphs = {}
-    for name, arpa in [("small", small), ("big", big)]:
-        r = compile_graph(out / f"bpe_compact_{name}", lm=arpa, topology="compact", cache_dir=out / ".cache",
-                          **TOKEN_SETS["bpe"])
-        graphs[name] = wfst.load_graph(r.directory)
-    return graphs["small"], graphs["big"], big, test.read_text().splitlines()
+    built = []
+    for name in graphs:
+        r = compile_graph(out / f"bpe_compact_{name}", lm={"small": small, "big": big}[name], topology="compact",
+                          cache_dir=out / ".cache", **TOKEN_SETS["bpe"])
+        built.append(wfst.load_graph(r.directory))
+    return built, big, test.read_text().splitlines()
 
 
 def compare(setup, name, small, big, big_lm, texts, token_set, emissions, config, repeat, gpu_batch=0):
@@ -210,7 +211,7 @@ def main() -> int:
                                 args.gpu_batch)
         mem.append(memory("demo", LM, next(r for r in rows if r["decoder"] == "small + rescoring")))
     if "large" in setups:
-        small, big, big_lm, texts = large_setup(out / "large")
+        (small, big), big_lm, texts = large_setup(out / "large")
         rows += compare("large", "bpe_compact", small, big, big_lm, texts, "bpe", "noisy", LARGE, args.repeat,
                         args.gpu_batch)
         print_tables(rows)

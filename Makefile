@@ -108,8 +108,8 @@ bench-boost: install-bench
 	$(PY) recipes/demo.py --graphs-only > /dev/null
 	$(PY) recipes/bench_boost.py --json build/bench/boost.json
 
-# On-the-fly rescoring against the static big-LM graph: the demo's bigram graphs rescored with its
-# 3-gram, and a generated 12.6k-word setup (a pruned 3-gram graph rescored with a 4-gram).
+# Many live streams against offline decoding: the demo's character and BPE graphs, the character
+# graph rescored on the fly, and bench-rescore's large setup (made once where missing).
 bench-stream: install-bench
 	$(PY) recipes/demo.py --graphs-only > /dev/null
 	$(PY) recipes/bench_stream.py --json build/stream/bench.json
@@ -126,6 +126,8 @@ bench-beam-search: install-bench
 	$(PY) recipes/demo.py --graphs-only > /dev/null
 	$(PY) recipes/bench_beam_search.py --json build/bench/beam_search.json
 
+# On-the-fly rescoring against the static big-LM graph: the demo's bigram graphs rescored with its
+# 3-gram, and a generated 12.6k-word setup (a pruned 3-gram graph rescored with a 4-gram).
 bench-rescore: install-bench
 	$(PY) recipes/demo.py --graphs-only > /dev/null
 	$(PY) recipes/bench_rescore.py --json build/rescore/bench.json

@@ -10,12 +10,17 @@ turns), the streams' share of the offline throughput, and the latency of one adv
 call (all N streams, one chunk each): p50 / p95 / p99 of the best run.  Results
 of the streams are checked against the offline ones (the same words on every utterance).
 
-Emissions are SYNTHETIC (wfst.synthetic) of the demo's held-out sentences, several seeds
-where more utterances are needed: the demo's character graph on the demo profile, its
-BPE graph on the noisy profile (the harder setup), and the character graph built on a
-bigram cut from the demo 3-gram, rescored on the fly with the 3-gram (as in make
-bench-rescore; built once into --out).  40 ms a frame.  --device cuda runs
-both on the GPU (the goal there: 512 streams at 320 ms chunks within 40 ms per call).
+Emissions are SYNTHETIC (wfst.synthetic), several seeds where more utterances are
+needed; 40 ms a frame.  The setups (--setups):
+- char: the demo's character graph, the demo's held-out sentences, demo profile;
+- bpe: its BPE graph on the noisy profile (the harder one);
+- rescored: the character graph built on a bigram cut from the demo 3-gram, rescored on the
+  fly with the 3-gram (as in make bench-rescore; built once into --out);
+- large: make bench-rescore's large setup (a BPE graph on a pruned 3-gram of a generated
+  12,600-word LM, rescored with its unpruned 4-gram; its 300 test sentences, noisy; beam 17,
+  max_active 10000), made once into --large where missing: where users live.
+The demo setups decode at beam 16, max_active 7000.  --device cuda runs them on the GPU
+(the goal there: 512 streams at 320 ms chunks within 40 ms per call).
 """
 from __future__ import annotations
 
@@ -36,18 +41,28 @@ from wfst import synthetic
 from wfst.lm import truncate_arpa
 from wfst.scoring import FRAME_SECONDS, rtfx
 
-# (graph, emission profile, rescored with the demo 3-gram): the rescored graph is built on its bigram
-SETUPS = [("char_compact", "demo", False), ("bpe_compact", "noisy", False), ("char_compact_2gram", "demo", True)]
+SETUPS = ("char", "bpe", "rescored", "large")
+DEMO_SEARCH = dict(beam=16.0, max_active=7000)
 
 
-def load(name: str, rescored: bool, graphs: Path, out: Path):
-    """A setup's graph: the demo's, or the character graph on the demo LM's bigram (built once)."""
-    if not rescored:
-        return wfst.load_graph(graphs / name)
-    out.mkdir(parents=True, exist_ok=True)
-    bigram = truncate_arpa(LM, out / "lm_2gram.arpa", 2)
-    return wfst.load_graph(compile_graph(out / name, lm=bigram, topology="compact", cache_dir=out / ".cache",
-                                         **TOKEN_SETS["char"]).directory)
+def load(setup: str, args):
+    """A setup: (its label, graph, texts, token set, emission profile, rescoring LM or None,
+    beam and max_active)."""
+    if setup in ("char", "bpe"):
+        name = f"{setup}_compact"
+        return name, wfst.load_graph(Path(args.graphs) / name), sentences("test"), setup, \
+            "demo" if setup == "char" else "noisy", None, DEMO_SEARCH
+    if setup == "rescored":  # the character graph on the demo LM's bigram (built once)
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        bigram = truncate_arpa(LM, out / "lm_2gram.arpa", 2)
+        g = wfst.load_graph(compile_graph(out / "char_compact_2gram", lm=bigram, topology="compact",
+                                          cache_dir=out / ".cache", **TOKEN_SETS["char"]).directory)
+        return "char_compact_2gram + 3-gram", g, sentences("test"), "char", "demo", LM, DEMO_SEARCH
+    from bench_rescore import LARGE, large_setup  # (made once, where make bench-rescore makes it)
+
+    (g,), big_lm, texts = large_setup(Path(args.large), graphs=("small",))
+    return "large: bpe_compact_small + 4-gram", g, texts, "bpe", "noisy", big_lm, LARGE
 
 
 def stream_rounds(dec, x, lengths, n: int, step: int):
@@ -84,6 +99,9 @@ def main() -> int:
     ap = recipe_cli.parser(__doc__)
     ap.add_argument("--graphs", default="build/demo", help="where make demo put the graphs")
     ap.add_argument("--out", default="build/stream", help="where the rescored setup's graph is built")
+    ap.add_argument("--large", default="build/rescore/large", help="where the large setup is (made there if not)")
+    ap.add_argument("--setups", type=recipe_cli.listed(SETUPS), default=",".join(SETUPS),
+                    help=f"the setups to run, comma-separated: {', '.join(SETUPS)}")
     ap.add_argument("--streams", type=recipe_cli.listed(item=recipe_cli.whole()), default="1,16,128,512",
                     help="numbers of concurrent streams")
     ap.add_argument("--chunk-ms", type=recipe_cli.listed(item=recipe_cli.positive), default="160,320,1000",
@@ -95,24 +113,21 @@ def main() -> int:
     args = ap.parse_args()
     recipe_cli.check_json(ap, args.json)
     counts, chunks_ms = args.streams, args.chunk_ms
-    texts = sentences("test")
     m = machine()
     where = (f"CPU backend, {args.threads or 'all'} threads; {m['cpu']}" if args.device == "cpu" else
              f"CUDA backend; {m.get('gpu') or 'GPU'}")
-    print(f"Streams on SYNTHETIC emissions of the demo's held-out sentences; {where}\n")
+    print(f"Streams on SYNTHETIC emissions; {where}\n")
     rows = []
-    for name, profile, rescored in SETUPS:
-        token_set = name.split("_")[0]
-        g = load(name, rescored, Path(args.graphs), Path(args.out))
+    for setup in args.setups:
+        label, g, texts, token_set, profile, rescore_lm, search = load(setup, args)
         need = max(max(counts), 64)
         seeds = -(-need // len(texts))
         x_all, lengths_all = synthetic.from_texts_seeds(texts, g.tokens, seeds, **emission_options(token_set),
                                                         **PROFILES[profile])
-        dec = wfst.Decoder(g, beam=16.0, max_active=7000, num_threads=args.threads, device=args.device,
-                           rescore_lm=LM if rescored else None)
+        dec = wfst.Decoder(g, **search, num_threads=args.threads, device=args.device, rescore_lm=rescore_lm)
         dec.decode(x_all[:2], lengths_all[:2])  # compile
         stream_rounds(dec, x_all[:2], lengths_all[:2], 2, 8)
-        for n in tqdm(counts, desc=f"{name} ({profile})", unit="N", file=sys.stderr):
+        for n in tqdm(counts, desc=f"{setup} ({profile})", unit="N", file=sys.stderr):
             U = max(n, 64)
             x, lengths = x_all[:U], lengths_all[:U]
             audio = int(lengths.sum())
@@ -128,7 +143,6 @@ def main() -> int:
                         got, seconds, lat = found, took, latencies
                 same = sum(a.words == b.words for a, b in zip(got, want))
                 p50, p95, p99 = (1000 * float(np.percentile(lat, q)) for q in (50, 95, 99))
-                label = name + (" + 3-gram" if rescored else "")
                 rows.append(dict(graph=label, emissions=profile, streams=n, chunk_ms=chunk_ms, utterances=U,
                                  frames=audio, stream_seconds=seconds, offline_seconds=off_seconds,
                                  stream_rtfx=rtfx(audio, seconds), offline_rtfx=rtfx(audio, off_seconds),

@@ -78,6 +78,8 @@ class CpuBackend:
     def to_batch(self, log_probs) -> np.ndarray:
         return host_array(log_probs)
 
+    to_chunk = to_batch  # a stream's chunk
+
     def input_faults(self, x, lengths):
         return input_faults(np, x, lengths)
 

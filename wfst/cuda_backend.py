@@ -43,6 +43,14 @@ numba_config.CUDA_LOW_OCCUPANCY_WARNINGS = False  # a batch of one is one block 
 GPU_LM_FIELDS = ("offsets", "labels", "backoff", "bo_weight")  # what of a big LM the GPU holds
 
 
+def on_gpu(x) -> bool:
+    """Whether x is GPU data: a CuPy array, a torch CUDA tensor, or a DLPack CUDA array."""
+    module = type(x).__module__.split(".")[0]
+    if module == "torch":
+        return x.is_cuda
+    return module == "cupy" or (hasattr(x, "__dlpack__") and getattr(x, "__dlpack_device__", lambda: (1,))()[0] == 2)
+
+
 def device_input(x):
     """log_probs as a C-contiguous device array: torch CUDA tensors and CuPy arrays without a copy."""
     if SIMULATOR:
@@ -54,7 +62,7 @@ def device_input(x):
         if x.is_cuda:
             return xp.ascontiguousarray(xp.from_dlpack(x))
         x = x.numpy()
-    elif module != "cupy" and hasattr(x, "__dlpack__") and getattr(x, "__dlpack_device__", lambda: (1,))()[0] == 2:
+    elif module != "cupy" and on_gpu(x):
         x = xp.from_dlpack(x)
     return xp.ascontiguousarray(xp.asarray(x))
 
@@ -106,6 +114,12 @@ class CudaBackend:
 
     def to_batch(self, log_probs):
         return device_input(log_probs)
+
+    def to_chunk(self, chunk):
+        """A stream's chunk where it is: GPU data as a device array (no copy), host data as
+        NumPy (a call moves its streams' chunks to the device together: one copy, not one
+        per stream)."""
+        return device_input(chunk) if on_gpu(chunk) else host_array(chunk)
 
     def input_faults(self, x, lengths):
         return input_faults(self.xp, x, lengths)

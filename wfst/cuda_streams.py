@@ -1,8 +1,9 @@
 """device="cuda" streams: lanes of one workspace whose search state lives from call to call.
 
 Each open stream owns a lane: a row of every workspace array (token buffers, hash tables,
-backpointers) and of the word-boost and phrase tables.  advance() copies each stream's
-chunk into a launch buffer and runs frame steps (kernels.cuda.Steps) over the workspace.
+backpointers) and of the word-boost and phrase tables.  advance() copies the streams'
+chunks into a launch buffer, all in one transfer, and runs frame steps (kernels.cuda.Steps)
+over the workspace.
 A lane's tokens stand in token buffer frames % 2, so it takes part in the launch's steps
 first = that buffer .. first + its chunk's frames - 1 (u.first, u.lengths): every lane
 alternates buffers as an offline search does, at most one step late.  Lanes not advanced
@@ -46,13 +47,13 @@ class _Finals(NamedTuple):
 
 
 class CudaStream(Ledger):
-    """One stream on the GPU: its lane, and the log-probs of frames base.. on the device."""
+    """One stream on the GPU: its lane, and the log-probs of frames base.. in host memory
+    (only the host work reads them: the path's scores at commits, partial results, finish)."""
 
     def __init__(self, lanes: StreamLanes, lane: int, capacity: int, boost_map: dict, phrases):
         super().__init__(capacity)
         self.lane, self.boost_map, self.phrases = lane, boost_map, phrases
-        self._lanes = lanes
-        self.hist = lanes.xp.empty((0, lanes.V), np.float32)
+        self.hist = np.empty((0, lanes.V), np.float32)
         self.held = 0  # rows of hist in use: frames base.. up to those of chunks not decoded yet
 
     @property
@@ -61,17 +62,14 @@ class CudaStream(Ledger):
         return self.frames % 2
 
     def logp_at(self, frames, columns):
-        if len(frames) == 0:
-            return np.zeros(0, np.float32)
-        xp = self._lanes.xp
-        return _read(self.hist[xp.asarray(frames - self.base), xp.asarray(columns)])
+        return self.hist[frames - self.base, columns]
 
-    def append(self, chunk) -> None:
+    def append(self, chunk: np.ndarray) -> None:
         """Keep the chunk's log-probs (they follow those of earlier chunks; a call appends
         before it decodes)."""
-        xp, kept = self._lanes.xp, self.held
+        kept = self.held
         if kept + len(chunk) > len(self.hist):
-            grown = xp.empty((max(kept + len(chunk), 2 * len(self.hist)), self.hist.shape[1]), np.float32)
+            grown = np.empty((max(kept + len(chunk), 2 * len(self.hist)), self.hist.shape[1]), np.float32)
             grown[:kept] = self.hist[:kept]
             self.hist = grown
         self.hist[kept:kept + len(chunk)] = chunk
@@ -249,8 +247,12 @@ class StreamLanes:
             self._grow({status})
 
     def advance(self, states: list, chunks: list) -> int:
-        """Returns the tokens that survived pruning, summed over the chunks' frames."""
+        """Returns the tokens that survived pruning, summed over the chunks' frames.  chunks:
+        NumPy or device arrays (Backend.to_chunk); those on the device are read back together,
+        and each launch's chunks go to the device together (a CUDA copy costs microseconds of
+        host time, so one per stream would cost milliseconds a call with hundreds of streams)."""
         before = sum(s.survivors for s in states)
+        chunks = self._on_host(chunks)
         work = [(s, x) for s, x in zip(states, chunks) if len(x)]
         self._make_room(work)
         for s, x in work:
@@ -282,6 +284,18 @@ class StreamLanes:
                 self._commit(s)
         return sum(s.survivors for s in states) - before
 
+    def _on_host(self, chunks: list) -> list:
+        """The chunks as NumPy arrays, those on the device read back in one transfer."""
+        on_device = [i for i, x in enumerate(chunks) if not isinstance(x, np.ndarray)]
+        if not on_device:
+            return chunks
+        whole = _read(self.xp.concatenate([chunks[i] for i in on_device]))
+        ends = np.cumsum([len(chunks[i]) for i in on_device])[:-1]
+        chunks = list(chunks)
+        for i, part in zip(on_device, np.split(whole, ends)):
+            chunks[i] = part
+        return chunks
+
     def _make_room(self, work) -> None:
         """Step rows and backpointers for each lane's chunk (at bp_per_frame a frame): its
         stable prefix committed when that is not so, the workspace grown when even that is
@@ -306,10 +320,12 @@ class StreamLanes:
         S = max(s.buffer + len(x) for s, x in work)
         x_all = self._launch_buffer(S)
         first, lengths = np.ones(self.L, np.int64), np.full(self.L, -1, np.int64)
-        for s, x in work:
+        rows = np.empty((len(work), S, self.V), np.float32)  # the lanes' rows of x_all, filled here
+        for k, (s, x) in enumerate(work):
             p = s.buffer
-            x_all[s.lane, p:p + len(x)] = x
+            rows[k, p:p + len(x)] = x
             first[s.lane], lengths[s.lane] = p, p + len(x)
+        x_all[xp.asarray(np.array([s.lane for s, _ in work])), :S] = xp.asarray(rows)  # (one copy, one scatter)
         u.first[...] = xp.asarray(first)
         u.lengths[...] = xp.asarray(lengths)
         self.ws_x.clock[...] = 0

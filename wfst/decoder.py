@@ -197,14 +197,14 @@ class Decoder:
             self._check_streams(streams, "advance")
             raise DecodeInputError(f"advance() got {len(streams)} streams but {len(chunks)} chunks")
         V = self.graph.tokens.num_columns
-        to_batch = self._backend.to_batch
+        to_chunk = self._backend.to_chunk
         arrays, seen = [], set()
         contextual = self.rescorer is not None  # the context steps' counters only where a stream has one
         for i, (s, chunk) in enumerate(zip(streams, chunks)):  # one pass: a stream's chunk costs µs to search
             if type(s) is not Stream or s._decoder is not self or s.finished or id(s) in seen:
                 self._check_streams(streams, "advance")
             seen.add(id(s))
-            x = to_batch(chunk)
+            x = to_chunk(chunk)
             if x.ndim != 2 or x.shape[1] != V:
                 raise DecodeInputError(f"stream {i}: a chunk must have shape (T, V={V}) (V: the graph's tokens, "
                                        f"blank included); got shape {tuple(x.shape)}")

@@ -104,23 +104,23 @@ def chunk_faults(chunks) -> tuple[tuple[int, int, str] | None, tuple[int, int, f
     first frame no search can read (frame_fault), and (chunk, frame, value) of the first
     value above 0 (no log-probability: warn_not_log_probs); each None when there is none.
     One reduction over all the chunks (a stream's chunk of 8 frames searches in tens of µs);
-    GPU chunks are reduced on the device and read back in one transfer."""
+    GPU chunks are reduced on the device, all of them at once."""
     live = [i for i, x in enumerate(chunks) if len(x)]
     if not live:
         return None, None
-    if type(chunks[live[0]]).__module__.split(".")[0] == "cupy":
-        import cupy
-
-        stats = cupy.stack([cupy.stack([(~cupy.isfinite(m).all()).astype(cupy.float32), m.max()])
-                            for m in (chunks[i].max(axis=1) for i in live)]).get()
-        faulty = [i for i, f in zip(live, stats[:, 0]) if f]
-        top = float(np.nanmax(stats[:, 1], initial=-np.inf))
-    else:  # (each (T_i, V): the caller checked their shapes)
-        whole = chunks[live[0]] if len(live) == 1 else np.concatenate([chunks[i] for i in live])
-        if whole.min() > -np.inf and whole.max() <= LOG_PROB_SLACK:  # the usual case, in two reductions (NaN fails)
-            return None, None
-        faulty = [] if np.isfinite(whole).all() else live  # (-inf columns are looked at closely below)
-        top = float(whole.max())
+    libraries = {type(chunks[i]).__module__.split(".")[0] for i in live}
+    if libraries == {"cupy"}:
+        import cupy as xp
+    else:  # (NumPy; a call mixing GPU and host chunks is checked on the host)
+        xp = np
+        if libraries != {"numpy"}:
+            chunks = [host_array(x) for x in chunks]
+    # (each (T_i, V): the caller checked their shapes)
+    whole = chunks[live[0]] if len(live) == 1 else xp.concatenate([chunks[i] for i in live])
+    if float(whole.min()) > -np.inf and float(whole.max()) <= LOG_PROB_SLACK:  # the usual case (NaN fails)
+        return None, None
+    faulty = [] if bool(xp.isfinite(whole).all()) else live  # (-inf columns are looked at closely below)
+    top = float(whole.max())
     fault = next(((i, *f) for i in faulty if (f := frame_fault(host_array(chunks[i]))) is not None), None)
     above = None
     if top > LOG_PROB_SLACK:  # (NaN is not)

@@ -1116,6 +1116,49 @@ def common_ancestor(tl, n, prev, stored):
 
 
 @njit(nogil=True, cache=True)
+def partial_words(tl, n, final, olabel, prev, arc, stored, steps, base, frames):
+    """A partial result's words after the commit point, in one call: (the word ids of the
+    frame's best path, final costs left out; each word's frame: the step its token was
+    stored at - 1, the last step's for the frame's own arcs; how many of the words are
+    stable, that is up to the backpointer all the frame's tokens share; False when the path
+    loops).  steps: the trace's first backpointer of each step from `base` (the commit
+    point) on; frames: the steps decoded."""
+    arcs, gids, whole = partial_path(tl, n, final, None, prev, arc, stored)
+    words = 0
+    for a in arcs:
+        if olabel[a] != 0:
+            words += 1
+    word_ids = np.empty(words, np.int32)
+    word_frames = np.empty(words, np.int32)
+    if not whole:
+        return word_ids, word_frames, 0, False
+    meet = common_ancestor(tl, n, prev, stored)
+    stable = 0
+    w = 0
+    for i in range(len(arcs)):
+        a = arcs[i]
+        if olabel[a] != 0:
+            g = gids[i]
+            at = frames
+            if g >= 0:  # base + np.searchsorted(steps[:frames - base], g, side="right") - 1
+                lo, hi = 0, frames - base
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if steps[mid] <= g:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                at = base + lo - 1
+            word_ids[w] = olabel[a]
+            word_frames[w] = max(at - 1, 0)
+            w += 1
+        if meet >= 0 and gids[i] == meet:
+            stable = w
+            meet = -2  # (its first arc only)
+    return word_ids, word_frames, stable, True
+
+
+@njit(nogil=True, cache=True)
 def advance_stream(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n, ns, resume_beam, trace,
                    first, stored, lat):
     """A stream's chunk in one call: frames(), then (when they all went through) the hash

@@ -509,7 +509,7 @@ class CpuBackend:
         return int(total)
 
     def stream_partial(self, state: CpuStream):
-        """(PathPart of the best path so far, how many of its words are stable)."""
+        """(word ids of the best path so far, their frames, how many of them are stable)."""
         return state.partial(self.graph, state.tl, state.n, state.trace, state.stored)
 
     def finish_stream(self, state: CpuStream):

@@ -278,9 +278,9 @@ class Decoder:
                 raise DecodeInputError(f"this stream was lost: {s._lost}; open a new one with Decoder.stream()")
             if s.finished:
                 raise OptionError("this stream was finished: its result came from Decoder.finish()")
-            part, stable = self._backend.stream_partial(s._state)
-        words = tuple(self.graph.words[w] if self.graph.words is not None else str(w) for w in part.word_ids)
-        return Partial(words, part.word_ids, part.word_frames, stable, s.frames)
+            word_ids, word_frames, stable = self._backend.stream_partial(s._state)
+        words = tuple(self.graph.words[w] if self.graph.words is not None else str(w) for w in word_ids)
+        return Partial(words, word_ids, word_frames, stable, s.frames)
 
     def _check_streams(self, streams, call: str) -> list[Stream]:
         """The streams, or a DecodeInputError that names the first fault."""

@@ -66,23 +66,17 @@ class Ledger:
         self.relative_cost = float(relative)
 
     def partial(self, graph, tl, n: int, trace, stored: int):
-        """(PathPart of the best path so far, how many of its words are stable) from the
-        search state's tokens `tl` (groups.Tokens) and backpointers `trace`."""
+        """(word ids of the best path so far, their frames, how many of them are stable) from
+        the search state's tokens `tl` (groups.Tokens) and backpointers `trace`."""
         from wfst.kernels import cpu
 
-        arcs, gids, whole = cpu.partial_path(tl, n, graph.final, None, trace.prev, trace.arc, stored)
+        word_ids, word_frames, stable, whole = cpu.partial_words(tl, n, graph.final, graph.olabel, trace.prev,
+                                                                 trace.arc, stored, trace.steps, self.base, self.frames)
         if not whole:
             raise WfstError("a stream's path loops: the graph has an epsilon cycle of zero or negative cost")
-        meet = cpu.common_ancestor(tl, n, trace.prev, stored)
-        part = self.part(graph, trace.steps, arcs, gids)
-        olab = graph.olabel[np.asarray(arcs, np.int64)]
-        stable = len(self.prefix.word_ids)
-        if meet >= 0 and len(arcs):
-            where = np.flatnonzero(gids == meet)
-            if where.size:
-                stable += int(np.count_nonzero(olab[:where[0] + 1]))
-        part.frame_tokens = None  # (a partial result has no word times: the prefix's tokens not copied)
-        return self.prefix + part, stable
+        prefix = self.prefix
+        return (prefix.word_ids + tuple(word_ids.tolist()), prefix.word_frames + tuple(word_frames.tolist()),
+                len(prefix.word_ids) + stable)
 
     def commit_arrays(self, graph, tl, n: int, trace, stored: int):
         """Commit the path up to where the paths of all tokens meet, when that releases at

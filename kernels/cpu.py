@@ -1072,57 +1072,77 @@ def common_ancestor(tl, n, prev, stored):
     """The last backpointer shared by the paths of all the frame's tokens (their words up
     to it can no longer change), or -1 when they share none but the start (or a path loops:
     an epsilon cycle, which finish reports)."""
-    if n == 0:
-        return -1
-    NONE = np.int32(-1)
-    # the first token's chain, each node with its depth from the start
-    depth = np.full(stored, NONE, np.int32)
-    g = _stored_of(tl, 0, n)
-    if g < 0:
-        return -1
-    chain = trace_length(prev, g, stored)
-    if chain < 0:
-        return -1
-    h = g
-    d = chain - 1
-    while h >= 0:
-        depth[h] = d
-        d -= 1
-        h = prev[h]
-    # every other token walks up to a node whose shallowest meeting depth is known
-    meet = np.full(stored, NONE, np.int32)
-    lowest = chain - 1
-    for j in range(1, n):
-        h = _stored_of(tl, j, n)
-        if h < 0:
-            return -1
-        first = h
-        steps = 0
-        while depth[h] < 0 and meet[h] < 0:
-            h = prev[h]
-            steps += 1
-            if h < 0 or steps > stored:
-                return -1
-        m = depth[h] if depth[h] >= 0 else meet[h]
-        lowest = min(lowest, m)
-        h = first
-        while depth[h] < 0 and meet[h] < 0:  # remember the meeting depth along the walk
-            meet[h] = m
-            h = prev[h]
-    h = g
-    for _ in range(chain - 1 - lowest):
-        h = prev[h]
-    return h
+    return meeting_point(tl, n, prev, stored, np.full(stored, -1, np.int32), np.full(stored, -1, np.int32))
 
 
 @njit(nogil=True, cache=True)
-def partial_words(tl, n, final, olabel, prev, arc, stored, steps, base, frames):
+def meeting_point(tl, n, prev, stored, depth, meet):
+    """common_ancestor with its scratch given: depth and meet, at least `stored` entries,
+    all -1, as it leaves them (a stream's partial result, asked after every chunk, then
+    costs the paths it walks, not two fresh arrays of every backpointer)."""
+    result = -1
+    g = _stored_of(tl, 0, n) if n > 0 else -1
+    chain = trace_length(prev, g, stored) if g >= 0 else -1
+    done = 1  # the tokens whose walks marked `meet`
+    if chain >= 0:
+        # the first token's chain, each node with its depth from the start
+        h = g
+        d = chain - 1
+        while h >= 0:
+            depth[h] = d
+            d -= 1
+            h = prev[h]
+        # every other token walks up to a node whose shallowest meeting depth is known
+        lowest = chain - 1
+        whole = True
+        for j in range(1, n):
+            h = _stored_of(tl, j, n)
+            if h < 0:
+                whole = False
+                break
+            first = h
+            steps = 0
+            while depth[h] < 0 and meet[h] < 0:
+                h = prev[h]
+                steps += 1
+                if h < 0 or steps > stored:
+                    whole = False
+                    break
+            if not whole:
+                break
+            m = depth[h] if depth[h] >= 0 else meet[h]
+            lowest = min(lowest, m)
+            h = first
+            while depth[h] < 0 and meet[h] < 0:  # remember the meeting depth along the walk
+                meet[h] = m
+                h = prev[h]
+            done = j + 1
+        if whole:
+            h = g
+            for _ in range(chain - 1 - lowest):
+                h = prev[h]
+            result = h
+        # the scratch as it was: what the walks marked lies on their paths from their tokens
+        h = g
+        while h >= 0:
+            depth[h] = -1
+            h = prev[h]
+        for j in range(1, done):
+            h = _stored_of(tl, j, n)
+            while h >= 0 and meet[h] >= 0:
+                meet[h] = -1
+                h = prev[h]
+    return result
+
+
+@njit(nogil=True, cache=True)
+def partial_words(tl, n, final, olabel, prev, arc, stored, steps, base, frames, scratch_depth, scratch_meet):
     """A partial result's words after the commit point, in one call: (the word ids of the
     frame's best path, final costs left out; each word's frame: the step its token was
     stored at - 1, the last step's for the frame's own arcs; how many of the words are
     stable, that is up to the backpointer all the frame's tokens share; False when the path
     loops).  steps: the trace's first backpointer of each step from `base` (the commit
-    point) on; frames: the steps decoded."""
+    point) on; frames: the steps decoded; scratch_*: meeting_point's scratch."""
     arcs, gids, whole = partial_path(tl, n, final, None, prev, arc, stored)
     words = 0
     for a in arcs:
@@ -1132,7 +1152,7 @@ def partial_words(tl, n, final, olabel, prev, arc, stored, steps, base, frames):
     word_frames = np.empty(words, np.int32)
     if not whole:
         return word_ids, word_frames, 0, False
-    meet = common_ancestor(tl, n, prev, stored)
+    meet = meeting_point(tl, n, prev, stored, scratch_depth, scratch_meet)
     stable = 0
     w = 0
     for i in range(len(arcs)):

@@ -19,7 +19,9 @@ needed; 40 ms a frame.  The setups (--setups):
 - large: make bench-rescore's large setup (a BPE graph on a pruned 3-gram of a generated
   12,600-word LM, rescored with its unpruned 4-gram; its 300 test sentences, noisy; beam 17,
   max_active 10000), made once into --large where missing: where users live.
-The demo setups decode at beam 16, max_active 7000.  --device cuda runs them on the GPU
+The demo setups decode at beam 16, max_active 7000.  --partials follows each call with
+partial() of each of its streams (a live captioning server's loop), timed with the call.
+--device cuda runs them on the GPU
 (the goal there: 512 streams at 320 ms chunks within 40 ms per call).
 """
 from __future__ import annotations
@@ -65,9 +67,10 @@ def load(setup: str, args):
     return "large: bpe_compact_small + 4-gram", g, texts, "bpe", "noisy", big_lm, LARGE
 
 
-def stream_rounds(dec, x, lengths, n: int, step: int):
+def stream_rounds(dec, x, lengths, n: int, step: int, partials: bool = False):
     """Decode all utterances as rounds of n concurrent streams; (results, seconds in
-    advance/finish, latency of each advance call)."""
+    advance/finish, latency of each advance call).  partials: each call is followed by
+    partial() of each of its streams, timed with it (a live captioning server's loop)."""
     results, seconds, latencies = [], 0.0, []
     for lo in range(0, len(lengths), n):
         hi = min(lo + n, len(lengths))
@@ -77,6 +80,9 @@ def stream_rounds(dec, x, lengths, n: int, step: int):
             chunks = [x[i, pos:min(pos + step, int(lengths[i]))] for i in live]
             start = time.perf_counter()
             dec.advance([streams[i - lo] for i in live], chunks)
+            if partials:
+                for i in live:
+                    streams[i - lo].partial()
             took = time.perf_counter() - start
             latencies.append(took)
             seconds += took
@@ -109,6 +115,8 @@ def main() -> int:
     ap.add_argument("--threads", type=recipe_cli.whole(), default=None, help="CPU threads (default: all cores)")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--repeat", type=recipe_cli.whole(), default=2, help="best of this many runs per cell")
+    ap.add_argument("--partials", action="store_true",
+                    help="follow each advance() call with partial() of each of its streams, timed with it")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
     recipe_cli.check_json(ap, args.json)
@@ -138,7 +146,7 @@ def main() -> int:
                 for _ in range(args.repeat):
                     want, took = offline(dec, x, lengths, n)
                     off_seconds = min(off_seconds, took)
-                    found, took, latencies = stream_rounds(dec, x, lengths, n, step)
+                    found, took, latencies = stream_rounds(dec, x, lengths, n, step, args.partials)
                     if took < seconds:
                         got, seconds, lat = found, took, latencies
                 same = sum(a.words == b.words for a, b in zip(got, want))
@@ -147,7 +155,9 @@ def main() -> int:
                                  frames=audio, stream_seconds=seconds, offline_seconds=off_seconds,
                                  stream_rtfx=rtfx(audio, seconds), offline_rtfx=rtfx(audio, off_seconds),
                                  share=off_seconds / seconds, p50_ms=p50, p95_ms=p95, p99_ms=p99,
-                                 same_words=same))
+                                 same_words=same, partials=args.partials))
+    if args.partials:
+        print("Each advance() call is followed by partial() of each of its streams, timed with it.\n")
     print("| graph | emissions | streams | chunk | RTFx streams | RTFx offline | streams / offline | "
           "advance() p50 / p95 / p99 ms | same words |")
     print("|---|---|---:|---:|---:|---:|---:|---|---:|")

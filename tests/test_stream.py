@@ -388,6 +388,41 @@ def test_a_long_stream_keeps_bounded_state(demo, demo_graphs):
     assert dec.stream()._state.slot == slot
 
 
+def test_partial_results_read_the_best_path_and_leave_their_scratch_clean(demo, demo_graphs, monkeypatch):
+    """partial() reads the best path's words, their frames and how many are stable in one
+    compiled call, with a meeting-point scratch kept from call to call: the same as the
+    path's PathPart (the commits' code) and common_ancestor on fresh arrays, with commits
+    every few chunks, and the scratch left as it was found (all -1)."""
+    from wfst.kernels import cpu
+
+    from wfst import ledger
+
+    monkeypatch.setattr(ledger, "COMMIT_AT", 1024)
+    path, kw = demo_graphs["char_compact"]
+    g = wfst.load_graph(path)
+    _, x, lengths = demo_emissions(demo, g, kw, 6)
+    dec = Decoder(g, beam=14.0, max_active=2000, num_threads=1)
+    streams = [dec.stream() for _ in range(len(lengths))]
+    rng, pos, commits = np.random.default_rng(3), [0] * len(lengths), 0
+    while any(p < n for p, n in zip(pos, lengths)):
+        pick = [i for i in range(len(lengths)) if pos[i] < lengths[i] and rng.random() < 0.7]
+        chunks = [x[i, pos[i]:pos[i] + int(rng.choice([1, 4, 9, 30]))] for i in pick]
+        for i, c in zip(pick, chunks):
+            pos[i] += len(c)
+        dec.advance([streams[i] for i in pick], chunks)
+        for i in pick:
+            st, got = streams[i]._state, streams[i].partial()
+            arcs, gids, _ = cpu.partial_path(st.tl, st.n, g.final, None, st.trace.prev, st.trace.arc, st.stored)
+            whole = st.prefix + st.part(g, st.trace.steps, arcs, gids)
+            meet, stable = cpu.common_ancestor(st.tl, st.n, st.trace.prev, st.stored), len(st.prefix.word_ids)
+            if meet >= 0 and (where := np.flatnonzero(gids == meet)).size:
+                stable += int(np.count_nonzero(g.olabel[arcs[:where[0] + 1]]))
+            assert (got.word_ids, got.word_frames, got.stable) == (whole.word_ids, whole.word_frames, stable)
+            commits += st.base > 0
+    scratch = dec._backend._meeting
+    assert commits and len(scratch.depth) and (scratch.depth == -1).all() and (scratch.meet == -1).all()
+
+
 @pytest.mark.parametrize("rescored", [False, True])
 def test_empty_and_zero_frame_chunks(demo, demo_graphs, rescored):
     """Calls with no frames to search (no streams, or chunks of 0 frames), the first calls of

@@ -28,7 +28,7 @@ from .config import usable_cores
 from .errors import WfstError
 from .inputs import host_array, input_faults
 from .lattice import RawLattice
-from .ledger import Ledger
+from .ledger import Ledger, MeetingScratch
 from .memory import available_host_bytes
 from .results import TracedPath, emitting_reads
 
@@ -62,6 +62,7 @@ class CpuBackend:
         self._memo_bytes = 0  # of the largest memo in use
         self._pool = None  # the streams' thread pool, made on first use
         self._slots = StreamSlots()  # the live streams' arrays
+        self._meeting = MeetingScratch()  # the streams' partial results' scratch
         self._cpu = cpu  # the kernels module (imported here: importing wfst compiles nothing)
         self._advance_streams = DirectCall(cpu.advance_streams, fixed=5, checked=(6,))  # 6: the chunks
         self._advance_parallel = DirectCall(cpu.advance_streams_parallel, fixed=5, checked=(6,))
@@ -510,7 +511,7 @@ class CpuBackend:
 
     def stream_partial(self, state: CpuStream):
         """(word ids of the best path so far, their frames, how many of them are stable)."""
-        return state.partial(self.graph, state.tl, state.n, state.trace, state.stored)
+        return state.partial(self.graph, state.tl, state.n, state.trace, state.stored, self._meeting)
 
     def finish_stream(self, state: CpuStream):
         """The stream's last step: (status, TracedPath of the rest of the path, the

@@ -29,7 +29,7 @@ from wfst.kernels.groups import Acoustics, Automata, Context, Tokens, WordBoosts
 from . import contexts
 from .boost import BoostTables
 from .cuda_arrays import SIMULATOR, device_views, on_device, to_host
-from .ledger import Ledger
+from .ledger import Ledger, MeetingScratch
 
 _FIRST_LANES = 4
 _FIRST_STEP_ROWS = 130  # bp.step_start rows per lane: frames since the commit point + 2
@@ -88,6 +88,7 @@ class StreamLanes:
         self.lm_slots = capacity.lm_cache if rescorer is not None else 1
         self.rows = _FIRST_STEP_ROWS
         self.lanes: list = []  # per lane: a weak reference to its CudaStream, or None (free)
+        self._meeting = MeetingScratch()  # the partial results' scratch (on the host)
         self.ws_x = self.ws = None
         self._x = None  # the launch buffer (lanes, steps, V)
         self._graphs = None  # (the arrays held, the two frame steps as CUDA graphs): _run_steps
@@ -417,7 +418,7 @@ class StreamLanes:
 
     def partial(self, s: CudaStream):
         tl, n, trace, stored = self._host_state(s)
-        return s.partial(self.backend.graph, tl, n, trace, stored)
+        return s.partial(self.backend.graph, tl, n, trace, stored, self._meeting)
 
     def finish(self, s: CudaStream):
         """The last step, on the host (kernels.cpu.finish on the lane's copy): (status,

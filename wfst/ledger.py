@@ -19,6 +19,21 @@ from .results import PathPart, TracedPath, emitting_reads, path_part
 COMMIT_AT = 1 << 16  # backpointers at which a stream first tries to commit its path (then at each doubling)
 
 
+class MeetingScratch:
+    """kernels.cpu.meeting_point's scratch for a backend's partial results: two arrays of -1
+    at least as long as the backpointers asked for (the kernel leaves them so), grown by
+    doubling.  One per backend: its decoder's lock keeps two partial results apart."""
+
+    def __init__(self):
+        self.depth = self.meet = np.full(0, -1, np.int32)
+
+    def at_least(self, stored: int) -> tuple[np.ndarray, np.ndarray]:
+        if len(self.depth) < stored:
+            size = max(stored, 2 * len(self.depth))
+            self.depth, self.meet = np.full(size, -1, np.int32), np.full(size, -1, np.int32)
+        return self.depth, self.meet
+
+
 class Ledger:
     """frames: decoded; base: the first frame whose log-probs are kept (trace.steps[k] is
     step base + k); prefix: the committed path before base."""
@@ -65,13 +80,14 @@ class Ledger:
         self.trailing = int(trailing) if voiced else self.frames - 1 - self.prefix.last_voiced
         self.relative_cost = float(relative)
 
-    def partial(self, graph, tl, n: int, trace, stored: int):
+    def partial(self, graph, tl, n: int, trace, stored: int, scratch: MeetingScratch):
         """(word ids of the best path so far, their frames, how many of them are stable) from
         the search state's tokens `tl` (groups.Tokens) and backpointers `trace`."""
         from wfst.kernels import cpu
 
         word_ids, word_frames, stable, whole = cpu.partial_words(tl, n, graph.final, graph.olabel, trace.prev,
-                                                                 trace.arc, stored, trace.steps, self.base, self.frames)
+                                                                 trace.arc, stored, trace.steps, self.base, self.frames,
+                                                                 *scratch.at_least(stored))
         if not whole:
             raise WfstError("a stream's path loops: the graph has an epsilon cycle of zero or negative cost")
         prefix = self.prefix

@@ -1158,17 +1158,8 @@ def partial_words(tl, n, final, olabel, prev, arc, stored, steps, base, frames, 
     for i in range(len(arcs)):
         a = arcs[i]
         if olabel[a] != 0:
-            g = gids[i]
-            at = frames
-            if g >= 0:  # base + np.searchsorted(steps[:frames - base], g, side="right") - 1
-                lo, hi = 0, frames - base
-                while lo < hi:
-                    mid = (lo + hi) // 2
-                    if steps[mid] <= g:
-                        lo = mid + 1
-                    else:
-                        hi = mid
-                at = base + lo - 1
+            g = gids[i]  # (the step it was stored at, as Ledger.steps_of finds it)
+            at = base + np.searchsorted(steps[:frames - base], g, side="right") - 1 if g >= 0 else frames
             word_ids[w] = olabel[a]
             word_frames[w] = max(at - 1, 0)
             w += 1

@@ -535,7 +535,7 @@ def streams(report, scale, g, texts, beam, max_active) -> dict:
     out = {}
     for n in (min(2, len(lengths)),) + scale.stream_counts:  # the first: compiles the stream kernels
         n = min(n, len(lengths))
-        xd, latencies = xp.asarray(x[:n]), []
+        xd, latencies, full = xp.asarray(x[:n]), [], []
         start = time.perf_counter()
         live_streams = [gpu.stream() for _ in range(n)]
         for pos in range(0, int(lengths[:n].max()), step):
@@ -543,6 +543,8 @@ def streams(report, scale, g, texts, beam, max_active) -> dict:
             t = time.perf_counter()
             gpu.advance([live_streams[i] for i in live], [xd[i, pos:min(pos + step, int(lengths[i]))] for i in live])
             latencies.append(time.perf_counter() - t)
+            if len(live) == n:  # (the calls the goal is about: every stream live)
+                full.append(latencies[-1])
         got = gpu.finish(live_streams)
         wall = time.perf_counter() - start
         want = cpu.decode(x[:n], lengths[:n])
@@ -550,7 +552,8 @@ def streams(report, scale, g, texts, beam, max_active) -> dict:
         report.check(f"{n} GPU streams (320 ms chunks) == CPU offline decode", same == n, f"{same}/{n} identical")
         p50, p95, p99 = (1000 * float(np.percentile(latencies, q)) for q in (50, 95, 99))
         out[f"{n} streams"] = (f"RTFx {FRAME_SECONDS * int(lengths[:n].sum()) / wall:,.0f}; advance() p50 / p95 / "
-                               f"p99 {p50:.1f} / {p95:.1f} / {p99:.1f} ms")
+                               f"p99 {p50:.1f} / {p95:.1f} / {p99:.1f} ms; with all {n} live ({len(full)} calls) "
+                               f"p50 / max {1000 * float(np.median(full)):.1f} / {1000 * max(full):.1f} ms")
     return out
 
 

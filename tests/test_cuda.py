@@ -556,3 +556,18 @@ def test_block_exclusive_scan(threads):
         _scan_kernel[1, threads](cuda.to_device(values), d_out, d_total)
         out, total = d_out.copy_to_host(), d_total.copy_to_host()
     assert out.tolist() == (np.cumsum(values) - values).tolist() and total[0] == values.sum()
+
+
+@pytest.mark.skipif(not SIMULATED, reason="the simulator's stand-in for device memory")
+def test_the_simulator_refuses_a_host_array_where_device_memory_belongs():
+    # on a GPU a NumPy array has no device view: the simulator must refuse it too, or a
+    # missing upload passes every simulated test and fails every real decode
+    from wfst.cuda_arrays import array_module, on_device
+
+    xp = array_module()
+    made = xp.zeros(4, np.float32)
+    for a in (made, made[1:], made + 1, xp.asarray(np.ones(2)), xp.concatenate([made, made])):
+        assert on_device(a) is a
+    with pytest.raises(TypeError, match=r"a host array \(NumPy, float32 \(4,\)\)"):
+        on_device(np.zeros(4, np.float32))
+    assert type(np.asarray(made)) is np.ndarray  # (what a copy to the host gives back)

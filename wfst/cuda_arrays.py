@@ -10,9 +10,34 @@ from numba import cuda
 SIMULATOR = bool(numba_config.ENABLE_CUDASIM)
 
 
+class SimulatedDeviceArray(np.ndarray):
+    """(Simulator) A NumPy array that stands for device memory: what the simulator's `xp`
+    makes, so that on_device refuses a host array there as a real GPU does."""
+
+
+class _SimulatedXp:
+    """(Simulator) NumPy whose functions return SimulatedDeviceArray where NumPy returns an
+    ndarray."""
+
+    def __getattr__(self, name):
+        f = getattr(np, name)
+        if not callable(f) or isinstance(f, type):
+            return f
+
+        def made_on_device(*args, **kwargs):
+            out = f(*args, **kwargs)
+            return out.view(SimulatedDeviceArray) if type(out) is np.ndarray else out
+
+        setattr(self, name, made_on_device)
+        return made_on_device
+
+
+_SIMULATED_XP = _SimulatedXp()
+
+
 def array_module():
     if SIMULATOR:
-        return np
+        return _SIMULATED_XP
     import cupy
 
     return cupy
@@ -21,7 +46,12 @@ def array_module():
 def on_device(a):
     """A Numba device-array view of a CuPy array (no copy): kernels take these, with far less
     per-launch work than objects exporting __cuda_array_interface__."""
-    return a if SIMULATOR else cuda.as_cuda_array(a)
+    if not SIMULATOR:
+        return cuda.as_cuda_array(a)
+    if isinstance(a, np.ndarray) and not isinstance(a, SimulatedDeviceArray):
+        raise TypeError(f"a host array (NumPy, {a.dtype} {a.shape}) where device memory belongs: "
+                        "copy it to the device (the backend's xp.asarray) first")
+    return a
 
 
 def device_views(tree):

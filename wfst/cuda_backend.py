@@ -53,9 +53,9 @@ def on_gpu(x) -> bool:
 
 def device_input(x):
     """log_probs as a C-contiguous device array: torch CUDA tensors and CuPy arrays without a copy."""
-    if SIMULATOR:
-        return host_array(x)
     xp = array_module()
+    if SIMULATOR:
+        return xp.asarray(host_array(x))
     module = type(x).__module__.split(".")[0]
     if module == "torch":
         x = x.detach()

@@ -368,13 +368,20 @@ def assert_streams_same(graph, x, lengths, boost=None, seed=0, graphs=False, **c
             assert g.relative_cost == pytest.approx(c.relative_cost, abs=1e-5)
     got = gpu.finish([p[1] for p in pairs])
     assert cpu.finish([p[0] for p in pairs]) == want
+    assert_same_results(got, want)
+    return gpu
+
+
+def assert_same_results(got, want):
+    """A stream's results against the offline decode's: costs to 1e-5 (a committed prefix's
+    cost is summed apart from the rest)."""
+    assert len(got) == len(want)
     for a, b in zip(got, want):
         assert (a.words, a.word_frames, a.reached_final, a.num_frames) == (b.words, b.word_frames, b.reached_final,
                                                                           b.num_frames)
         assert (a.cost, a.acoustic_cost, a.boost_cost, a.rescore_cost) == pytest.approx(
             (b.cost, b.acoustic_cost, b.boost_cost, b.rescore_cost), abs=1e-5)
         assert np.array_equal(a.frame_tokens, b.frame_tokens)  # (what word times read: the prefix's kept)
-    return gpu
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=list(CONFIGS))
@@ -497,14 +504,27 @@ def test_streams_cuda_lanes_commit_grow_and_are_reused(tiny, monkeypatch, graphs
     del dropped
     gc.collect()
     assert lanes.lanes[lane] is None  # a stream dropped unfinished frees its lane
-    # a stream longer than the first step rows: commits before calls (to fit the chunk) and after
+    # streams longer than the first step rows: commits before calls (to fit the chunk) and
+    # after, several lanes' at once (their arrays read and written together), in both token
+    # buffers (the first stream one frame ahead of the others)
+    commits, commit = [], cuda_streams.StreamLanes._commit
+
+    def counted(self, streams):
+        done = commit(self, streams)
+        commits.append({s.buffer for s, d in zip(streams, done) if d})
+        return done
+
+    monkeypatch.setattr(cuda_streams.StreamLanes, "_commit", counted)
     dec = Decoder(g, device="cuda", **config)
-    s = dec.stream()
-    y = random_log_probs(9, batch=6, frames=40, columns=5, sharpness=6.0)[:1]
+    y = random_log_probs(0, batch=4, frames=41, columns=5, sharpness=6.0)
+    streams = [dec.stream() for _ in range(4)]
+    dec.advance(streams[:1], [y[0, :1]])
     for t in range(0, 40, 4):
-        dec.advance([s], [y[0, t:t + 4]])
-    assert s._state.base > 0  # committed
-    assert dec.finish([s])[0] == Decoder(g, **config).decode(y, np.array([40]))[0]
+        dec.advance(streams, [y[0, 1 + t:5 + t]] + [y[i, t:t + 4] for i in (1, 2, 3)])
+    dec.advance(streams[1:], [y[i, 40:] for i in (1, 2, 3)])
+    assert all(s._state.base > 0 for s in streams)  # committed
+    assert {0, 1} in commits  # two lanes or more in one commit, one in each buffer
+    assert_same_results(dec.finish(streams), Decoder(g, **config).decode(y, np.array([41] * 4)))
 
 
 def test_demo_graph_cuda_equals_cpu(demo, tmp_path):

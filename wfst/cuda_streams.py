@@ -392,27 +392,27 @@ class StreamLanes:
 
     # ------------------------------------------------------------------ host work on a lane
 
-    def _rows(self, streams):
-        """The streams' rows of a workspace array: a slice for one lane, else an index array
-        on the device."""
+    def _lane_index(self, streams):
+        """Where the streams' lanes are in a workspace array's first axis: a slice for one
+        lane, else an index array on the device."""
         lanes = [s.lane for s in streams]
         return slice(lanes[0], lanes[0] + 1) if len(lanes) == 1 else self.xp.asarray(np.array(lanes, np.int64))
 
     def _host_copy(self, streams) -> _LaneCopy:
-        """The streams' lanes copied to the host: a dozen transfers for all of them (each
-        costs microseconds of host time), each array's rows read up to the longest lane's."""
+        """The streams' lanes copied to the host: some twenty transfers for all of them (each
+        costs microseconds of host time), each array read up to the longest lane's length."""
         ws = self.ws_x
-        rows = self._rows(streams)
-        stored = _read(ws.bp.n[rows])
+        at = self._lane_index(streams)
+        stored = _read(ws.bp.n[at])
         width = int(stored.max())
-        bp = (_read(ws.bp.prev[rows, :width]), _read(ws.bp.arc[rows, :width]),
-              _read(ws.bp.step_start[rows, :max(s.frames - s.base for s in streams) + 2]))
+        bp = (_read(ws.bp.prev[at, :width]), _read(ws.bp.arc[at, :width]),
+              _read(ws.bp.step_start[at, :max(s.frames - s.base for s in streams) + 2]))
         tokens = []
         for buffer in (0, 1):  # a lane's tokens stand in buffer frames % 2
             mine = [i for i, s in enumerate(streams) if s.buffer == buffer]
             if mine:
                 tok = ws.tokens[buffer]
-                sub = self._rows([streams[i] for i in mine])
+                sub = self._lane_index([streams[i] for i in mine])
                 n = _read(tok.n[sub])
                 tokens.append((buffer, mine, n, [_read(a[sub, :int(n.max())]) for a in tok[:6]]))
         return _LaneCopy(stored, bp, tokens)
@@ -458,27 +458,27 @@ class StreamLanes:
         return [d is not None for d in kept]
 
     def _write_back(self, streams, copy: _LaneCopy, moved: list, kept: list) -> None:
-        """The committed lanes' copies back on the device, one scatter an array.  A lane's
-        rows past its own length hold what was read there, so writing them back changes
+        """The committed lanes' copies back on the device, one scatter an array.  Past a
+        lane's own length a copy holds what was read there, so writing it back changes
         nothing."""
         ws, xp = self.ws_x, self.xp
-        rows = self._rows([streams[i] for i in moved])
+        at = self._lane_index([streams[i] for i in moved])
         steps = np.array([kept[i][0] for i in moved], np.int64)
         live = np.array([kept[i][1] for i in moved], np.int64)
         prev, arc, step_start = copy.bp
         width, left = int(live.max()), int(steps.max()) + 2
-        ws.bp.prev[rows, :width] = xp.asarray(prev[moved, :width])
-        ws.bp.arc[rows, :width] = xp.asarray(arc[moved, :width])
-        ws.bp.step_start[rows, :left] = xp.asarray(step_start[moved, :left])
-        ws.bp.n[rows] = xp.asarray(live.astype(ws.bp.n.dtype))
-        ws.u.steps[rows] = xp.asarray(steps.astype(ws.u.steps.dtype))
+        ws.bp.prev[at, :width] = xp.asarray(prev[moved, :width])
+        ws.bp.arc[at, :width] = xp.asarray(arc[moved, :width])
+        ws.bp.step_start[at, :left] = xp.asarray(step_start[moved, :left])
+        ws.bp.n[at] = xp.asarray(live.astype(ws.bp.n.dtype))
+        ws.u.steps[at] = xp.asarray(steps.astype(ws.u.steps.dtype))
         token_prev = Tokens._fields.index("prev")
         for buffer, mine, n, parts in copy.tokens:
-            at = [j for j, i in enumerate(mine) if kept[i] is not None]
-            if at:
-                width = int(n[at].max())
-                ws.tokens[buffer].prev[self._rows([streams[mine[j]] for j in at]), :width] = xp.asarray(
-                    parts[token_prev][at, :width])
+            moved_here = [j for j, i in enumerate(mine) if kept[i] is not None]
+            if moved_here:
+                width = int(n[moved_here].max())
+                lanes = self._lane_index([streams[mine[j]] for j in moved_here])
+                ws.tokens[buffer].prev[lanes, :width] = xp.asarray(parts[token_prev][moved_here, :width])
 
     def partial(self, s: CudaStream):
         tl, n, trace, stored = self._host_state(s)

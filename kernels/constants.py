@@ -96,3 +96,6 @@ NO_CONTEXT, SHARED_MEMO, OWN_MEMO = 0, 1, 2
 GROUP_COUNTS = 3
 # advance_streams' flags per stream
 COMMIT_DUE, OVERFLOWED = 1, 2
+# a partial result's path (kernels.cpu.partial_path): found; looping (an epsilon cycle); or the
+# backpointer it was asked to start after is not on it (the caller asks again from the start)
+PARTIAL_OK, PARTIAL_LOOPS, PARTIAL_STALE = 0, 1, 2

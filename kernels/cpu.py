@@ -73,6 +73,9 @@ from .constants import (
     NO_TOKEN,
     OK,
     OVERFLOWED,
+    PARTIAL_LOOPS,
+    PARTIAL_OK,
+    PARTIAL_STALE,
     S_BASE,
     S_CONTEXT,
     S_DEAD,
@@ -1014,21 +1017,23 @@ def release(ws, n):
 
 
 @njit(nogil=True, cache=True)
-def partial_path(tl, n, final, context, prev, arc, stored):
-    """The path of the frame's best token (final costs left out, as for a partial result):
-    (graph arc ids in path order, each arc's backpointer or -1 for the frame's own
-    in-frame arcs, False when the path loops: an epsilon cycle).  No arcs when there is no
-    token."""
-    keep = _best_token(tl, n, final, context, False)
+def partial_path(tl, n, final, context, prev, arc, stored, since):
+    """The path of the frame's best token after backpointer `since` (final costs left out,
+    as for a partial result; since: a backpointer on that path, or -1: from the start):
+    (graph arc ids in path order, each arc's backpointer or -1 for the frame's own in-frame
+    arcs, the stored backpointer the in-frame arcs start from, PARTIAL_OK, PARTIAL_LOOPS
+    when the path loops (an epsilon cycle) or PARTIAL_STALE when `since` is not on it).
+    No arcs when there is no token."""
     arcs = np.empty(0, np.int32)
     gids = np.empty(0, np.int32)
+    keep = _best_token(tl, n, final, context, False)
     if keep < 0:
-        return arcs, gids, True
+        return arcs, gids, -1, PARTIAL_OK
     in_frame_arcs = 0
     k = keep
     for step in range(n + 1):  # the frame's own epsilon chain back to a stored token
         if step == n:
-            return arcs, gids, False
+            return arcs, gids, -1, PARTIAL_LOOPS
         if tl.arc[k] != NO_ARC:
             in_frame_arcs += 1
         p = tl.prev[k]
@@ -1036,15 +1041,25 @@ def partial_path(tl, n, final, context, prev, arc, stored):
             break
         k = in_frame(p)
     g = tl.prev[k]
-    length = trace_length(prev, g, stored) if g >= 0 else 0
-    if length < 0:
-        return arcs, gids, False
-    stored_arcs = max(length - 1, 0)
-    arcs = np.empty(stored_arcs + in_frame_arcs, np.int32)
-    gids = np.full(stored_arcs + in_frame_arcs, -1, np.int32)
-    if length > 0:
-        trace_path(prev, arc, g, length, arcs, gids)
-    i = stored_arcs + in_frame_arcs
+    length = 0  # the stored backpointers after `since`
+    h = g
+    while h >= 0 and h != since:
+        length += 1
+        if length > stored:
+            return arcs, gids, -1, PARTIAL_LOOPS
+        h = prev[h]
+    if h != since:
+        return arcs, gids, -1, PARTIAL_STALE
+    if since < 0 and length > 0:
+        length -= 1  # the start's backpointer has no arc
+    arcs = np.empty(length + in_frame_arcs, np.int32)
+    gids = np.full(length + in_frame_arcs, -1, np.int32)
+    h = g
+    for i in range(length - 1, -1, -1):
+        arcs[i] = arc[h]
+        gids[i] = h
+        h = prev[h]
+    i = length + in_frame_arcs
     k = keep
     while True:
         if tl.arc[k] != NO_ARC:
@@ -1054,10 +1069,10 @@ def partial_path(tl, n, final, context, prev, arc, stored):
         if p > -2:
             break
         k = in_frame(p)
-    return arcs, gids, True
+    return arcs, gids, g, PARTIAL_OK
 
 
-@njit(inline="always", cache=True)
+@njit(nogil=True, cache=True)
 def _stored_of(tl, k, n):
     """The backpointer token k's in-frame chain starts from, or -2 when the chain loops."""
     for _ in range(n + 1):
@@ -1072,87 +1087,119 @@ def common_ancestor(tl, n, prev, stored):
     """The last backpointer shared by the paths of all the frame's tokens (their words up
     to it can no longer change), or -1 when they share none but the start (or a path loops:
     an epsilon cycle, which finish reports)."""
-    return meeting_point(tl, n, prev, stored, np.full(stored, -1, np.int32), np.full(stored, -1, np.int32))
+    g = _stored_of(tl, 0, n) if n > 0 else -1
+    return meeting_point(tl, n, prev, stored, np.full(stored, -1, np.int32), np.full(stored, -1, np.int32), g, -1,
+                         0)
 
 
 @njit(nogil=True, cache=True)
-def meeting_point(tl, n, prev, stored, depth, meet):
-    """common_ancestor with its scratch given: depth and meet, at least `stored` entries,
-    all -1, as it leaves them (a stream's partial result, asked after every chunk, then
-    costs the paths it walks, not two fresh arrays of every backpointer)."""
-    result = -1
-    g = _stored_of(tl, 0, n) if n > 0 else -1
-    chain = trace_length(prev, g, stored) if g >= 0 else -1
-    done = 1  # the tokens whose walks marked `meet`
-    if chain >= 0:
-        # the first token's chain, each node with its depth from the start
-        h = g
-        d = chain - 1
-        while h >= 0:
-            depth[h] = d
-            d -= 1
+def meeting_point(tl, n, prev, stored, depth, meet, g, since, floor):
+    """The last backpointer shared by the paths of all the frame's n tokens, found from the
+    chain of backpointer g (one of theirs) back to `since`, a backpointer all their paths
+    pass (-1: the start): -1 when they share none but the start, or a walk never reaches
+    that chain (a loop, or `since` not shared).  floor: the caller asks no more than
+    whether it lies `floor` nodes past the chain's first (since, or the start) or later;
+    once that is ruled out the tokens left are not walked, and the chain's first is the
+    answer.  depth, meet: scratch of at least `stored` entries, all -1, as it leaves them
+    (a stream's partial result, asked after every chunk, then costs the paths it walks,
+    not two fresh arrays of every backpointer)."""
+    chain = 0  # the chain's backpointers, `since` included
+    h = g
+    while h >= 0 and h != since:
+        chain += 1
+        if chain > stored:
+            return -1
+        h = prev[h]
+    if h != since:
+        return -1
+    if since >= 0:
+        chain += 1
+    if chain == 0:
+        return -1
+    h = g
+    for d in range(chain - 1, -1, -1):  # each node with its depth from the chain's start
+        depth[h] = d
+        if d > 0:
             h = prev[h]
-        # every other token walks up to a node whose shallowest meeting depth is known
-        lowest = chain - 1
-        whole = True
-        for j in range(1, n):
-            h = _stored_of(tl, j, n)
-            if h < 0:
+    bottom = h  # the chain's first node
+    # every token walks up to a node whose shallowest meeting depth is known
+    lowest = chain - 1
+    whole = True
+    done = 0  # the tokens whose walks marked `meet`
+    for j in range(n):
+        if lowest < floor:
+            break
+        h = _stored_of(tl, j, n)
+        if h < 0:
+            whole = False
+            break
+        first = h
+        steps = 0
+        while depth[h] < 0 and meet[h] < 0:
+            h = prev[h]
+            steps += 1
+            if h < 0 or steps > stored:
                 whole = False
                 break
-            first = h
-            steps = 0
-            while depth[h] < 0 and meet[h] < 0:
-                h = prev[h]
-                steps += 1
-                if h < 0 or steps > stored:
-                    whole = False
-                    break
-            if not whole:
-                break
-            m = depth[h] if depth[h] >= 0 else meet[h]
-            lowest = min(lowest, m)
-            h = first
-            while depth[h] < 0 and meet[h] < 0:  # remember the meeting depth along the walk
-                meet[h] = m
-                h = prev[h]
-            done = j + 1
-        if whole:
-            h = g
-            for _ in range(chain - 1 - lowest):
-                h = prev[h]
-            result = h
-        # the scratch as it was: what the walks marked lies on their paths from their tokens
-        h = g
-        while h >= 0:
-            depth[h] = -1
+        if not whole:
+            break
+        m = depth[h] if depth[h] >= 0 else meet[h]
+        lowest = min(lowest, m)
+        h = first
+        while depth[h] < 0 and meet[h] < 0:  # remember the meeting depth along the walk
+            meet[h] = m
             h = prev[h]
-        for j in range(1, done):
-            h = _stored_of(tl, j, n)
-            while h >= 0 and meet[h] >= 0:
-                meet[h] = -1
-                h = prev[h]
+        done = j + 1
+    result = -1
+    if whole and lowest < floor:
+        result = bottom
+    elif whole:
+        h = g
+        for _ in range(chain - 1 - lowest):
+            h = prev[h]
+        result = h
+    # the scratch as it was: what the walks marked lies on their paths from their tokens
+    h = g
+    for _ in range(chain):
+        depth[h] = -1
+        h = prev[h]
+    for j in range(done):
+        h = _stored_of(tl, j, n)
+        while h >= 0 and meet[h] >= 0:
+            meet[h] = -1
+            h = prev[h]
     return result
 
 
 @njit(nogil=True, cache=True)
-def partial_words(tl, n, final, olabel, prev, arc, stored, steps, base, frames, scratch_depth, scratch_meet):
-    """A partial result's words after the commit point, in one call: (the word ids of the
-    frame's best path, final costs left out; each word's frame: the step its token was
+def partial_words(tl, n, final, olabel, prev, arc, stored, steps, base, frames, since, scratch_depth, scratch_meet):
+    """A partial result's words after backpointer `since` in one call.  since: the last
+    partial's meeting point (the paths of all later tokens pass it, and the caller holds the
+    words up to it), or -1: the commit point; the walks stop there, so that a partial costs
+    the path since the last one, not since the commit.  Returns (the word ids of the frame's
+    best path after since, final costs left out; each word's frame: the step its token was
     stored at - 1, the last step's for the frame's own arcs; how many of the words are
-    stable, that is up to the backpointer all the frame's tokens share; False when the path
-    loops).  steps: the trace's first backpointer of each step from `base` (the commit
-    point) on; frames: the steps decoded; scratch_*: meeting_point's scratch."""
-    arcs, gids, whole = partial_path(tl, n, final, None, prev, arc, stored)
+    stable, that is up to the backpointer all the frame's tokens share; that backpointer, or
+    -1 when none but `since` is known; partial_path's status).  steps: the trace's first
+    backpointer of each step from `base` (the commit point) on; frames: the steps decoded;
+    scratch_*: meeting_point's scratch."""
+    arcs, gids, g, status = partial_path(tl, n, final, None, prev, arc, stored, since)
     words = 0
     for a in arcs:
         if olabel[a] != 0:
             words += 1
     word_ids = np.empty(words, np.int32)
     word_frames = np.empty(words, np.int32)
-    if not whole:
-        return word_ids, word_frames, 0, False
-    meet = meeting_point(tl, n, prev, stored, scratch_depth, scratch_meet)
+    if status != PARTIAL_OK:
+        return word_ids, word_frames, 0, -1, status
+    floor = 0  # the depth (since's 0) of the first stored arc with a word: a meeting point before it adds none
+    while floor < len(arcs) and gids[floor] >= 0 and olabel[arcs[floor]] == 0:
+        floor += 1
+    floor += 1
+    meet = meeting_point(tl, n, prev, stored, scratch_depth, scratch_meet, g, since, floor) if g >= 0 else -1
+    if meet < 0 and since >= 0:
+        return word_ids, word_frames, 0, -1, PARTIAL_STALE  # (a token's path misses `since`)
+    found = meet
     stable = 0
     w = 0
     for i in range(len(arcs)):
@@ -1163,10 +1210,19 @@ def partial_words(tl, n, final, olabel, prev, arc, stored, steps, base, frames, 
             word_ids[w] = olabel[a]
             word_frames[w] = max(at - 1, 0)
             w += 1
-        if meet >= 0 and gids[i] == meet:
+        if found >= 0 and gids[i] == found:
             stable = w
-            meet = -2  # (its first arc only)
-    return word_ids, word_frames, stable, True
+            found = -2  # (its first arc only)
+    return word_ids, word_frames, stable, meet, PARTIAL_OK
+
+
+@njit(nogil=True, cache=True)
+def slot_partial_words(slots, i, numbers, final, olabel, since, scratch_depth, scratch_meet):
+    """partial_words of stream slot i (StreamTable's slots and numbers)."""
+    s = slots[i]
+    v = numbers[i]
+    return partial_words(s.tl, v[S_N], final, olabel, s.trace.prev, s.trace.arc, v[S_STORED], s.trace.steps,
+                         v[S_BASE], v[S_FRAMES], since, scratch_depth, scratch_meet)
 
 
 @njit(nogil=True, cache=True)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from decoding import demo_emissions, dying, random_log_probs, random_tlg
 from wfst.graphs import compile_graph
+from wfst.kernels import constants as C
 
 import wfst
 from wfst import cpu_backend, synthetic
@@ -316,7 +317,6 @@ def test_the_pool_guard_moves_calls_off_a_stalling_pool():
 
 def test_streams_are_taken_dearest_first():
     """cpu.work_order: by tokens times frames, the dearest first, ties in the order given."""
-    from wfst.kernels import constants as C
     from wfst.kernels import cpu
 
     numbers = np.zeros((6, C.STREAM_FIELDS), np.int64)
@@ -392,18 +392,28 @@ def test_partial_results_read_the_best_path_and_leave_their_scratch_clean(demo, 
     """partial() reads the best path's words, their frames and how many are stable in one
     compiled call, with a meeting-point scratch kept from call to call: the same as the
     path's PathPart (the commits' code) and common_ancestor on fresh arrays, with commits
-    every few chunks, and the scratch left as it was found (all -1)."""
+    every few chunks, and the scratch left as it was found (all -1).  Each partial walks
+    the paths back to the last one's meeting point only."""
     from wfst.kernels import cpu
 
     from wfst import ledger
 
     monkeypatch.setattr(ledger, "COMMIT_AT", 1024)
+    statuses, words = [], cpu.slot_partial_words
+
+    def slot_partial_words(*args):
+        out = words(*args)
+        statuses.append(out[-1])
+        return out
+
+    monkeypatch.setattr(cpu, "slot_partial_words", slot_partial_words)
     path, kw = demo_graphs["char_compact"]
     g = wfst.load_graph(path)
     _, x, lengths = demo_emissions(demo, g, kw, 6)
     dec = Decoder(g, beam=14.0, max_active=2000, num_threads=1)
     streams = [dec.stream() for _ in range(len(lengths))]
     rng, pos, commits = np.random.default_rng(3), [0] * len(lengths), 0
+    resumed = partials = 0
     while any(p < n for p, n in zip(pos, lengths)):
         pick = [i for i in range(len(lengths)) if pos[i] < lengths[i] and rng.random() < 0.7]
         chunks = [x[i, pos[i]:pos[i] + int(rng.choice([1, 4, 9, 30]))] for i in pick]
@@ -412,15 +422,20 @@ def test_partial_results_read_the_best_path_and_leave_their_scratch_clean(demo, 
         dec.advance([streams[i] for i in pick], chunks)
         for i in pick:
             st, got = streams[i]._state, streams[i].partial()
-            arcs, gids, _ = cpu.partial_path(st.tl, st.n, g.final, None, st.trace.prev, st.trace.arc, st.stored)
+            arcs, gids, _, _ = cpu.partial_path(st.tl, st.n, g.final, None, st.trace.prev, st.trace.arc, st.stored,
+                                                -1)
             whole = st.prefix + st.part(g, st.trace.steps, arcs, gids)
             meet, stable = cpu.common_ancestor(st.tl, st.n, st.trace.prev, st.stored), len(st.prefix.word_ids)
             if meet >= 0 and (where := np.flatnonzero(gids == meet)).size:
                 stable += int(np.count_nonzero(g.olabel[arcs[:where[0] + 1]]))
             assert (got.word_ids, got.word_frames, got.stable) == (whole.word_ids, whole.word_frames, stable)
+            assert got.words == tuple(g.words[w] for w in got.word_ids)  # (the stable ones named once)
             commits += st.base > 0
+            resumed += st._stable_at >= 0  # the next partial walks back to its meeting point only
+            partials += 1
     scratch = dec._backend._meeting
     assert commits and len(scratch.depth) and (scratch.depth == -1).all() and (scratch.meet == -1).all()
+    assert resumed > 0.9 * partials and set(statuses) == {C.PARTIAL_OK}  # (a stale start: asked again)
 
 
 @pytest.mark.parametrize("rescored", [False, True])

@@ -511,7 +511,10 @@ class CpuBackend:
 
     def stream_partial(self, state: CpuStream):
         """(word ids of the best path so far, their frames, how many of them are stable)."""
-        return state.partial(self.graph, state.tl, state.n, state.trace, state.stored, self._meeting)
+        g, slots, words = self.graph, self._slots, self._cpu.slot_partial_words
+        # (the slot is read in the compiled call: boxing its arrays here costs µs)
+        return state.partial(state.n, state.stored, self._meeting, lambda *since_and_scratch: words(
+            slots.list, state.slot, slots.numbers, g.final, g.olabel, *since_and_scratch))
 
     def finish_stream(self, state: CpuStream):
         """The stream's last step: (status, TracedPath of the rest of the path, the

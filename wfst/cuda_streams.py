@@ -481,8 +481,12 @@ class StreamLanes:
                 ws.tokens[buffer].prev[lanes, :width] = xp.asarray(parts[token_prev][moved_here, :width])
 
     def partial(self, s: CudaStream):
+        from wfst.kernels import cpu
+
         tl, n, trace, stored = self._host_state(s)
-        return s.partial(self.backend.graph, tl, n, trace, stored, self._meeting)
+        g = self.backend.graph
+        return s.partial(n, stored, self._meeting, lambda *since_and_scratch: cpu.partial_words(
+            tl, n, g.final, g.olabel, trace.prev, trace.arc, stored, trace.steps, s.base, s.frames, *since_and_scratch))
 
     def finish(self, s: CudaStream):
         """The last step, on the host (kernels.cpu.finish on the lane's copy): (status,

@@ -279,7 +279,10 @@ class Decoder:
             if s.finished:
                 raise OptionError("this stream was finished: its result came from Decoder.finish()")
             word_ids, word_frames, stable = self._backend.stream_partial(s._state)
-        words = tuple(self.graph.words[w] if self.graph.words is not None else str(w) for w in word_ids)
+        table = self.graph.words
+        named = s._stable_words  # (named once: a partial then costs the words since the last, not all of them)
+        words = named + tuple(table[w] if table is not None else str(w) for w in word_ids[len(named):])
+        s._stable_words = words[:stable]
         return Partial(words, word_ids, word_frames, stable, s.frames)
 
     def _check_streams(self, streams, call: str) -> list[Stream]:

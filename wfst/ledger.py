@@ -49,6 +49,7 @@ class Ledger:
         self.next_commit = COMMIT_AT  # backpointers at which to try to commit (see commit)
         self.dead = False  # every token died: the search ended (kernels.common.died)
         self.idle = 0  # frames given after that, counted but neither kept nor read
+        self._forget_stable()
 
     def logp_at(self, frames: np.ndarray, columns: np.ndarray) -> np.ndarray:
         """log_probs[frame, column] of kept frames (frames >= base)."""
@@ -80,19 +81,32 @@ class Ledger:
         self.trailing = int(trailing) if voiced else self.frames - 1 - self.prefix.last_voiced
         self.relative_cost = float(relative)
 
-    def partial(self, graph, tl, n: int, trace, stored: int, scratch: MeetingScratch):
-        """(word ids of the best path so far, their frames, how many of them are stable) from
-        the search state's tokens `tl` (groups.Tokens) and backpointers `trace`."""
-        from wfst.kernels import cpu
-
-        word_ids, word_frames, stable, whole = cpu.partial_words(tl, n, graph.final, graph.olabel, trace.prev,
-                                                                 trace.arc, stored, trace.steps, self.base, self.frames,
-                                                                 *scratch.at_least(stored))
-        if not whole:
-            raise WfstError("a stream's path loops: the graph has an epsilon cycle of zero or negative cost")
+    def partial(self, n: int, stored: int, scratch: MeetingScratch, words_after):
+        """(word ids of the best path so far, their frames, how many of them are stable) of a
+        search state with n tokens and `stored` backpointers.  words_after(since, depth,
+        meet): kernels.cpu.partial_words of that state.  The stable words after the commit
+        point are kept with the backpointer where they end (the last partial's meeting
+        point), and the next partial walks the paths back to there only."""
         prefix = self.prefix
-        return (prefix.word_ids + tuple(word_ids.tolist()), prefix.word_frames + tuple(word_frames.tolist()),
-                len(prefix.word_ids) + stable)
+        if n == 0:  # no token, no path: the prefix alone
+            return prefix.word_ids, prefix.word_frames, len(prefix.word_ids)
+        word_ids, word_frames, stable, meet, status = words_after(self._stable_at, *scratch.at_least(stored))
+        if status == C.PARTIAL_STALE:  # (not expected: every later path passes a meeting point)
+            self._forget_stable()
+            word_ids, word_frames, stable, meet, status = words_after(-1, *scratch.at_least(stored))
+        if status == C.PARTIAL_LOOPS:
+            raise WfstError("a stream's path loops: the graph has an epsilon cycle of zero or negative cost")
+        kept = len(self._stable_ids)
+        ids, frames = self._stable_ids + tuple(word_ids.tolist()), self._stable_frames + tuple(word_frames.tolist())
+        if meet >= 0:
+            self._stable_at = meet
+            self._stable_ids, self._stable_frames = ids[:kept + stable], frames[:kept + stable]
+        return prefix.word_ids + ids, prefix.word_frames + frames, len(prefix.word_ids) + kept + stable
+
+    def _forget_stable(self) -> None:
+        """No stable words kept past the commit point (after a commit, whose prefix took them,
+        and at the start)."""
+        self._stable_at, self._stable_ids, self._stable_frames = -1, (), ()
 
     def commit_arrays(self, graph, tl, n: int, trace, stored: int):
         """Commit the path up to where the paths of all tokens meet, when that releases at
@@ -121,6 +135,7 @@ class Ledger:
         if graph.tokens.num_columns < 1 << 16:  # its frames' tokens (labels <= V), for word times: 2 bytes a frame
             prefix.frame_tokens = prefix.frame_tokens.astype(np.uint16)
         self.prefix = prefix
+        self._forget_stable()  # (the prefix has them; the backpointers are numbered anew)
         # backpointers from the meeting point's step on; the meeting point is the new start
         live = stored - cut
         prev = trace.prev[cut:stored] - cut

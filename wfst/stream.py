@@ -127,6 +127,7 @@ class Stream:
         self.finished = False
         self._final_rule: int | None = None  # endpoint_rule when the stream was finished
         self._lost: str | None = None  # why its search state is gone (an advance() stopped part-way)
+        self._stable_words: tuple[str, ...] = ()  # the stable words' names, once asked (they never change)
 
     @property
     def frames(self) -> int:

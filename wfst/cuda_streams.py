@@ -398,15 +398,24 @@ class StreamLanes:
         lanes = [s.lane for s in streams]
         return slice(lanes[0], lanes[0] + 1) if len(lanes) == 1 else self.xp.asarray(np.array(lanes, np.int64))
 
-    def _host_copy(self, streams) -> _LaneCopy:
+    def _host_copy(self, streams, since: int = -1) -> _LaneCopy:
         """The streams' lanes copied to the host: some twenty transfers for all of them (each
-        costs microseconds of host time), each array read up to the longest lane's length."""
+        costs microseconds of host time), each array read up to the longest lane's length.
+        since: a backpointer of a single stream, whose backpointers are then read from its
+        step on only (those before are -1)."""
         ws = self.ws_x
         at = self._lane_index(streams)
         stored = _read(ws.bp.n[at])
         width = int(stored.max())
-        bp = (_read(ws.bp.prev[at, :width]), _read(ws.bp.arc[at, :width]),
-              _read(ws.bp.step_start[at, :max(s.frames - s.base for s in streams) + 2]))
+        steps = _read(ws.bp.step_start[at, :max(s.frames - s.base for s in streams) + 2])
+        first = 0
+        if since >= 0:
+            (s,) = streams
+            first = int(steps[0, np.searchsorted(steps[0, :s.frames - s.base], since, side="right") - 1])
+        prev, arc = (np.full((len(streams), width), -1, a.dtype) for a in (ws.bp.prev, ws.bp.arc))
+        prev[:, first:] = _read(ws.bp.prev[at, first:width])
+        arc[:, first:] = _read(ws.bp.arc[at, first:width])
+        bp = (prev, arc, steps)
         tokens = []
         for buffer in (0, 1):  # a lane's tokens stand in buffer frames % 2
             mine = [i for i, s in enumerate(streams) if s.buffer == buffer]
@@ -417,11 +426,11 @@ class StreamLanes:
                 tokens.append((buffer, mine, n, [_read(a[sub, :int(n.max())]) for a in tok[:6]]))
         return _LaneCopy(stored, bp, tokens)
 
-    def _host_states(self, streams) -> tuple:
+    def _host_states(self, streams, since: int = -1) -> tuple:
         """(the lanes' host copy, each stream's (tokens, n, cpu.Trace, stored): views of it)."""
         from wfst.kernels import cpu
 
-        copy = self._host_copy(streams)
+        copy = self._host_copy(streams, since)
         prev, arc, steps = copy.bp
         tokens = [None] * len(streams)
         for _, mine, ns, parts in copy.tokens:
@@ -431,9 +440,10 @@ class StreamLanes:
         return copy, [(tl, n, cpu.Trace(prev[i, :m], arc[i, :m], steps[i, :s.frames - s.base + 2], None), int(m))
                       for i, (s, (tl, n), m) in enumerate(zip(streams, tokens, copy.stored))]
 
-    def _host_state(self, s: CudaStream):
-        """(tokens, n, cpu.Trace, stored) of the stream's lane, copied to the host."""
-        return self._host_states([s])[1][0]
+    def _host_state(self, s: CudaStream, since: int = -1):
+        """(tokens, n, cpu.Trace, stored) of the stream's lane, copied to the host (its
+        backpointers from backpointer since's step on)."""
+        return self._host_states([s], since)[1][0]
 
     def _commit(self, streams: list) -> list:
         """Ledger.commit_arrays on copies of the streams' lanes, written back: whether each
@@ -481,12 +491,19 @@ class StreamLanes:
                 ws.tokens[buffer].prev[lanes, :width] = xp.asarray(parts[token_prev][moved_here, :width])
 
     def partial(self, s: CudaStream):
+        """Ledger.partial on a copy of the lane that holds the backpointers from the step of
+        the last partial's meeting point on: the walks go back no further."""
         from wfst.kernels import cpu
 
-        tl, n, trace, stored = self._host_state(s)
-        g = self.backend.graph
-        return s.partial(n, stored, self._meeting, lambda *since_and_scratch: cpu.partial_words(
-            tl, n, g.final, g.olabel, trace.prev, trace.arc, stored, trace.steps, s.base, s.frames, *since_and_scratch))
+        g, start = self.backend.graph, s.stable_at
+        state = self._host_state(s, start)
+
+        def words_after(since, depth, meet):
+            tl, n, trace, stored = state if since == start else self._host_state(s)  # (else: from the start)
+            return cpu.partial_words(tl, n, g.final, g.olabel, trace.prev, trace.arc, stored, trace.steps, s.base,
+                                     s.frames, since, depth, meet)
+
+        return s.partial(state[1], state[3], self._meeting, words_after)
 
     def finish(self, s: CudaStream):
         """The last step, on the host (kernels.cpu.finish on the lane's copy): (status,

@@ -103,6 +103,12 @@ class Ledger:
             self._stable_ids, self._stable_frames = ids[:kept + stable], frames[:kept + stable]
         return prefix.word_ids + ids, prefix.word_frames + frames, len(prefix.word_ids) + kept + stable
 
+    @property
+    def stable_at(self) -> int:
+        """The backpointer where the stable words kept end (-1: none kept): the next partial
+        walks back to it, and reads no backpointer of an earlier step."""
+        return self._stable_at
+
     def _forget_stable(self) -> None:
         """No stable words kept past the commit point (after a commit, whose prefix took them,
         and at the start)."""

@@ -20,7 +20,8 @@ needed; 40 ms a frame.  The setups (--setups):
   12,600-word LM, rescored with its unpruned 4-gram; its 300 test sentences, noisy; beam 17,
   max_active 10000), made once into --large where missing: where users live.
 The demo setups decode at beam 16, max_active 7000.  --partials follows each call with
-partial() of each of its streams (a live captioning server's loop), timed with the call.
+the partial results of its streams (Decoder.partials: a live captioning server's loop),
+timed with the call.
 --device cuda runs them on the GPU
 (the goal there: 512 streams at 320 ms chunks within 40 ms per call).
 """
@@ -69,8 +70,9 @@ def load(setup: str, args):
 
 def stream_rounds(dec, x, lengths, n: int, step: int, partials: bool = False):
     """Decode all utterances as rounds of n concurrent streams; (results, seconds in
-    advance/finish, latency of each advance call).  partials: each call is followed by
-    partial() of each of its streams, timed with it (a live captioning server's loop)."""
+    advance/finish, latency of each advance call).  partials: each call is followed by the
+    partial results of its streams (Decoder.partials), timed with it (a live captioning
+    server's loop)."""
     results, seconds, latencies = [], 0.0, []
     for lo in range(0, len(lengths), n):
         hi = min(lo + n, len(lengths))
@@ -81,8 +83,7 @@ def stream_rounds(dec, x, lengths, n: int, step: int, partials: bool = False):
             start = time.perf_counter()
             dec.advance([streams[i - lo] for i in live], chunks)
             if partials:
-                for i in live:
-                    streams[i - lo].partial()
+                dec.partials([streams[i - lo] for i in live])
             took = time.perf_counter() - start
             latencies.append(took)
             seconds += took
@@ -116,7 +117,7 @@ def main() -> int:
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--repeat", type=recipe_cli.whole(), default=2, help="best of this many runs per cell")
     ap.add_argument("--partials", action="store_true",
-                    help="follow each advance() call with partial() of each of its streams, timed with it")
+                    help="follow each advance() call with the partial results of its streams, timed with it")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
     recipe_cli.check_json(ap, args.json)
@@ -157,7 +158,8 @@ def main() -> int:
                                  share=off_seconds / seconds, p50_ms=p50, p95_ms=p95, p99_ms=p99,
                                  same_words=same, partials=args.partials))
     if args.partials:
-        print("Each advance() call is followed by partial() of each of its streams, timed with it.\n")
+        print("Each advance() call is followed by the partial results of its streams (Decoder.partials), "
+              "timed with it.\n")
     print("| graph | emissions | streams | chunk | RTFx streams | RTFx offline | streams / offline | "
           "advance() p50 / p95 / p99 ms | same words |")
     print("|---|---|---:|---:|---:|---:|---:|---|---:|")

@@ -344,8 +344,9 @@ def assert_streams_same(graph, x, lengths, boost=None, seed=0, graphs=False, **c
     random subsets per call): after each call the same partial results and endpoint
     readings, and at the end the offline CPU decode's results.  graphs: frame steps
     replayed as CUDA graphs (in the simulator, the captured launches run again on the
-    arrays they were captured with, as a graph's kernels would).  A CUDA partial reads the
-    backpointers from the step of the last one's meeting point on, and needs no others."""
+    arrays they were captured with, as a graph's kernels would).  Partials are asked one by
+    one or together (Decoder.partials); a CUDA partial reads the backpointers from the step
+    of the last one's meeting point on, and needs no others."""
     from unittest import mock
 
     from wfst.kernels import constants as C
@@ -374,10 +375,12 @@ def assert_streams_same(graph, x, lengths, boost=None, seed=0, graphs=False, **c
             pos[i] = min(pos[i] + k, int(lengths[i]))
         for d in (0, 1):
             (cpu, gpu)[d].advance([pairs[i][d] for i in pick], chunks)
+        with mock.patch.object(kernels, "partial_words", partial_words):
+            together = gpu.partials([pairs[i][1] for i in pick]) if len(statuses) % 2 else [None] * len(pick)
+            for i, got in zip(pick, together):
+                assert (got or pairs[i][1].partial()) == pairs[i][0].partial()
         for i in pick:
             c, g = (s._state for s in pairs[i])
-            with mock.patch.object(kernels, "partial_words", partial_words):
-                assert pairs[i][1].partial() == pairs[i][0].partial()
             assert (g.frames, g.trailing, g.survivors, g.fallbacks) == (c.frames, c.trailing, c.survivors, c.fallbacks)
             assert g.relative_cost == pytest.approx(c.relative_cost, abs=1e-5)
     assert statuses and set(statuses) == {C.PARTIAL_OK}  # (a stale start: asked again from the commit point)

@@ -393,7 +393,8 @@ def test_partial_results_read_the_best_path_and_leave_their_scratch_clean(demo, 
     compiled call, with a meeting-point scratch kept from call to call: the same as the
     path's PathPart (the commits' code) and common_ancestor on fresh arrays, with commits
     every few chunks, and the scratch left as it was found (all -1).  Each partial walks
-    the paths back to the last one's meeting point only."""
+    the paths back to the last one's meeting point only.  Decoder.partials() of several
+    streams is the same."""
     from wfst.kernels import cpu
 
     from wfst import ledger
@@ -420,8 +421,9 @@ def test_partial_results_read_the_best_path_and_leave_their_scratch_clean(demo, 
         for i, c in zip(pick, chunks):
             pos[i] += len(c)
         dec.advance([streams[i] for i in pick], chunks)
+        together = dict(zip(pick, dec.partials([streams[i] for i in pick]))) if partials % 2 else {}
         for i in pick:
-            st, got = streams[i]._state, streams[i].partial()
+            st, got = streams[i]._state, together.get(i) or streams[i].partial()
             arcs, gids, _, _ = cpu.partial_path(st.tl, st.n, g.final, None, st.trace.prev, st.trace.arc, st.stored,
                                                 -1)
             whole = st.prefix + st.part(g, st.trace.steps, arcs, gids)
@@ -615,6 +617,11 @@ def test_bad_stream_input_is_refused_before_any_stream_moves(demo, demo_graphs):
         dec.finish([t])
     with pytest.raises(OptionError, match="finished"):
         t.partial()
+    with pytest.raises(DecodeInputError, match="partials\\(\\): stream 1 was finished"):
+        dec.partials([s, t])
+    with pytest.raises(DecodeInputError, match="partials\\(\\): stream 0 belongs to another Decoder"):
+        dec.partials([other.stream()])
+    assert dec.partials([]) == [] and dec.partials([s]) == [s.partial()]
     with pytest.raises(OptionError, match="EndpointConfig"):
         dec.stream(endpoint={"rules": ()})
     with pytest.raises(OptionError, match="frame_seconds"):

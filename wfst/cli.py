@@ -325,8 +325,8 @@ def _streams(decoder: Decoder, em, lo: int, hi: int, args):
         survivors += decoder.stats.tokens_per_frame * decoder.stats.frames
         if args.quiet:
             continue
-        for i in live:
-            p, s = streams[i].partial(), streams[i]
+        for i, p in zip(live, decoder.partials([streams[i] for i in live])):
+            s = streams[i]
             text = " ".join(p.words[:p.stable]) + " | " + " ".join(p.words[p.stable:])
             text += "  (endpoint)" if s.endpoint else ""
             if shown.get(i) != text:

@@ -509,12 +509,13 @@ class CpuBackend:
             state.commit(self.graph)
         return int(total)
 
-    def stream_partial(self, state: CpuStream):
-        """(word ids of the best path so far, their frames, how many of them are stable)."""
+    def stream_partials(self, states: list) -> list:
+        """Per stream: (word ids of the best path so far, their frames, how many of them are
+        stable)."""
         g, slots, words = self.graph, self._slots, self._cpu.slot_partial_words
-        # (the slot is read in the compiled call: boxing its arrays here costs µs)
-        return state.partial(state.n, state.stored, self._meeting, lambda *since_and_scratch: words(
-            slots.list, state.slot, slots.numbers, g.final, g.olabel, *since_and_scratch))
+        # (each slot is read in the compiled call: boxing its arrays here costs µs)
+        return [state.partial(state.n, state.stored, self._meeting, lambda *since_and_scratch, state=state: words(
+            slots.list, state.slot, slots.numbers, g.final, g.olabel, *since_and_scratch)) for state in states]
 
     def finish_stream(self, state: CpuStream):
         """The stream's last step: (status, TracedPath of the rest of the path, the

@@ -221,8 +221,8 @@ class CudaBackend:
             return 0
         return self._lanes.advance(states, chunks)
 
-    def stream_partial(self, state):
-        return self._lanes.partial(state)
+    def stream_partials(self, states):
+        return self._lanes.partials(states)
 
     def finish_stream(self, state):
         return self._lanes.finish(state)

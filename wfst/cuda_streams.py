@@ -398,20 +398,20 @@ class StreamLanes:
         lanes = [s.lane for s in streams]
         return slice(lanes[0], lanes[0] + 1) if len(lanes) == 1 else self.xp.asarray(np.array(lanes, np.int64))
 
-    def _host_copy(self, streams, since: int = -1) -> _LaneCopy:
+    def _host_copy(self, streams, since=None) -> _LaneCopy:
         """The streams' lanes copied to the host: some twenty transfers for all of them (each
         costs microseconds of host time), each array read up to the longest lane's length.
-        since: a backpointer of a single stream, whose backpointers are then read from its
-        step on only (those before are -1)."""
+        since: a backpointer per stream (none -1), whose backpointers are then read from the
+        earliest of their steps on only (those before are -1)."""
         ws = self.ws_x
         at = self._lane_index(streams)
         stored = _read(ws.bp.n[at])
         width = int(stored.max())
         steps = _read(ws.bp.step_start[at, :max(s.frames - s.base for s in streams) + 2])
         first = 0
-        if since >= 0:
-            (s,) = streams
-            first = int(steps[0, np.searchsorted(steps[0, :s.frames - s.base], since, side="right") - 1])
+        if since is not None and min(since) >= 0:
+            first = min(int(steps[i, np.searchsorted(steps[i, :s.frames - s.base], g, side="right") - 1])
+                        for i, (s, g) in enumerate(zip(streams, since)))
         prev, arc = (np.full((len(streams), width), -1, a.dtype) for a in (ws.bp.prev, ws.bp.arc))
         prev[:, first:] = _read(ws.bp.prev[at, first:width])
         arc[:, first:] = _read(ws.bp.arc[at, first:width])
@@ -426,7 +426,7 @@ class StreamLanes:
                 tokens.append((buffer, mine, n, [_read(a[sub, :int(n.max())]) for a in tok[:6]]))
         return _LaneCopy(stored, bp, tokens)
 
-    def _host_states(self, streams, since: int = -1) -> tuple:
+    def _host_states(self, streams, since=None) -> tuple:
         """(the lanes' host copy, each stream's (tokens, n, cpu.Trace, stored): views of it)."""
         from wfst.kernels import cpu
 
@@ -440,10 +440,9 @@ class StreamLanes:
         return copy, [(tl, n, cpu.Trace(prev[i, :m], arc[i, :m], steps[i, :s.frames - s.base + 2], None), int(m))
                       for i, (s, (tl, n), m) in enumerate(zip(streams, tokens, copy.stored))]
 
-    def _host_state(self, s: CudaStream, since: int = -1):
-        """(tokens, n, cpu.Trace, stored) of the stream's lane, copied to the host (its
-        backpointers from backpointer since's step on)."""
-        return self._host_states([s], since)[1][0]
+    def _host_state(self, s: CudaStream):
+        """(tokens, n, cpu.Trace, stored) of the stream's lane, copied to the host."""
+        return self._host_states([s])[1][0]
 
     def _commit(self, streams: list) -> list:
         """Ledger.commit_arrays on copies of the streams' lanes, written back: whether each
@@ -490,20 +489,25 @@ class StreamLanes:
                 lanes = self._lane_index([streams[mine[j]] for j in moved_here])
                 ws.tokens[buffer].prev[lanes, :width] = xp.asarray(parts[token_prev][moved_here, :width])
 
-    def partial(self, s: CudaStream):
-        """Ledger.partial on a copy of the lane that holds the backpointers from the step of
-        the last partial's meeting point on: the walks go back no further."""
+    def partials(self, streams: list) -> list:
+        """Ledger.partial of each stream, on one copy of their lanes that holds the
+        backpointers from the step of each one's last meeting point on (its walks go back
+        no further): some twenty transfers for all of them."""
         from wfst.kernels import cpu
 
-        g, start = self.backend.graph, s.stable_at
-        state = self._host_state(s, start)
+        if not streams:
+            return []
+        g, starts = self.backend.graph, [s.stable_at for s in streams]
+        _, states = self._host_states(streams, starts)
+        found = []
+        for s, start, state in zip(streams, starts, states):
+            def words_after(since, depth, meet, s=s, start=start, state=state):
+                tl, n, trace, stored = state if since == start else self._host_state(s)  # (else: from the start)
+                return cpu.partial_words(tl, n, g.final, g.olabel, trace.prev, trace.arc, stored, trace.steps, s.base,
+                                         s.frames, since, depth, meet)
 
-        def words_after(since, depth, meet):
-            tl, n, trace, stored = state if since == start else self._host_state(s)  # (else: from the start)
-            return cpu.partial_words(tl, n, g.final, g.olabel, trace.prev, trace.arc, stored, trace.steps, s.base,
-                                     s.frames, since, depth, meet)
-
-        return s.partial(state[1], state[3], self._meeting, words_after)
+            found.append(s.partial(state[1], state[3], self._meeting, words_after))
+        return found
 
     def finish(self, s: CudaStream):
         """The last step, on the host (kernels.cpu.finish on the lane's copy): (status,

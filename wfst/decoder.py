@@ -272,13 +272,26 @@ class Decoder:
         return results
 
     @interruptible
+    def partials(self, streams) -> list[Partial]:
+        """Each stream's partial() in one call: on device="cuda" their lanes are read back
+        together (a transfer costs microseconds of host time, so one per stream would cost
+        milliseconds a call with hundreds of streams)."""
+        with self._lock:  # checked in turn: another thread may be finishing one
+            streams = self._check_streams(streams, "partials")
+            found = self._backend.stream_partials([s._state for s in streams])
+        return [self._named(s, *f) for s, f in zip(streams, found)]
+
+    @interruptible
     def _partial(self, s: Stream) -> Partial:
         with self._lock:  # checked in turn: another thread may be finishing it
             if s._lost:
                 raise DecodeInputError(f"this stream was lost: {s._lost}; open a new one with Decoder.stream()")
             if s.finished:
                 raise OptionError("this stream was finished: its result came from Decoder.finish()")
-            word_ids, word_frames, stable = self._backend.stream_partial(s._state)
+            (found,) = self._backend.stream_partials([s._state])
+        return self._named(s, *found)
+
+    def _named(self, s: Stream, word_ids: tuple, word_frames: tuple, stable: int) -> Partial:
         table = self.graph.words
         named = s._stable_words  # (named once: a partial then costs the words since the last, not all of them)
         words = named + tuple(table[w] if table is not None else str(w) for w in word_ids[len(named):])

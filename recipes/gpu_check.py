@@ -525,9 +525,11 @@ def lattices(report, scale, g, name, texts, beam, max_active) -> dict:
 def streams(report, scale, g, texts, beam, max_active) -> dict:
     """N live streams on the GPU advanced 320 ms at a time (chunks already on the device, as
     from an acoustic model there).  Each stream is 4 utterances back to back, all cut to the
-    shortest, so that every call advances all N (the goal: 512 streams within 40 ms a call).
-    Results against the CPU's offline decode, aggregate RTFx, and advance()'s latency
-    without the first 3 calls (p50 / p95 / max)."""
+    shortest, so that every call advances all N (the goal: 512 streams within 40 ms a call),
+    and each call is followed by the N partial results (Decoder.partials: a captioning
+    server's loop).  Results against the CPU's offline decode, the partials' stable words
+    against the final words, aggregate RTFx (partials left out), and the latency of
+    advance() and of partials() without the first 3 calls (p50 / p95 / max)."""
     import wfst
 
     xp = _array_module()
@@ -542,21 +544,28 @@ def streams(report, scale, g, texts, beam, max_active) -> dict:
         parts = [np.concatenate([x[j, :lengths[j]] for j in row]) for row in picks]
         frames = min(len(p) for p in parts)
         xs = np.stack([p[:frames] for p in parts])
-        xd, latencies = xp.asarray(xs), []
+        xd, latencies, asked = xp.asarray(xs), [], []
         start = time.perf_counter()
         live = [gpu.stream() for _ in range(n)]
         for pos in range(0, frames, step):
             t = time.perf_counter()
             gpu.advance(live, [xd[i, pos:pos + step] for i in range(n)])
             latencies.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            partials = gpu.partials(live)
+            asked.append(time.perf_counter() - t)
         got = gpu.finish(live)
-        wall = time.perf_counter() - start
+        wall = time.perf_counter() - start - sum(asked)
         want = cpu.decode(xs, np.full(n, frames))
         same = sum(not differences(a, b) for a, b in zip(got, want))
         report.check(f"{n} GPU streams (320 ms chunks) == CPU offline decode", same == n, f"{same}/{n} identical")
-        ms = 1000 * np.array(latencies[3:] or latencies)
+        kept = sum(p.words[:p.stable] == r.words[:p.stable] for p, r in zip(partials, got))
+        report.check(f"{n} GPU streams: the stable words of the last partials begin the final words", kept == n,
+                     f"{kept}/{n}")
+        ms, pms = (1000 * np.array(a[3:] or a) for a in (latencies, asked))
         out[f"{n} streams"] = (f"RTFx {FRAME_SECONDS * n * frames / wall:,.0f}; advance() p50 / p95 / max "
-                               f"{np.median(ms):.1f} / {np.percentile(ms, 95):.1f} / {ms.max():.1f} ms "
+                               f"{np.median(ms):.1f} / {np.percentile(ms, 95):.1f} / {ms.max():.1f} ms, "
+                               f"partials() {np.median(pms):.1f} / {np.percentile(pms, 95):.1f} / {pms.max():.1f} ms "
                                f"({len(ms)} calls of {n} streams)")
     return out
 

@@ -1072,7 +1072,7 @@ def partial_path(tl, n, final, context, prev, arc, stored, since):
     return arcs, gids, g, PARTIAL_OK
 
 
-@njit(nogil=True, cache=True)
+@njit(inline="always", cache=True)
 def _stored_of(tl, k, n):
     """The backpointer token k's in-frame chain starts from, or -2 when the chain loops."""
     for _ in range(n + 1):

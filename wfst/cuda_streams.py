@@ -412,10 +412,13 @@ class StreamLanes:
         if since is not None and min(since) >= 0:
             first = min(int(steps[i, np.searchsorted(steps[i, :s.frames - s.base], g, side="right") - 1])
                         for i, (s, g) in enumerate(zip(streams, since)))
-        prev, arc = (np.full((len(streams), width), -1, a.dtype) for a in (ws.bp.prev, ws.bp.arc))
-        prev[:, first:] = _read(ws.bp.prev[at, first:width])
-        arc[:, first:] = _read(ws.bp.arc[at, first:width])
-        bp = (prev, arc, steps)
+        bp = []
+        for a in (ws.bp.prev, ws.bp.arc):
+            read = _read(a[at, first:width])
+            if first:
+                read = np.concatenate((np.full((len(streams), first), -1, read.dtype), read), axis=1)
+            bp.append(read)
+        bp = (*bp, steps)
         tokens = []
         for buffer in (0, 1):  # a lane's tokens stand in buffer frames % 2
             mine = [i for i, s in enumerate(streams) if s.buffer == buffer]

@@ -1093,6 +1093,23 @@ def common_ancestor(tl, n, prev, stored):
 
 
 @njit(nogil=True, cache=True)
+def commit_path(tl, n, prev, arc, stored, depth, meet, since):
+    """Where a stream can commit: common_ancestor() found in meeting_point's scratch (depth,
+    meet) and from `since`, a backpointer the paths of all the frame's tokens pass (-1: the
+    start), and the path's arcs up to it with their backpointers.  Returns (the meeting
+    point, or -1 when the paths share none but the start or one loops; arcs; backpointers),
+    the arcs empty unless the meeting point is past the start."""
+    g = _stored_of(tl, 0, n) if n > 0 else -1
+    m = meeting_point(tl, n, prev, stored, depth, meet, g, since, 0)
+    if m <= 0:
+        return m, np.empty(0, np.int32), np.empty(0, np.int32)
+    status, arcs, gids = _traced(prev, arc, m, stored)
+    if status != OK:
+        return -1, arcs, gids
+    return m, arcs, gids
+
+
+@njit(nogil=True, cache=True)
 def meeting_point(tl, n, prev, stored, depth, meet, g, since, floor):
     """The last backpointer shared by the paths of all the frame's n tokens, found from the
     chain of backpointer g (one of theirs) back to `since`, a backpointer all their paths

@@ -392,7 +392,8 @@ def test_partial_results_read_the_best_path_and_leave_their_scratch_clean(demo, 
     """partial() reads the best path's words, their frames and how many are stable in one
     compiled call, with a meeting-point scratch kept from call to call: the same as the
     path's PathPart (the commits' code) and common_ancestor on fresh arrays, with commits
-    every few chunks, and the scratch left as it was found (all -1).  Each partial walks
+    every few chunks (from the partials' meeting points, in the same scratch), and the
+    scratch left as it was found (all -1).  Each partial walks
     the paths back to the last one's meeting point only.  Decoder.partials() of several
     streams is the same."""
     from wfst.kernels import cpu
@@ -408,6 +409,13 @@ def test_partial_results_read_the_best_path_and_leave_their_scratch_clean(demo, 
         return out
 
     monkeypatch.setattr(cpu, "slot_partial_words", slot_partial_words)
+    starts, commit_path = [], cpu.commit_path
+
+    def commit_from(*args):  # where commits walk back from: the last partial's meeting point
+        starts.append(args[-1])
+        return commit_path(*args)
+
+    monkeypatch.setattr(cpu, "commit_path", commit_from)
     path, kw = demo_graphs["char_compact"]
     g = wfst.load_graph(path)
     _, x, lengths = demo_emissions(demo, g, kw, 6)
@@ -435,8 +443,8 @@ def test_partial_results_read_the_best_path_and_leave_their_scratch_clean(demo, 
             commits += st.base > 0
             resumed += st._stable_at >= 0  # the next partial walks back to its meeting point only
             partials += 1
-    scratch = dec._backend._meeting
-    assert commits and len(scratch.depth) and (scratch.depth == -1).all() and (scratch.meet == -1).all()
+    scratch = dec._backend._meeting()
+    assert commits and max(starts) >= 0 and len(scratch.depth) and (scratch.depth == -1).all() and (scratch.meet == -1).all()
     assert resumed > 0.9 * partials and set(statuses) == {C.PARTIAL_OK}  # (a stale start: asked again)
 
 

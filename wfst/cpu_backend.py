@@ -62,7 +62,7 @@ class CpuBackend:
         self._memo_bytes = 0  # of the largest memo in use
         self._pool = None  # the streams' thread pool, made on first use
         self._slots = StreamSlots()  # the live streams' arrays
-        self._meeting = MeetingScratch()  # the streams' partial results' scratch
+        self._local = threading.local()  # .meeting: this thread's MeetingScratch (partials, commits)
         self._cpu = cpu  # the kernels module (imported here: importing wfst compiles nothing)
         self._advance_streams = DirectCall(cpu.advance_streams, fixed=5, checked=(6,))  # 6: the chunks
         self._advance_parallel = DirectCall(cpu.advance_streams_parallel, fixed=5, checked=(6,))
@@ -332,7 +332,7 @@ class CpuBackend:
                 self._count_steps(group.counts[C.GROUP_COUNTS:])
             if group.counts[2]:
                 for k in np.flatnonzero(group.flags == C.COMMIT_DUE):
-                    group.states[k].commit(self.graph)
+                    group.states[k].commit(self.graph, self._meeting())
         return sum(survivors) + sum(int(g.counts[1]) for g in groups)
 
     def _advance_alone(self, state: CpuStream, x: np.ndarray) -> int:
@@ -356,7 +356,7 @@ class CpuBackend:
         if state.context is not None:
             self._count_steps(group.counts[C.GROUP_COUNTS:])
         if group.counts[2]:
-            state.commit(self.graph)
+            state.commit(self.graph, self._meeting())
         return survivors + int(group.counts[1])
 
     def _memos_for(self, threads: int):
@@ -506,15 +506,23 @@ class CpuBackend:
         state.set_endpoint_readings(trailing, voiced, relative)
         state.dead = dead
         if state.stored >= state.next_commit and state.links is None:  # (a lattice holds every backpointer)
-            state.commit(self.graph)
+            state.commit(self.graph, self._meeting())  # (this thread's scratch: overflows commit on the pool's)
         return int(total)
+
+    def _meeting(self) -> MeetingScratch:
+        """This thread's scratch for meeting points (a stream whose frame overflowed commits
+        on the thread that searched it)."""
+        scratch = getattr(self._local, "meeting", None)
+        if scratch is None:
+            scratch = self._local.meeting = MeetingScratch()
+        return scratch
 
     def stream_partials(self, states: list) -> list:
         """Per stream: (word ids of the best path so far, their frames, how many of them are
         stable)."""
         g, slots, words = self.graph, self._slots, self._cpu.slot_partial_words
         # (each slot is read in the compiled call: boxing its arrays here costs µs)
-        return [state.partial(state.n, state.stored, self._meeting, lambda *since_and_scratch, state=state: words(
+        return [state.partial(state.n, state.stored, self._meeting(), lambda *since_and_scratch, state=state: words(
             slots.list, state.slot, slots.numbers, g.final, g.olabel, *since_and_scratch)) for state in states]
 
     def finish_stream(self, state: CpuStream):
@@ -933,11 +941,11 @@ class CpuStream(Ledger):
         self._survivors = None
         return ws
 
-    def commit(self, graph) -> None:
+    def commit(self, graph, scratch: MeetingScratch) -> None:
         """Ledger.commit_arrays on this stream's own arrays, and its log-probs before the
         meeting point dropped."""
         kept = self.frames - self.base
-        done = self.commit_arrays(graph, self.tl, self.n, self.trace, self.stored)
+        done = self.commit_arrays(graph, self.tl, self.n, self.trace, self.stored, scratch)
         if done is not None:
             k, self.stored = done
             self.logp[:kept - k] = self.logp[k:kept]

@@ -96,7 +96,7 @@ class StreamLanes:
         self.lm_slots = capacity.lm_cache if rescorer is not None else 1
         self.rows = _FIRST_STEP_ROWS
         self.lanes: list = []  # per lane: a weak reference to its CudaStream, or None (free)
-        self._meeting = MeetingScratch()  # the partial results' scratch (on the host)
+        self._meeting = MeetingScratch()  # the partial results' and commits' scratch (on the host)
         self.ws_x = self.ws = None
         self._x = None  # the launch buffer (lanes, steps, V)
         self._graphs = None  # (the arrays held, the two frame steps as CUDA graphs): _run_steps
@@ -458,7 +458,7 @@ class StreamLanes:
         kept = []  # per stream: None, or (steps kept, backpointers kept)
         for s, (tl, n, trace, stored) in zip(streams, states):
             frames = s.frames - s.base
-            done = s.commit_arrays(self.backend.graph, tl, n, trace, stored)  # (in place, on the copy)
+            done = s.commit_arrays(self.backend.graph, tl, n, trace, stored, self._meeting)  # (in place, on the copy)
             kept.append(None if done is None else (frames - done[0], done[1]))
             if done is not None:
                 k = done[0]

@@ -20,9 +20,10 @@ COMMIT_AT = 1 << 16  # backpointers at which a stream first tries to commit its 
 
 
 class MeetingScratch:
-    """kernels.cpu.meeting_point's scratch for a backend's partial results: two arrays of -1
+    """kernels.cpu.meeting_point's scratch for partial results and commits: two arrays of -1
     at least as long as the backpointers asked for (the kernel leaves them so), grown by
-    doubling.  One per backend: its decoder's lock keeps two partial results apart."""
+    doubling (fresh arrays of every backpointer cost more than the walks: page faults).
+    One per thread that walks (the decoder's lock keeps a thread's walks apart)."""
 
     def __init__(self):
         self.depth = self.meet = np.full(0, -1, np.int32)
@@ -114,29 +115,29 @@ class Ledger:
         and at the start)."""
         self._stable_at, self._stable_ids, self._stable_frames = -1, (), ()
 
-    def commit_arrays(self, graph, tl, n: int, trace, stored: int):
+    def commit_arrays(self, graph, tl, n: int, trace, stored: int, scratch: MeetingScratch):
         """Commit the path up to where the paths of all tokens meet, when that releases at
         least half of the backpointers: its words go to `prefix`, and the backpointers
         before it are dropped, in place: trace.prev / arc from 0 hold the `live` ones,
         trace.steps from 0 the steps from the meeting point's on, tl.prev points into them.
         Tried each time the backpointers doubled, so that its cost stays a constant share
-        of the search's.  Returns (k, live): the steps dropped (the caller drops as many
-        frames of log-probs and adds k to base) and the backpointers kept; None: nothing
-        committed."""
+        of the search's.  scratch: meeting_point's (the walks start from the last partial's
+        meeting point when there is one).  Returns (k, live): the steps dropped (the caller
+        drops as many frames of log-probs and adds k to base) and the backpointers kept;
+        None: nothing committed."""
         from wfst.kernels import cpu
 
         self.next_commit = 2 * stored  # tried again once the backpointers doubled
-        meet = cpu.common_ancestor(tl, n, trace.prev, stored)
+        meet, arcs, gids = cpu.commit_path(tl, n, trace.prev, trace.arc, stored, *scratch.at_least(stored),
+                                           self._stable_at)
+        if meet < 0 <= self._stable_at:  # (not expected: every later path passes a partial's meeting point)
+            meet, arcs, gids = cpu.commit_path(tl, n, trace.prev, trace.arc, stored, *scratch.at_least(stored), -1)
         if meet <= 0:
             return None
         k = int(self.steps_of(trace.steps, np.array([meet]))[0]) - self.base  # the meeting point's step
         cut = int(trace.steps[k])
         if cut < stored // 2:
             return None
-        length = int(cpu.trace_length(trace.prev, np.int32(meet), stored))
-        arcs = np.empty(length - 1, np.int32)
-        gids = np.empty(length - 1, np.int32)
-        cpu.trace_path(trace.prev, trace.arc, np.int32(meet), length, arcs, gids)
         prefix = self.prefix + self.part(graph, trace.steps, arcs, gids)
         if graph.tokens.num_columns < 1 << 16:  # its frames' tokens (labels <= V), for word times: 2 bytes a frame
             prefix.frame_tokens = prefix.frame_tokens.astype(np.uint16)

@@ -729,6 +729,7 @@ class StreamSlots:
         self.generation = 0  # advanced before each kernel call that may replace a slot's arrays
         self.contextual = False  # whether a slot ever held a context (else no call counts context steps)
         self._free = queue.SimpleQueue()  # safe to put into from a finalizer
+        self._held = []  # per slot: whether its context or memo is a stream's (not no_context / no_memo)
         self._table = None  # the cpu.StreamTable of the lists and arrays above, made again when one is replaced
 
     def table(self):
@@ -750,7 +751,9 @@ class StreamSlots:
         memo = self.no_memo if memo is None else memo
         try:
             i = self._free.get_nowait()
-            self.list[i], self.contexts[i], self.memos[i] = slot, context, memo
+            self.list[i] = slot
+            if self._held[i] or context is not self.no_context or memo is not self.no_memo:
+                self.contexts[i], self.memos[i] = context, memo  # (else already there: a typed list's set costs µs)
         except queue.Empty:
             if self.list is None:
                 from numba.typed import List
@@ -760,6 +763,7 @@ class StreamSlots:
             self.list.append(slot)
             self.contexts.append(context)
             self.memos.append(memo)
+            self._held.append(False)
             i = len(self.list) - 1
             if i >= len(self.numbers):
                 rows = max(16, 2 * len(self.numbers))
@@ -769,6 +773,7 @@ class StreamSlots:
                 relative[:len(self.relative)] = self.relative
                 self.numbers, self.relative = numbers, relative
                 self._table = None
+        self._held[i] = context is not self.no_context or memo is not self.no_memo
         self.numbers[i] = 0
         self.numbers[i, C.S_CONTEXT] = kind
         self.relative[i] = np.inf
@@ -777,6 +782,7 @@ class StreamSlots:
     def drop_context(self, i: int) -> None:
         """Slot i's context and memo let go (its stream was finished)."""
         self.contexts[i], self.memos[i] = self.no_context, self.no_memo
+        self._held[i] = False
 
     def give_back(self, i: int) -> None:
         self._free.put(i)

@@ -2,9 +2,12 @@
 """make bench-stream: many live streams decoded chunk by chunk, against offline decoding.
 
 For each number of concurrent streams N and chunk length, U = max(N, 64) utterances are
-decoded in rounds of N streams: each round opens N streams, advances all of them by one
-chunk per Decoder.advance() call until their audio ends, and finishes them.  The same U
-utterances are also decoded offline (Decoder.decode, batches of N) on the same threads.
+decoded as N live streams, as a server keeps them: each Decoder.advance() call advances
+every live stream by one chunk; a stream whose audio ended is finished, and the next
+utterance's stream joins the next call (--rounds: N streams start together and the next N
+once all of them ended).  Opening, advancing and finishing the streams are timed.  The
+same U utterances are also decoded offline (Decoder.decode, batches of N) on the same
+threads.
 Reported: aggregate RTFx of each (the best of --repeat runs, streams and offline taking
 turns), the streams' share of the offline throughput, and the latency of one advance()
 call (all N streams, one chunk each): p50 / p95 / p99 of the best run.  Results
@@ -68,27 +71,37 @@ def load(setup: str, args):
     return "large: bpe_compact_small + 4-gram", g, texts, "bpe", "noisy", big_lm, LARGE
 
 
-def stream_rounds(dec, x, lengths, n: int, step: int, partials: bool = False):
-    """Decode all utterances as rounds of n concurrent streams; (results, seconds in
-    advance/finish, latency of each advance call).  partials: each call is followed by the
-    partial results of its streams (Decoder.partials), timed with it (a live captioning
-    server's loop)."""
-    results, seconds, latencies = [], 0.0, []
-    for lo in range(0, len(lengths), n):
-        hi = min(lo + n, len(lengths))
-        streams = [dec.stream() for _ in range(lo, hi)]
-        for pos in range(0, int(lengths[lo:hi].max()), step):
-            live = [i for i in range(lo, hi) if lengths[i] > pos]
-            chunks = [x[i, pos:min(pos + step, int(lengths[i]))] for i in live]
-            start = time.perf_counter()
-            dec.advance([streams[i - lo] for i in live], chunks)
-            if partials:
-                dec.partials([streams[i - lo] for i in live])
-            took = time.perf_counter() - start
-            latencies.append(took)
-            seconds += took
+def stream_loop(dec, x, lengths, n: int, step: int, partials: bool = False, rounds: bool = False):
+    """Decode all utterances as n concurrent streams, one Decoder.advance() call per chunk
+    of every live stream; (results, seconds in stream/advance/partials/finish, latency of
+    each advance call).  As a server does, a stream whose audio ended is finished after the
+    call and the next utterance's stream joins the next one, so that n streams stay live
+    until the utterances run out.  rounds: n streams start together, and the next n only
+    once all of them ended (each round's last calls advance fewer streams than there are
+    threads).  partials: each call is followed by the partial results of its streams
+    (Decoder.partials), timed with it (a live captioning server's loop)."""
+    results, seconds, latencies = [None] * len(lengths), 0.0, []
+    live, nxt = [], 0  # live: [utterance, its stream, frames fed]
+    while live or nxt < len(lengths):
         start = time.perf_counter()
-        results += dec.finish(streams)
+        if not (rounds and live):
+            while len(live) < n and nxt < len(lengths):
+                live.append([nxt, dec.stream(), 0])
+                nxt += 1
+        streams = [s for _, s, _ in live]
+        chunks = [x[u, fed:min(fed + step, int(lengths[u]))] for u, _, fed in live]
+        call = time.perf_counter()
+        dec.advance(streams, chunks)
+        if partials:
+            dec.partials(streams)
+        latencies.append(time.perf_counter() - call)
+        for item in live:
+            item[2] += step
+        ended = [item for item in live if item[2] >= lengths[item[0]]]
+        if ended:
+            for (u, _, _), r in zip(ended, dec.finish([s for _, s, _ in ended])):
+                results[u] = r
+            live = [item for item in live if item[2] < lengths[item[0]]]
         seconds += time.perf_counter() - start
     return results, seconds, latencies
 
@@ -118,6 +131,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=recipe_cli.whole(), default=2, help="best of this many runs per cell")
     ap.add_argument("--partials", action="store_true",
                     help="follow each advance() call with the partial results of its streams, timed with it")
+    ap.add_argument("--rounds", action="store_true",
+                    help="open the streams in rounds of N (the next N once all N ended) instead of keeping N live")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
     recipe_cli.check_json(ap, args.json)
@@ -135,7 +150,7 @@ def main() -> int:
                                                         **PROFILES[profile])
         dec = wfst.Decoder(g, **search, num_threads=args.threads, device=args.device, rescore_lm=rescore_lm)
         dec.decode(x_all[:2], lengths_all[:2])  # compile
-        stream_rounds(dec, x_all[:2], lengths_all[:2], 2, 8)
+        stream_loop(dec, x_all[:2], lengths_all[:2], 2, 8)
         for n in tqdm(counts, desc=f"{setup} ({profile})", unit="N", file=sys.stderr):
             U = max(n, 64)
             x, lengths = x_all[:U], lengths_all[:U]
@@ -147,7 +162,7 @@ def main() -> int:
                 for _ in range(args.repeat):
                     want, took = offline(dec, x, lengths, n)
                     off_seconds = min(off_seconds, took)
-                    found, took, latencies = stream_rounds(dec, x, lengths, n, step, args.partials)
+                    found, took, latencies = stream_loop(dec, x, lengths, n, step, args.partials, args.rounds)
                     if took < seconds:
                         got, seconds, lat = found, took, latencies
                 same = sum(a.words == b.words for a, b in zip(got, want))

@@ -713,6 +713,18 @@ class Trace(NamedTuple):
     survivors: np.ndarray  # int32 (frames,): tokens that survived pruning, per frame
 
 
+@njit(nogil=True, cache=True)
+def log_probs_in_range(x, top):
+    """Whether every value v of x (T, V) has -inf < v <= top (NaN has not): the usual
+    chunk, read in one pass (NumPy's min and max take two, at µs each on a stream's chunk
+    of a few frames)."""
+    for t in range(x.shape[0]):
+        for v in x[t]:
+            if not (v > -np.inf and v <= top):
+                return False
+    return True
+
+
 def new_trace(frames: int, capacity: int) -> Trace:
     size = max(capacity, 1024)
     return Trace(np.empty(size, np.int32), np.empty(size, np.int32), np.zeros(frames + 2, np.int64),
@@ -1329,9 +1341,10 @@ def append_chunk(slots, i, x, numbers):
 @njit(nogil=True, cache=True)
 def finish_slot(graph, context, ws, slots, i, numbers):
     """finish() of stream slots[i] (its numbers numbers[i]), room for the last step made
-    first.  Returns finish_lattice()'s tuple (no final states) + the stream's trace.steps
-    and log-probs, which the path is read with; when it is OK, the slot's arrays are
-    dropped for empty ones."""
+    first.  Returns (status, path arcs, the step each arc's token was stored at, the
+    log-probs its emitting arcs read (results.TracedPath's), reached_final, final_gids,
+    final_costs (finish_lattice's; none here), the stream's StreamSlot); when it is OK, the
+    slot holds empty arrays instead (the caller may reuse the stream's for another)."""
     return _finish_slot(graph, context, ws, slots, i, numbers, None)
 
 
@@ -1354,13 +1367,37 @@ def _finish_slot(graph, context, ws, slots, i, numbers, lat):
     else:
         status, arcs, gids, reached_final, final_gids, final_costs = finish_lattice(
             graph, context, w, v[S_N], s.trace, v[S_FRAMES] - v[S_BASE], v[S_STORED], lat)
+    at, read = np.empty(0, np.int32), np.empty(0, np.float32)
     if status == OK:
         i32 = np.int32
         none = np.empty(0, i32)
         slots[i] = StreamSlot(Tokens(none, none, np.empty(0, np.float32), none, none, none, none),
                               Trace(none, none, np.empty(0, np.int64), none), np.empty(0, np.float32),
                               np.empty((0, s.logp.shape[1]), np.float32))
-    return status, arcs, gids, reached_final, final_gids, final_costs, s.trace.steps, s.logp
+        at, read = _path_reads(graph.ilabel, arcs, gids, s.trace.steps[:v[S_FRAMES] - v[S_BASE] + 2], v[S_BASE],
+                               s.logp)
+    return status, arcs, at, read, reached_final, final_gids, final_costs, s
+
+
+@njit(nogil=True, cache=True)
+def _path_reads(ilabel, arcs, gids, steps, base, logp):
+    """Of a stream's path after its commit point (arcs, their backpointers gids, all stored;
+    steps: the trace's steps from base on, the last step's included): the step each arc's
+    token was stored at, and the log-prob each emitting arc read (logp[r]: frame base + r;
+    an arc stored at step t read frame t - 1, column ilabel - 1), as Ledger.traced finds them."""
+    at = np.empty(len(arcs), np.int32)
+    emitting = 0
+    for j in range(len(arcs)):
+        at[j] = base + np.searchsorted(steps, gids[j], side="right") - 1
+        emitting += ilabel[arcs[j]] != 0
+    read = np.empty(emitting, np.float32)
+    e = 0
+    for j in range(len(arcs)):
+        label = ilabel[arcs[j]]
+        if label != 0:
+            read[e] = logp[at[j] - 1 - base, label - 1]
+            e += 1
+    return at, read
 
 
 @njit(nogil=True, cache=True)

@@ -358,6 +358,41 @@ def _advance_all(dec, streams, x, lengths, step=9):
     return dec.finish(streams)
 
 
+def test_the_next_streams_take_finished_streams_arrays(demo, demo_graphs, monkeypatch):
+    """A stream opened after others finished takes one's arrays (fresh ones cost page
+    faults), their old contents left in them, and decodes as offline; the arrays kept are
+    bounded by SPARE_BYTES, and those of a token capacity streams no longer open at are let
+    go (the decoder's capacity grows on overflow)."""
+    path, kw = demo_graphs["bpe_compact"]
+    g = wfst.load_graph(path)
+    _, x, lengths = demo_emissions(demo, g, kw, count=6, seed=3)
+    want = Decoder(g, beam=12.0, max_active=900, num_threads=1).decode(x, lengths)
+    dec = Decoder(g, beam=12.0, max_active=900, num_threads=2)
+    first = [dec.stream() for _ in range(3)]
+    old = [s._state.tl.cost for s in first]
+    same_results(_advance_all(dec, first, x[:3], lengths[:3]), want[:3])
+    later = [dec.stream() for _ in range(3)]
+    assert all(any(np.shares_memory(s._state.tl.cost, a) for a in old) for s in later)
+    same_results(_advance_all(dec, later, x[3:], lengths[3:], step=5), want[3:])
+
+    monkeypatch.setattr(cpu_backend, "SPARE_BYTES", 0)  # none kept: fresh arrays
+    dec = Decoder(g, beam=12.0, max_active=900, num_threads=1)
+    first = [dec.stream()]
+    old = first[0]._state.tl.cost
+    _advance_all(dec, first, x[:1], lengths[:1])
+    assert not np.shares_memory(dec.stream()._state.tl.cost, old)
+
+    monkeypatch.undo()
+    dec = Decoder(g, beam=12.0, max_active=900, token_capacity=24, num_threads=1)
+    same_results(_advance_all(dec, [dec.stream() for _ in range(3)], x[:3], lengths[:3]), want[:3])
+    slots = dec._backend._slots
+    assert dec._capacity.tokens > 24 and slots._spares  # the streams grew, and so did the decoder
+    assert all(len(arrays.tl.cost) == slots._spare_capacity for arrays, _ in slots._spares)
+    later = [dec.stream() for _ in range(3)]
+    assert all(s._state.capacity == dec._capacity.tokens for s in later)
+    same_results(_advance_all(dec, later, x[3:], lengths[3:]), want[3:])
+
+
 def test_a_long_stream_keeps_bounded_state(demo, demo_graphs):
     """Forty sentences as one stream of about 12,000 frames: the committed prefix releases
     backpointers and frames (so the state stays bounded), and the result is still the
@@ -646,6 +681,39 @@ def test_bad_stream_input_is_refused_before_any_stream_moves(demo, demo_graphs):
     with pytest.raises(OptionError, match=r"min_trailing_silence=True: must be a finite number"):
         EndpointRule(True, True)  # a bool is no number of seconds (it was taken as 1 s)
     assert EndpointConfig((EndpointRule(True, np.float32(0.5)),), np.float32(0.04)).frame_seconds == np.float32(0.04)
+
+
+def test_chunk_checks_find_what_numpy_finds():
+    """chunk_faults' compiled one-pass check against NumPy on chunks with NaN, +inf, -inf
+    (a column, or a whole frame) and values above 0, contiguous or strided, 0 frames among
+    them: the first fault, and where there is none, the first value above LOG_PROB_SLACK,
+    by stream and frame."""
+    from wfst.inputs import LOG_PROB_SLACK, chunk_faults, frame_fault
+
+    rng = np.random.default_rng(5)
+    for trial in range(300):
+        chunks = []
+        for _ in range(int(rng.integers(1, 5))):
+            x = np.log(rng.dirichlet(np.ones(7), size=int(rng.integers(0, 6)))).astype(np.float32)
+            for _ in range(int(rng.integers(0, 3))):
+                if len(x):
+                    t, v = int(rng.integers(len(x))), int(rng.integers(7))
+                    x[t, v] = rng.choice([np.nan, np.inf, -np.inf, 0.5, LOG_PROB_SLACK, 2 * LOG_PROB_SLACK])
+                    if rng.random() < 0.1:
+                        x[t] = -np.inf
+            if rng.random() < 0.3:  # a strided view of the same shape
+                wide = np.full((len(x), 14), np.nan, np.float32)
+                wide[:, ::2] = x
+                x = wide[:, ::2]
+            chunks.append(x)
+        fault = next(((i, *f) for i, x in enumerate(chunks) if len(x) and (f := frame_fault(x)) is not None), None)
+        above = next(((i, int(t), float(x[t].max())) for i, x in enumerate(chunks)
+                      for t in np.flatnonzero(np.nan_to_num(x, nan=-np.inf).max(axis=1, initial=-np.inf)
+                                              > LOG_PROB_SLACK)), None)
+        got_fault, got_above = chunk_faults(chunks)
+        assert got_fault == fault, trial
+        if fault is None:  # (with one, advance() raises before it would warn)
+            assert got_above == above, trial
 
 
 # ---------------------------------------------------------------------- endpointing

@@ -35,6 +35,7 @@ from .results import TracedPath, emitting_reads
 _LM_MEMO_SLOTS = 1 << 21  # 32 MiB; on BPE 2^20 was 10% slower, 2^22 5% faster
 _PHRASE_MEMO_SLOTS = 1 << 15  # phrases alone: a small automaton
 _PHRASE_LM_MEMO_SLOTS = 1 << 18  # phrases with rescoring
+SPARE_BYTES = 64 << 20  # finished streams' arrays kept for the next streams (StreamSlots.keep_spare)
 
 
 class CpuBackend:
@@ -535,18 +536,20 @@ class CpuBackend:
             self._slots.generation += 1  # the kernel replaces the stream's arrays
             args = (self.layout, state.context, ws, self._slots.list, state.slot, self._slots.numbers)
             if lat is None:
-                status, arcs, gids, reached_final, _, _, steps, logp = self._finish_slot(*args)
+                status, arcs, at, read, reached_final, _, _, held = self._finish_slot(*args)
             else:  # (room for the last step's tokens: storing them cannot overflow)
                 lat = kl.with_room(lat, stored=state.stored + state.n)
-                status, arcs, gids, reached_final, final_gids, final_costs, steps, logp = self._cpu.finish_slot_lattice(
-                    *args, lat)
+                status, arcs, at, read, reached_final, final_gids, final_costs, held = \
+                    self._cpu.finish_slot_lattice(*args, lat)
         if status != C.OK:
             return status, None, state.prefix
-        raw = None if lat is None else RawLattice.of(lat, steps[:state.frames + 2], final_gids, final_costs,
-                                                      reached_final)
-        path = state.traced(self.graph, steps, arcs, gids, reached_final, logp)._replace(lattice=raw)
+        raw = None if lat is None else RawLattice.of(lat, held.trace.steps[:state.frames + 2], final_gids,
+                                                      final_costs, reached_final)
+        path = TracedPath(arcs, at, read, bool(reached_final), state.survivors, state.fallbacks, raw)
         state.links = None
         state.close()
+        if raw is None:  # (a lattice keeps a view of its steps)
+            self._slots.keep_spare(state.capacity, held)
         return status, path, state.prefix
 
     @contextlib.contextmanager
@@ -731,6 +734,34 @@ class StreamSlots:
         self._free = queue.SimpleQueue()  # safe to put into from a finalizer
         self._held = []  # per slot: whether its context or memo is a stream's (not no_context / no_memo)
         self._table = None  # the cpu.StreamTable of the lists and arrays above, made again when one is replaced
+        self._spares, self._spare_capacity, self._spare_bytes = [], 0, 0  # see keep_spare
+
+    def keep_spare(self, capacity: int, arrays) -> None:
+        """Keep a finished stream's arrays (a cpu.StreamSlot of this token capacity) for the
+        next stream to open (a stream's fresh arrays cost ~100 µs in page faults, as much as
+        searching a chunk of 8 frames), up to SPARE_BYTES in all, and of the largest capacity
+        only: the decoder's, which grows to every stream's, and which streams open at."""
+        self._spare_for(capacity)
+        size = sum(a.nbytes for a in (*arrays.tl, *arrays.trace, arrays.logp))
+        if capacity == self._spare_capacity and self._spare_bytes + size <= SPARE_BYTES:
+            self._spares.append((arrays, size))
+            self._spare_bytes += size
+
+    def spare(self, capacity: int):
+        """A finished stream's arrays of this token capacity (keep_spare), as a new stream's,
+        or None."""
+        self._spare_for(capacity)
+        if capacity != self._spare_capacity or not self._spares:
+            return None
+        arrays, size = self._spares.pop()
+        self._spare_bytes -= size
+        arrays.trace.steps[:] = 0  # (as new_trace's)
+        arrays.trace.survivors[:] = 0
+        return arrays
+
+    def _spare_for(self, capacity: int) -> None:
+        if capacity > self._spare_capacity:  # the decoder's capacity grew: the older spares fit no stream
+            self._spares, self._spare_capacity, self._spare_bytes = [], capacity, 0
 
     def table(self):
         """The cpu.StreamTable the kernels read (the same object while its parts are: a
@@ -867,11 +898,16 @@ class CpuStream(Ledger):
 
         self.context, self.memo, self.word_costs, self.settings = context, memo, word_costs, settings
         self._slots = slots
-        self.slot = slots.take(cpu.StreamSlot(cpu.new_tokens(capacity), cpu.new_trace(64, capacity),
-                                              _NO_COSTS if word_costs is None else word_costs,
-                                              np.empty((0, num_columns), np.float32)), context, memo)
+        spare = slots.spare(capacity)
+        costs = _NO_COSTS if word_costs is None else word_costs
+        if spare is None:
+            arrays = cpu.StreamSlot(cpu.new_tokens(capacity), cpu.new_trace(64, capacity), costs,
+                                    np.empty((0, num_columns), np.float32))
+        else:
+            arrays = spare._replace(word_costs=costs)
+        self.slot = slots.take(arrays, context, memo)
         self._release = weakref.finalize(self, slots.give_back, self.slot)
-        self._arrays, self._generation = None, -1
+        self._arrays, self._generation = arrays, slots.generation  # (what the typed list holds: no read back)
         self._alone = None  # its _Group when a call advances it alone
         self.links = None  # its lattice (kernels.lattice.Links) when it keeps one
         super().__init__(capacity)
@@ -915,7 +951,7 @@ class CpuStream(Ledger):
         self._slots.numbers[self.slot, C.S_LAST_VOICED] = prefix.last_voiced
 
     def close(self) -> None:
-        """Give the slot back (the stream was finished: cpu.finish_slot dropped its arrays)."""
+        """Give the slot back (the stream was finished: cpu.finish_slot took its arrays out)."""
         if self._release.detach() is not None:
             self._arrays, self._generation = None, -1
             if self.context is not None:  # (a typed list's item set from Python costs µs)

@@ -53,6 +53,7 @@ def frame_fault(x: np.ndarray) -> tuple[int, str] | None:
 
 # float32 log_softmax can round the log-prob of a near-certain token a little above 0
 LOG_PROB_SLACK = 1e-3
+_in_range = None  # kernels.cpu.log_probs_in_range, once chunk_faults first runs
 
 
 def input_faults(xp, x, lengths: np.ndarray) -> tuple[np.ndarray, tuple[int, int, float] | None]:
@@ -103,21 +104,27 @@ def chunk_faults(chunks) -> tuple[tuple[int, int, str] | None, tuple[int, int, f
     """Of a list of (T_i, V) chunks of one array library: (chunk, frame, what it has) of the
     first frame no search can read (frame_fault), and (chunk, frame, value) of the first
     value above 0 (no log-probability: warn_not_log_probs); each None when there is none.
-    One reduction over all the chunks (a stream's chunk of 8 frames searches in tens of µs);
-    GPU chunks are reduced on the device, all of them at once."""
+    Host chunks are read once each by a compiled loop (a stream's chunk of 8 frames
+    searches in tens of µs); GPU chunks are reduced on the device, all of them at once."""
+    if all(type(x) is np.ndarray for x in chunks):  # the usual case, chunk by chunk (NaN fails)
+        global _in_range
+        if _in_range is None:  # (imported here: importing wfst compiles nothing)
+            from wfst.kernels.cpu import log_probs_in_range as _in_range
+        if all(_in_range(x, LOG_PROB_SLACK) for x in chunks):
+            return None, None
     live = [i for i, x in enumerate(chunks) if len(x)]
     if not live:
         return None, None
-    libraries = {type(chunks[i]).__module__.split(".")[0] for i in live}
-    if libraries == {"cupy"}:
-        import cupy as xp
-    else:  # (NumPy; a call mixing GPU and host chunks is checked on the host)
+    if all(type(chunks[i]) is np.ndarray for i in live):
         xp = np
-        if libraries != {"numpy"}:
-            chunks = [host_array(x) for x in chunks]
+    elif {type(chunks[i]).__module__.split(".")[0] for i in live} == {"cupy"}:
+        import cupy as xp
+    else:  # (a call mixing GPU and host chunks is checked on the host)
+        xp = np
+        chunks = [host_array(x) for x in chunks]
     # (each (T_i, V): the caller checked their shapes)
     whole = chunks[live[0]] if len(live) == 1 else xp.concatenate([chunks[i] for i in live])
-    if float(whole.min()) > -np.inf and float(whole.max()) <= LOG_PROB_SLACK:  # the usual case (NaN fails)
+    if xp is not np and float(whole.min()) > -np.inf and float(whole.max()) <= LOG_PROB_SLACK:
         return None, None
     faulty = [] if bool(xp.isfinite(whole).all()) else live  # (-inf columns are looked at closely below)
     top = float(whole.max())

@@ -68,13 +68,13 @@ class Ledger:
         frames, columns = emitting_reads(graph, arcs, at)
         return path_part(graph, arcs, at, self.logp_at(frames, columns))
 
-    def traced(self, graph, steps: np.ndarray, arcs, gids, reached_final, logp=None) -> TracedPath:
+    def traced(self, graph, steps: np.ndarray, arcs, gids, reached_final) -> TracedPath:
         """The TracedPath of the path after the commit point that the last step traced back
-        (gids: its backpointers; steps: the trace's steps, the last step's included; logp:
-        the kept log-probs as a host array where the stream no longer holds them)."""
+        (gids: its backpointers; steps: the trace's steps, the last step's included; the CPU's
+        streams find it in their finishing call, cpu._path_reads)."""
         at = self.steps_of(steps, gids, finished=True)
         frames, columns = emitting_reads(graph, arcs, at)
-        read = self.logp_at(frames, columns) if logp is None else logp[frames - self.base, columns]
+        read = self.logp_at(frames, columns)
         return TracedPath(arcs, at, read, bool(reached_final), self.survivors, self.fallbacks)
 
     def set_endpoint_readings(self, trailing: int, voiced: bool, relative: float) -> None:

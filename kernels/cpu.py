@@ -717,11 +717,17 @@ class Trace(NamedTuple):
 def log_probs_in_range(x, top):
     """Whether every value v of x (T, V) has -inf < v <= top (NaN has not): the usual
     chunk, read in one pass (NumPy's min and max take two, at µs each on a stream's chunk
-    of a few frames)."""
+    of a few frames).  A frame's values are counted, not tested one by one, so that the
+    loop vectorises (stopping at the first fault made it 3-5x slower than NumPy's at
+    V = 500-5000)."""
     for t in range(x.shape[0]):
-        for v in x[t]:
-            if not (v > -np.inf and v <= top):
-                return False
+        row = x[t]
+        fine = 0
+        for j in range(row.shape[0]):
+            v = row[j]
+            fine += (v > -np.inf) & (v <= top)
+        if fine != row.shape[0]:
+            return False
     return True
 
 

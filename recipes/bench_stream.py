@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """make bench-stream: many live streams decoded chunk by chunk, against offline decoding.
 
-For each number of concurrent streams N and chunk length, U = max(N, 64) utterances are
-decoded as N live streams, as a server keeps them: each Decoder.advance() call advances
-every live stream by one chunk; a stream whose audio ended is finished, and the next
-utterance's stream joins the next call (--rounds: N streams start together and the next N
-once all of them ended).  Opening, advancing and finishing the streams are timed.  The
-same U utterances are also decoded offline (Decoder.decode, batches of N) on the same
-threads.
+For each number of concurrent streams N and chunk length, U = max(N, --utterances)
+utterances (64 by default) are decoded as N live streams, as a server keeps them: each
+Decoder.advance() call advances every live stream by one chunk; a stream whose audio
+ended is finished, and the next utterance's stream joins the next call (--rounds: N
+streams start together and the next N once all of them ended).  Opening, advancing and
+finishing the streams are timed.  The same U utterances are also decoded offline
+(Decoder.decode, batches of N) on the same threads.  Where U = N the streams are one
+wave: all open in the first call, and the last calls advance the few longest alone.
 Reported: aggregate RTFx of each (the best of --repeat runs, streams and offline taking
 turns), the streams' share of the offline throughput, and the latency of one advance()
 call (all N streams, one chunk each): p50 / p95 / p99 of the best run.  Results
@@ -126,6 +127,9 @@ def main() -> int:
                     help="numbers of concurrent streams")
     ap.add_argument("--chunk-ms", type=recipe_cli.listed(item=recipe_cli.positive), default="160,320,1000",
                     help="chunk lengths (each fed as the nearest whole number of 40 ms frames, at least one)")
+    ap.add_argument("--utterances", type=recipe_cli.whole(), default=64,
+                    help="utterances per cell, at least N (default: %(default)s); several times N keeps N streams live "
+                         "for most of the run, a server's steady state, where N utterances are one wave that drains")
     ap.add_argument("--threads", type=recipe_cli.whole(), default=None, help="CPU threads (default: all cores)")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--repeat", type=recipe_cli.whole(), default=2, help="best of this many runs per cell")
@@ -144,7 +148,7 @@ def main() -> int:
     rows = []
     for setup in args.setups:
         label, g, texts, token_set, profile, rescore_lm, search = load(setup, args)
-        need = max(max(counts), 64)
+        need = max(max(counts), args.utterances)
         seeds = -(-need // len(texts))
         x_all, lengths_all = synthetic.from_texts_seeds(texts, g.tokens, seeds, **emission_options(token_set),
                                                         **PROFILES[profile])
@@ -152,7 +156,7 @@ def main() -> int:
         dec.decode(x_all[:2], lengths_all[:2])  # compile
         stream_loop(dec, x_all[:2], lengths_all[:2], 2, 8)
         for n in tqdm(counts, desc=f"{setup} ({profile})", unit="N", file=sys.stderr):
-            U = max(n, 64)
+            U = max(n, args.utterances)
             x, lengths = x_all[:U], lengths_all[:U]
             audio = int(lengths.sum())
             for chunk_ms in chunks_ms:

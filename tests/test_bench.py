@@ -176,6 +176,7 @@ RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 @pytest.mark.parametrize("argv,message", [
     (["bench_stream.py", "--streams", "16,0"], "argument --streams: must be >= 1, got 0"),
     (["bench_stream.py", "--chunk-ms", "320,x"], "argument --chunk-ms: 'x' is not a number"),
+    (["bench_stream.py", "--utterances", "0"], "argument --utterances: must be >= 1, got 0"),
     (["bench_stream.py", "--setups", "char,lage"], "argument --setups: unknown 'lage'; choose from char, bpe,"),
     (["bench_rescore.py", "--setups", "dmeo"], "argument --setups: unknown 'dmeo'; choose from demo, large"),
     (["bench_fltop.py", "--repeat", "0"], "argument --repeat: must be >= 1, got 0"),

@@ -1534,12 +1534,13 @@ def advance_streams_parallel(graph, settings, spaces, lm_memos, table, which, ch
     threads costs tens of µs to hand over (a stream's chunk searches in tens of µs).  The
     first call of a group (counts[0] 0) puts its streams in work_order.  Thread t's return
     is in stops[t] (the stream that overflowed or -1, the frames done before it, the cycles
-    it worked) and beams[t].  Returns (whether any thread stopped at an overflow, the cycles
-    the region took)."""
+    it worked) and beams[t].  Returns (whether any thread stopped at an overflow, the share
+    of the region's time its threads sat idle: cpu_backend.PoolGuard judges it)."""
     start = _cycles()
+    threads = len(spaces)
     if counts[0] == 0:
         work_order(table.numbers, which, offsets, order)
-    for u in prange(len(spaces)):
+    for u in prange(threads):
         t = np.int64(u)  # prange counts in uint64
         began = _cycles()
         k, done, beam = advance_streams(graph, settings, spaces[t], lm_memos[t], table, which, chunks, offsets, order,
@@ -1548,7 +1549,7 @@ def advance_streams_parallel(graph, settings, spaces, lm_memos, table, which, ch
         stops[t, 1] = done
         stops[t, 2] = _cycles() - began
         beams[t] = beam
-    return stops[:, 0].max() >= 0, _cycles() - start
+    return stops[:, 0].max() >= 0, 1.0 - stops[:, 2].sum() / max(threads * (_cycles() - start), 1)
 
 
 @njit(nogil=True, cache=True)

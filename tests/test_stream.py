@@ -6,6 +6,7 @@ import dataclasses
 import math
 import os
 
+import numba
 import numpy as np
 import pytest
 from decoding import demo_emissions, dying, random_log_probs, random_tlg
@@ -232,10 +233,15 @@ def test_streams_on_two_threads_overflow_and_stay_exact(demo, demo_graphs, monke
     monkeypatch.setattr(dec._backend, "_advance_parallel", lambda *a: regions.append(1) or parallel(*a))
     streams = [dec.stream(boost=b) for b in boosts]
     survivors = 0.0
-    for t in range(0, int(lengths.max()), 5):
-        live = [i for i in range(len(streams)) if lengths[i] > t]
-        dec.advance([streams[i] for i in live], [x[i, t:min(t + 5, int(lengths[i]))] for i in live])
-        survivors += dec.stats.tokens_per_frame * dec.stats.frames
+    numba.set_num_threads(1)  # the caller's setting: the regions take 2 threads and leave it as it was
+    try:
+        for t in range(0, int(lengths.max()), 5):
+            live = [i for i in range(len(streams)) if lengths[i] > t]
+            dec.advance([streams[i] for i in live], [x[i, t:min(t + 5, int(lengths[i]))] for i in live])
+            survivors += dec.stats.tokens_per_frame * dec.stats.frames
+            assert numba.get_num_threads() == 1
+    finally:
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
     same_results(dec.finish(streams), want)
     assert survivors == pytest.approx(offline.stats.tokens_per_frame * offline.stats.frames)
     assert dec._capacity.tokens > 24

@@ -403,16 +403,16 @@ class CpuBackend:
                 numba.typed.List(self._cpu.new_workspace(group.capacity) for _ in range(threads)),
                 np.zeros((threads, 3), np.int64), np.zeros(threads, np.float32))
         spaces, stops, beams = arrays
-        before = numba.get_num_threads()
-        if before != threads:
+        before = numba.get_num_threads()  # the calling thread's (set here: set in the region, it kept the
+        if before != threads:  # region's code out of Numba's cache)
             numba.set_num_threads(threads)
         try:
             while group.counts[0] < len(group.order):
-                overflowed, cycles = self._advance_parallel(
+                overflowed, idle = self._advance_parallel(
                     self.layout, group.settings, spaces, typed_memos, slots.table(), group.which, group.x,
                     group.offsets, group.order, group.flags, group.counts, stops, beams)
                 if len(group.order) >= 4 * threads:  # (fewer streams leave threads idle by themselves)
-                    self._pool_guard.judge(1.0 - stops[:, 2].sum() / max(threads * cycles, 1))
+                    self._pool_guard.judge(idle)
                 if not overflowed:
                     break
                 held = _Held(self)

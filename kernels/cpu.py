@@ -1380,17 +1380,18 @@ def _finish_slot(graph, context, ws, slots, i, numbers, lat):
         slots[i] = StreamSlot(Tokens(none, none, np.empty(0, np.float32), none, none, none, none),
                               Trace(none, none, np.empty(0, np.int64), none), np.empty(0, np.float32),
                               np.empty((0, s.logp.shape[1]), np.float32))
-        at, read = _path_reads(graph.ilabel, arcs, gids, s.trace.steps[:v[S_FRAMES] - v[S_BASE] + 2], v[S_BASE],
+        at, read = path_reads(graph.ilabel, arcs, gids, s.trace.steps[:v[S_FRAMES] - v[S_BASE] + 2], v[S_BASE],
                                s.logp)
     return status, arcs, at, read, reached_final, final_gids, final_costs, s
 
 
 @njit(nogil=True, cache=True)
-def _path_reads(ilabel, arcs, gids, steps, base, logp):
+def path_reads(ilabel, arcs, gids, steps, base, logp):
     """Of a stream's path after its commit point (arcs, their backpointers gids, all stored;
     steps: the trace's steps from base on, the last step's included): the step each arc's
     token was stored at, and the log-prob each emitting arc read (logp[r]: frame base + r;
-    an arc stored at step t read frame t - 1, column ilabel - 1), as Ledger.traced finds them."""
+    an arc stored at step t read frame t - 1, column ilabel - 1): results.TracedPath's
+    steps and logp, on both backends."""
     at = np.empty(len(arcs), np.int32)
     emitting = 0
     for j in range(len(arcs)):

@@ -30,6 +30,7 @@ from . import contexts
 from .boost import BoostTables
 from .cuda_arrays import SIMULATOR, device_views, on_device, to_host
 from .ledger import Ledger, MeetingScratch
+from .results import TracedPath
 
 _FIRST_LANES = 4
 _FIRST_STEP_ROWS = 130  # bp.step_start rows per lane: frames since the commit point + 2
@@ -531,4 +532,5 @@ class StreamLanes:
         self.release(s.lane, self.lanes[s.lane])
         if status != C.OK:
             return status, None, s.prefix
-        return status, s.traced(g, trace.steps, arcs, gids, reached_final), s.prefix
+        at, read = cpu.path_reads(g.ilabel, arcs, gids, trace.steps, s.base, s.hist)
+        return status, TracedPath(arcs, at, read, bool(reached_final), s.survivors, s.fallbacks), s.prefix

@@ -106,7 +106,8 @@ def chunk_faults(chunks) -> tuple[tuple[int, int, str] | None, tuple[int, int, f
     value above 0 (no log-probability: warn_not_log_probs); each None when there is none.
     Host chunks are read once each by a compiled loop (a stream's chunk of 8 frames
     searches in tens of µs); GPU chunks are reduced on the device, all of them at once."""
-    if all(type(x) is np.ndarray for x in chunks):  # the usual case, chunk by chunk (NaN fails)
+    host = all(type(x) is np.ndarray for x in chunks)
+    if host:  # the usual case, chunk by chunk (NaN fails)
         global _in_range
         if _in_range is None:  # (imported here: importing wfst compiles nothing)
             from wfst.kernels.cpu import log_probs_in_range as _in_range
@@ -115,7 +116,7 @@ def chunk_faults(chunks) -> tuple[tuple[int, int, str] | None, tuple[int, int, f
     live = [i for i, x in enumerate(chunks) if len(x)]
     if not live:
         return None, None
-    if all(type(chunks[i]) is np.ndarray for i in live):
+    if host:
         xp = np
     elif {type(chunks[i]).__module__.split(".")[0] for i in live} == {"cupy"}:
         import cupy as xp

@@ -14,7 +14,7 @@ import numpy as np
 from wfst.kernels import constants as C
 
 from .errors import WfstError
-from .results import PathPart, TracedPath, emitting_reads, path_part
+from .results import PathPart, emitting_reads, path_part
 
 COMMIT_AT = 1 << 16  # backpointers at which a stream first tries to commit its path (then at each doubling)
 
@@ -67,15 +67,6 @@ class Ledger:
         at = np.where(gids >= 0, self.steps_of(steps, gids), self.frames).astype(np.int32)
         frames, columns = emitting_reads(graph, arcs, at)
         return path_part(graph, arcs, at, self.logp_at(frames, columns))
-
-    def traced(self, graph, steps: np.ndarray, arcs, gids, reached_final) -> TracedPath:
-        """The TracedPath of the path after the commit point that the last step traced back
-        (gids: its backpointers; steps: the trace's steps, the last step's included; the CPU's
-        streams find it in their finishing call, cpu._path_reads)."""
-        at = self.steps_of(steps, gids, finished=True)
-        frames, columns = emitting_reads(graph, arcs, at)
-        read = self.logp_at(frames, columns)
-        return TracedPath(arcs, at, read, bool(reached_final), self.survivors, self.fallbacks)
 
     def set_endpoint_readings(self, trailing: int, voiced: bool, relative: float) -> None:
         """Blanks that ran back to the commit point: the prefix's last speech decides."""

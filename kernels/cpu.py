@@ -32,6 +32,7 @@ import numpy as np
 from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
+from numba.typed import List
 
 from .common import (
     INF,
@@ -1313,6 +1314,32 @@ class StreamTable(NamedTuple):
     memos: object
     numbers: np.ndarray  # int64 (slots, STREAM_FIELDS)
     relative: np.ndarray  # float64 (slots,)
+
+
+# Typed lists made, grown, read or written from Python compile their methods (Numba's, not
+# cached) in every process: ~0.3 s per method and item type, ~3 s before a process's first
+# streams ran.  These do the same in compiled code that Numba caches.
+
+@njit(cache=True)
+def typed_list(first):
+    """A new typed list holding `first`."""
+    items = List()
+    items.append(first)
+    return items
+
+
+@njit(cache=True)
+def list_put(items, i, item):
+    """items[i] = item, or item appended where i == len(items)."""
+    if i == len(items):
+        items.append(item)
+    else:
+        items[i] = item
+
+
+@njit(cache=True)
+def list_get(items, i):
+    return items[i]
 
 
 @njit(nogil=True, cache=True)

@@ -367,8 +367,6 @@ class CpuBackend:
         stay warm from call to call, and a decoder that does both holds no more of them);
         the decoder's lock keeps a decode and an advance() from using them at once."""
         if self._thread_memos is None or len(self._thread_memos[0]) < threads:
-            from numba.typed import List
-
             memos = [self._slots.no_memo] * threads
             if self._rescoring:
                 memos = []
@@ -380,8 +378,15 @@ class CpuBackend:
                 for memo in memos:
                     self._lm_memos.put(memo)
                 self._memo_bytes = max(self._memo_bytes, memos[0].table.nbytes)
-            self._thread_memos = memos, List(memos)
+            self._thread_memos = memos, self._typed_list(memos)
         return self._thread_memos
+
+    def _typed_list(self, items: list):
+        """A typed list of the items (made by compiled code that Numba caches: see cpu.typed_list)."""
+        typed = self._cpu.typed_list(items[0])
+        for i, item in enumerate(items[1:], 1):
+            self._cpu.list_put(typed, i, item)
+        return typed
 
     def _count_steps(self, gained: np.ndarray) -> None:
         """Add what a search's memos' counters gained to the backend's."""
@@ -400,7 +405,7 @@ class CpuBackend:
         arrays = self._thread_spaces.get(key)
         if arrays is None:  # (kept from call to call: an allocation costs µs, a call's search tens)
             arrays = self._thread_spaces[key] = (
-                numba.typed.List(self._cpu.new_workspace(group.capacity) for _ in range(threads)),
+                self._typed_list([self._cpu.new_workspace(group.capacity) for _ in range(threads)]),
                 np.zeros((threads, 3), np.int64), np.zeros(threads, np.float32))
         spaces, stops, beams = arrays
         before = numba.get_num_threads()  # the calling thread's (set here: set in the region, it kept the
@@ -776,26 +781,29 @@ class StreamSlots:
         """A slot holding `slot`'s arrays, `context` (None: none) and `memo` (its own memo of
         context steps, or None), its numbers zero but S_CONTEXT (the caller holds the decoder's
         lock: no search runs)."""
+        from wfst.kernels import cpu
+
         kind = C.NO_CONTEXT if context is None else C.SHARED_MEMO if memo is None else C.OWN_MEMO
         self.contextual = self.contextual or context is not None
         context = self.no_context if context is None else context
         memo = self.no_memo if memo is None else memo
+        put = cpu.list_put  # (typed lists changed from Python compile their methods in each process)
         try:
             i = self._free.get_nowait()
-            self.list[i] = slot
+            put(self.list, i, slot)
             if self._held[i] or context is not self.no_context or memo is not self.no_memo:
-                self.contexts[i], self.memos[i] = context, memo  # (else already there: a typed list's set costs µs)
+                put(self.contexts, i, context)  # (else already there: a typed list's set costs µs)
+                put(self.memos, i, memo)
         except queue.Empty:
+            i = len(self._held)
             if self.list is None:
-                from numba.typed import List
-
-                self.list, self.contexts, self.memos = List(), List(), List()
+                self.list, self.contexts, self.memos = cpu.typed_list(slot), cpu.typed_list(context), cpu.typed_list(memo)
                 self._table = None
-            self.list.append(slot)
-            self.contexts.append(context)
-            self.memos.append(memo)
+            else:
+                put(self.list, i, slot)
+                put(self.contexts, i, context)
+                put(self.memos, i, memo)
             self._held.append(False)
-            i = len(self.list) - 1
             if i >= len(self.numbers):
                 rows = max(16, 2 * len(self.numbers))
                 numbers = np.zeros((rows, self.numbers.shape[1]), np.int64)
@@ -812,7 +820,10 @@ class StreamSlots:
 
     def drop_context(self, i: int) -> None:
         """Slot i's context and memo let go (its stream was finished)."""
-        self.contexts[i], self.memos[i] = self.no_context, self.no_memo
+        from wfst.kernels import cpu
+
+        cpu.list_put(self.contexts, i, self.no_context)
+        cpu.list_put(self.memos, i, self.no_memo)
         self._held[i] = False
 
     def give_back(self, i: int) -> None:
@@ -867,7 +878,10 @@ def _array(field: str):
         return getattr(self.arrays, field)
 
     def put(self, value):
-        self._slots.list[self.slot] = self._arrays = self.arrays._replace(**{field: value})
+        from wfst.kernels import cpu
+
+        self._arrays = self.arrays._replace(**{field: value})
+        cpu.list_put(self._slots.list, self.slot, self._arrays)
 
     return property(get, put)
 
@@ -930,7 +944,9 @@ class CpuStream(Ledger):
         """The stream's cpu.StreamSlot, read from the typed list once (reading it boxes a
         dozen arrays) until a kernel may have replaced it (StreamSlots.generation)."""
         if self._generation != self._slots.generation:
-            self._arrays, self._generation = self._slots.list[self.slot], self._slots.generation
+            from wfst.kernels import cpu
+
+            self._arrays, self._generation = cpu.list_get(self._slots.list, self.slot), self._slots.generation
         return self._arrays
 
     @property

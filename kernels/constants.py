@@ -86,16 +86,16 @@ def workspace_bytes(capacity: int, max_active: int, min_active: int, num_frames:
 
 # a CPU stream's numbers: its row of the backend's int64 array (kernels.cpu.advance_streams)
 (S_N, S_NS, S_STORED, S_FRAMES, S_BASE, S_FALLBACKS, S_SURVIVORS, S_TRAILING, S_LAST_VOICED,
- S_NEXT_COMMIT, S_DEAD, S_CONTEXT) = range(12)
-STREAM_FIELDS = 12
+ S_NEXT_COMMIT, S_CONTEXT) = range(11)
+STREAM_FIELDS = 11
 # a stream's S_CONTEXT: none, a context whose steps go in its thread's memo (the rescoring LM's
 # alone: they depend on the LM only), or one with its own memo (phrases)
 NO_CONTEXT, SHARED_MEMO, OWN_MEMO = 0, 1, 2
-# advance_streams' counts: streams taken, survivors, streams flagged COMMIT_DUE, then the
-# context steps' counters (STEP_*) of its streams
+# advance_streams' counts: streams taken, survivors, streams flagged COMMIT_DUE or DIED, then
+# the context steps' counters (STEP_*) of its streams
 GROUP_COUNTS = 3
-# advance_streams' flags per stream
-COMMIT_DUE, OVERFLOWED = 1, 2
+# advance_streams' flags per stream: bits
+COMMIT_DUE, OVERFLOWED, DIED = 1, 2, 4
 # a partial result's path (kernels.cpu.partial_path): found; looping (an epsilon cycle); or the
 # backpointer it was asked to start after is not on it (the caller asks again from the start)
 PARTIAL_OK, PARTIAL_LOOPS, PARTIAL_STALE = 0, 1, 2

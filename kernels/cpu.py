@@ -65,6 +65,7 @@ from .common import (
 )
 from .constants import (
     COMMIT_DUE,
+    DIED,
     EMPTY_KEY,
     EPS_CYCLE,
     GROUP_COUNTS,
@@ -79,7 +80,6 @@ from .constants import (
     PARTIAL_STALE,
     S_BASE,
     S_CONTEXT,
-    S_DEAD,
     S_FALLBACKS,
     S_FRAMES,
     S_LAST_VOICED,
@@ -1479,15 +1479,16 @@ def advance_streams(graph, settings, ws, memo, table, which, chunks, offsets, or
     (phrases).  The call takes the streams in `order`, the next one by an atomic increment
     of counts[0], until none is left: threads calling it at once on the same arguments
     (each with its own workspace and memo) share the streams as they come free, so none
-    waits while another has several left.  counts[1] sums the streams' survivors of pruning over their frames,
-    counts[2] counts the streams flagged COMMIT_DUE and counts[GROUP_COUNTS:] adds up what
-    the memos' counters (constants.STEP_*) gained.
+    waits while another has several left.  counts[1] sums the streams' survivors of pruning
+    over their frames, counts[2] counts the streams flagged and counts[GROUP_COUNTS:] adds up
+    what the memos' counters (constants.STEP_*) gained.
 
-    Writes the final relative cost of stream slot i at table.relative[i], and flags[k]: 0,
-    COMMIT_DUE (its backpointers reached S_NEXT_COMMIT) or OVERFLOWED (a frame overflowed:
-    its survivors are in ws.sv).  Returns (k of the stream that overflowed, -1 if none;
-    the chunk's frames done before it; the frame's adaptive beam): the call stops there
-    for the caller to go on from its survivors in a larger workspace."""
+    Writes the final relative cost of stream slot i at table.relative[i], and flags[k]: the
+    bits COMMIT_DUE (its backpointers reached S_NEXT_COMMIT) and DIED (every token died:
+    common.died), or OVERFLOWED (a frame overflowed: its survivors are in ws.sv).  Returns
+    (k of the stream that overflowed, -1 if none; the chunk's frames done before it; the
+    frame's adaptive beam): the call stops there for the caller to go on from its survivors
+    in a larger workspace."""
     slots, numbers, relative = table.slots, table.numbers, table.relative
     before = np.empty(STEP_COUNTERS, np.int64)
     while True:
@@ -1536,10 +1537,8 @@ def advance_streams(graph, settings, ws, memo, table, which, chunks, offsets, or
         # the endpoint rules' readings; blanks back to the commit point: the prefix's last speech decides
         v[S_TRAILING] = trailing if voiced else v[S_FRAMES] - 1 - v[S_LAST_VOICED]
         relative[i] = rel
-        v[S_DEAD] = dead
-        flags[k] = 0
-        if stored >= v[S_NEXT_COMMIT]:
-            flags[k] = COMMIT_DUE
+        flags[k] = (COMMIT_DUE if stored >= v[S_NEXT_COMMIT] else 0) | (DIED if dead else 0)
+        if flags[k]:
             _fetch_add(counts, 2, 1)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
+import operator
 import os
 import queue
 import threading
@@ -36,6 +37,9 @@ _LM_MEMO_SLOTS = 1 << 21  # 32 MiB; on BPE 2^20 was 10% slower, 2^22 5% faster
 _PHRASE_MEMO_SLOTS = 1 << 15  # phrases alone: a small automaton
 _PHRASE_LM_MEMO_SLOTS = 1 << 18  # phrases with rescoring
 SPARE_BYTES = 64 << 20  # finished streams' arrays kept for the next streams (StreamSlots.keep_spare)
+
+
+_CAPACITY = operator.attrgetter("capacity")
 
 
 class CpuBackend:
@@ -279,22 +283,30 @@ class CpuBackend:
         thread: the threads take them one by one, dearest first, from a shared counter.
         Streams that keep a lattice are one call each.  Returns the tokens that survived
         pruning, summed over the chunks' frames."""
+        if not states:
+            return 0
         if len(states) == 1 and not states[0].own_call:  # a stream alone, a server's usual call: no grouping
             return self._advance_alone(states[0], chunks[0]) if len(chunks[0]) else 0
-        own, by_capacity = [], {}
-        for i, (state, x) in enumerate(zip(states, chunks)):
-            if len(x):
-                if state.own_call:
-                    own.append(i)
-                else:
-                    by_capacity.setdefault(state.capacity, []).append(i)
-        if not own and not by_capacity:  # no frames to search
+        lengths = list(map(len, chunks))
+        own, groups = [], []
+        if not states[0].own_call and 0 not in lengths and len(set(map(_CAPACITY, states))) == 1:
+            groups.append(_Group(states, chunks, lengths))  # the usual call: a decoder's streams share a capacity
+        else:
+            by_capacity = {}
+            for i, (state, T) in enumerate(zip(states, lengths)):
+                if T:
+                    if state.own_call:
+                        own.append(i)
+                    else:
+                        by_capacity.setdefault(state.capacity, []).append(i)
+            groups = [_Group([states[i] for i in group], [chunks[i] for i in group], [lengths[i] for i in group])
+                      for group in by_capacity.values()]
+        if not own and not groups:  # no frames to search
             return 0
         self._slots.generation += 1  # the kernels may replace any stream's arrays
         if own:  # their log-probs, in one call
-            group = _Group([states[i] for i in own], [chunks[i] for i in own])
+            group = _Group([states[i] for i in own], [chunks[i] for i in own], [lengths[i] for i in own])
             self._cpu.append_chunks(self._slots.list, group.which, group.x, group.offsets, self._slots.numbers)
-        groups = [_Group([states[i] for i in group], [chunks[i] for i in group]) for group in by_capacity.values()]
         tasks = iter([(states[i], chunks[i]) for i in own])  # shared: next() hands each to one thread
         survivors = []  # of the streams searched one call each (and overflows), as the threads add them
         threads = min(self.num_threads, len(own) + sum(len(g.which) for g in groups))
@@ -331,10 +343,18 @@ class CpuBackend:
         for group in groups:
             if self._slots.contextual:
                 self._count_steps(group.counts[C.GROUP_COUNTS:])
-            if group.counts[2]:
-                for k in np.flatnonzero(group.flags == C.COMMIT_DUE):
-                    group.states[k].commit(self.graph, self._meeting())
+            self._flagged(group, group.states)
         return sum(survivors) + sum(int(g.counts[1]) for g in groups)
+
+    def _flagged(self, group: _Group, states: list) -> None:
+        """What the search flagged of the group's streams (states): those whose tokens all
+        died, and those due a commit."""
+        if group.counts[2]:
+            for k in np.flatnonzero(group.flags & (C.DIED | C.COMMIT_DUE)):
+                if group.flags[k] & C.DIED:
+                    states[k].dead = True
+                if group.flags[k] & C.COMMIT_DUE:
+                    states[k].commit(self.graph, self._meeting())
 
     def _advance_alone(self, state: CpuStream, x: np.ndarray) -> int:
         """advance() of one stream that keeps no lattice: its group of one, kept from call to call."""
@@ -356,8 +376,7 @@ class CpuBackend:
             group.states = group.chunks = group.x = None  # (the stream holds the group)
         if state.context is not None:
             self._count_steps(group.counts[C.GROUP_COUNTS:])
-        if group.counts[2]:
-            state.commit(self.graph, self._meeting())
+        self._flagged(group, [state])
         return survivors + int(group.counts[1])
 
     def _memos_for(self, threads: int):
@@ -797,7 +816,7 @@ class StreamSlots:
         except queue.Empty:
             i = len(self._held)
             if self.list is None:
-                self.list, self.contexts, self.memos = cpu.typed_list(slot), cpu.typed_list(context), cpu.typed_list(memo)
+                self.list, self.contexts, self.memos = map(cpu.typed_list, (slot, context, memo))
                 self._table = None
             else:
                 put(self.list, i, slot)
@@ -835,7 +854,7 @@ class _Group:
     offsets[k + 1]]), their slots, the flags cpu.advance_streams writes per stream, the
     order its calls take them in (cpu.work_order) and its counts."""
 
-    def __init__(self, states: list, chunks: list):
+    def __init__(self, states: list, chunks: list, lengths: list[int]):
         k = len(chunks)
         self.states, self.chunks = states, chunks
         self.capacity, self.settings = states[0].capacity, states[0].settings
@@ -848,7 +867,7 @@ class _Group:
         if k == 1:
             self.offsets[1], self.which[0] = len(chunks[0]), states[0].slot
             return
-        ints[1:2 * k + 1] = [*itertools.accumulate(map(len, chunks)), *[s.slot for s in states]]  # offsets, which
+        ints[1:2 * k + 1] = [*itertools.accumulate(lengths), *[s.slot for s in states]]  # offsets, which
         self.order[:] = range(k)  # one thread's (several: cpu.work_order)
 
     def again(self, state, chunk: np.ndarray) -> _Group:
@@ -902,7 +921,6 @@ class CpuStream(Ledger):
     survivors = _number(C.S_SURVIVORS)
     trailing = _number(C.S_TRAILING)
     next_commit = _number(C.S_NEXT_COMMIT)
-    dead = _number(C.S_DEAD)
     tl = _array("tl")
     trace = _array("trace")
     logp = _array("logp")
@@ -936,7 +954,7 @@ class CpuStream(Ledger):
         """The stream's group of one for this chunk (made once: a group costs µs, and a
         stream's chunk of 8 frames searches in tens)."""
         if self._alone is None or self._alone.capacity != self.capacity:
-            self._alone = _Group([self], [chunk])
+            self._alone = _Group([self], [chunk], [len(chunk)])
         return self._alone.again(self, chunk)
 
     @property

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 import os
 import threading
 import time
@@ -38,6 +39,8 @@ from .lattice import Lattice, PathScorer
 from .memory import USABLE_SHARE
 from .results import DecodeResult, DecodeStats, no_path, path_result
 from .stream import EndpointConfig, Partial, Stream
+
+_DEAD, _CAPACITY = operator.attrgetter("dead"), operator.attrgetter("capacity")
 
 
 class Decoder:
@@ -200,12 +203,11 @@ class Decoder:
             raise DecodeInputError(f"advance() got {len(streams)} streams but {len(chunks)} chunks")
         V = self.graph.tokens.num_columns
         to_chunk = self._backend.to_chunk
-        arrays, seen = [], set()
+        arrays, states = [], []
         contextual = self.rescorer is not None  # the context steps' counters only where a stream has one
         for i, (s, chunk) in enumerate(zip(streams, chunks)):  # one pass: a stream's chunk costs µs to search
-            if type(s) is not Stream or s._decoder is not self or s.finished or id(s) in seen:
+            if type(s) is not Stream or s._decoder is not self or s.finished:
                 self._check_streams(streams, "advance")
-            seen.add(id(s))
             x = to_chunk(chunk)
             if x.ndim != 2 or x.shape[1] != V:
                 raise DecodeInputError(f"stream {i}: a chunk must have shape (T, V={V}) (V: the graph's tokens, "
@@ -213,33 +215,36 @@ class Decoder:
             if x.dtype != np.float32:
                 raise DecodeInputError(f"stream {i}: a chunk must be float32 log-posteriors; got {x.dtype}")
             arrays.append(x)
+            states.append(s._state)
             contextual = contextual or s._phrases.num_states > 1
+        if len(set(map(id, streams))) < len(streams):  # a stream given twice
+            self._check_streams(streams, "advance")
         bad, above = chunk_faults(arrays)
         if bad is not None:
             raise DecodeInputError(f"stream {bad[0]}: chunk frame {bad[1]} {bad[2]}")
         if above is not None:
             warn_not_log_probs(f"stream {above[0]}, chunk frame {above[1]}", above[2])
-        with self._lock:  # checked again, and the states read, in turn: another thread may have finished one
-            if any(s.finished for s in streams):  # (nothing else about them can change meanwhile)
+        with self._lock:  # checked again in turn: another thread may have finished one (a finished stream's
+            if any(s.finished for s in streams):  # state is replaced; nothing else about them can change meanwhile)
                 self._check_streams(streams, "advance")
-            states, moving = [], []
-            for s, x in zip(streams, arrays):
-                if s._state.dead:  # its search ended (every token died): later frames are counted, not kept
-                    s._state.idle += len(x)
-                else:
-                    states.append(s._state)
-                    moving.append(x)
+            moving, moved = states, arrays
+            if any(map(_DEAD, states)):  # a stream whose tokens all died: later frames are counted, not kept
+                for state, x in zip(states, arrays):
+                    if state.dead:
+                        state.idle += len(x)
+                kept = [k for k, state in enumerate(states) if not state.dead]
+                moving, moved = [states[k] for k in kept], [arrays[k] for k in kept]
             start = time.perf_counter()
             lm_before = self._backend.counters() if contextual else None
             try:
-                survivors = self._backend.advance(states, moving)
+                survivors = self._backend.advance(moving, moved)
             except BaseException:  # Ctrl-C, say: a stream moved part-way has no state to go on from
                 for s in streams:
                     s._lost = "an advance() call that moved it stopped part-way (interrupted, or an error)"
                     s._final_rule, s.finished, s._state = None, True, _FinishedState(s.frames)
                 raise
-            if states:
-                self._grow_to(max(state.capacity for state in states))
+            if moving:
+                self._grow_to(max(map(_CAPACITY, moving)))
             frames = sum(map(len, arrays))
             self.stats = DecodeStats(len(streams), frames, time.perf_counter() - start,
                                      survivors / frames if frames else 0.0,

@@ -1413,6 +1413,45 @@ def _finish_slot(graph, context, ws, slots, i, numbers, lat):
 
 
 @njit(nogil=True, cache=True)
+def path_sums(ilabel, olabel, weight, nextstate, blank, arcs, steps, logp):
+    """What a stretch of path adds to its result (results.PathPart's fields), in one pass
+    over its arcs (graph arc ids), the steps their tokens were stored at and the log-probs
+    its emitting arcs read: (sum of logp in float64, arcs reading `blank` (-1: none), sum of
+    weights in float64, word ids, their frames, last frame read by a non-blank, last frame
+    read, the state the last arc leads to (-1: no arcs), the emitting arcs' input labels).
+    Every result and every commit of a stream's path reads one: NumPy's ~15 operations on
+    small arrays took 30 µs for 500 arcs, this 8 µs with its call."""
+    total = 0.0
+    for r in range(len(logp)):
+        total += np.float64(logp[r])
+    blanks, weights, words, emitting = 0, 0.0, 0, 0
+    for j in range(len(arcs)):
+        a = arcs[j]
+        blanks += ilabel[a] == blank
+        weights += np.float64(weight[a])
+        words += olabel[a] != 0
+        emitting += ilabel[a] != 0
+    word_ids = np.empty(words, np.int64)
+    word_frames = np.empty(words, np.int64)
+    tokens = np.empty(emitting, ilabel.dtype)
+    last_voiced, last_frame, w, e = -1, -1, 0, 0
+    for j in range(len(arcs)):
+        a = arcs[j]
+        if olabel[a] != 0:
+            word_ids[w] = olabel[a]
+            word_frames[w] = max(steps[j] - 1, 0)
+            w += 1
+        if ilabel[a] != 0:
+            tokens[e] = ilabel[a]
+            e += 1
+            last_frame = steps[j] - 1
+            if ilabel[a] != blank:
+                last_voiced = steps[j] - 1
+    end_state = nextstate[arcs[len(arcs) - 1]] if len(arcs) else -1
+    return total, blanks, weights, word_ids, word_frames, last_voiced, last_frame, end_state, tokens
+
+
+@njit(nogil=True, cache=True)
 def path_reads(ilabel, arcs, gids, steps, base, logp):
     """Of a stream's path after its commit point (arcs, their backpointers gids, all stored;
     steps: the trace's steps from base on, the last step's included): the step each arc's

@@ -634,3 +634,35 @@ print("same after" if d.decode(x[:20], n[:20]) == wfst.Decoder(g, num_threads=1)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split("\n")[:2] == ["KeyboardInterrupt", "same after"], out.stdout
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_path_parts_sums_are_numpys(seed):
+    """results.path_part (one compiled pass, cpu.path_sums) gives what NumPy's gathers and
+    sums give on random paths: no arcs, only epsilon arcs, blank or not, a graph without a
+    blank label."""
+    from wfst.results import path_part
+
+    _, g = random_tlg(seed)
+    rng = np.random.default_rng(seed)
+    for size in (0, 1, 2, 7, 40):
+        arcs = rng.integers(0, len(g.ilabel), size)
+        steps = np.sort(rng.integers(0, 30, size))
+        ilab = g.ilabel[arcs]
+        emitting = ilab != 0
+        logp = rng.normal(-3.0, 1.0, int(emitting.sum())).astype(np.float32)
+        for blank in (g.tokens.blank_ilabel, None):
+            graph = g if blank is not None else dataclasses.replace(
+                g, tokens=dataclasses.replace(g.tokens, blank=None))
+            part = path_part(graph, arcs, steps, logp)
+            is_blank = ilab == blank if blank is not None else np.zeros(size, bool)
+            voiced, words = emitting & ~is_blank, g.olabel[arcs] != 0
+            assert part.logp == pytest.approx(float(logp.astype(np.float64).sum()), abs=1e-9)
+            assert part.weights == pytest.approx(float(g.weight[arcs].astype(np.float64).sum()), abs=1e-9)
+            assert part.blanks == int(is_blank.sum())
+            assert part.word_ids == tuple(g.olabel[arcs][words].tolist())
+            assert part.word_frames == tuple(np.maximum(steps - 1, 0)[words].tolist())
+            assert part.last_voiced == (int(steps[voiced][-1] - 1) if voiced.any() else -1)
+            assert part.last_frame == (int(steps[emitting][-1] - 1) if emitting.any() else -1)
+            assert part.end_state == (int(g.nextstate[arcs[-1]]) if size else -1)
+            assert np.array_equal(part.frame_tokens, ilab[emitting])

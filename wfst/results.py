@@ -215,21 +215,15 @@ class PathPart:
 def path_part(graph, arcs, steps, logp) -> PathPart:
     """The PathPart of path arcs (graph arc ids), the steps their tokens were stored at and
     the log_probs their emitting arcs read (emitting_reads)."""
-    arcs = np.asarray(arcs, np.int64)
-    steps = np.asarray(steps, np.int64)
-    ilab = graph.ilabel[arcs]
+    from wfst.kernels.cpu import path_sums
+
     blank = graph.tokens.blank_ilabel
-    emitting = ilab != 0
-    is_blank = (ilab == blank) if blank is not None else np.zeros(len(arcs), bool)
-    voiced = emitting & ~is_blank
-    olab = graph.olabel[arcs]
-    has_word = olab != 0
-    frames = np.maximum(steps - 1, 0)
-    return PathPart(float(np.asarray(logp, np.float32).astype(np.float64).sum()), int(np.sum(is_blank)),
-                    float(graph.weight[arcs].astype(np.float64).sum()), tuple(int(w) for w in olab[has_word]),
-                    tuple(int(f) for f in frames[has_word]), int(steps[voiced][-1] - 1) if voiced.any() else -1,
-                    int(steps[emitting][-1] - 1) if emitting.any() else -1,
-                    int(graph.nextstate[arcs[-1]]) if len(arcs) else -1, ilab[emitting])
+    logp, blanks, weights, word_ids, word_frames, last_voiced, last_frame, end_state, tokens = path_sums(
+        graph.ilabel, graph.olabel, graph.weight, graph.nextstate, -1 if blank is None else blank,
+        np.ascontiguousarray(arcs, np.int64), np.ascontiguousarray(steps, np.int64),
+        np.ascontiguousarray(logp, np.float32))
+    return PathPart(logp, blanks, weights, tuple(word_ids.tolist()), tuple(word_frames.tolist()), last_voiced,
+                    last_frame, end_state, tokens)
 
 
 def path_result(graph, config, path: TracedPath, num_frames: int, boost: dict, phrases, rescorer,

@@ -82,6 +82,8 @@ def stream_loop(dec, x, lengths, n: int, step: int, partials: bool = False, roun
     threads).  partials: each call is followed by the partial results of its streams
     (Decoder.partials), timed with it (a live captioning server's loop)."""
     results, seconds, latencies = [None] * len(lengths), 0.0, []
+    ends = [int(t) for t in lengths]  # (the loop's own cost kept small, as a server's)
+    rows = [x[u, :t] for u, t in enumerate(ends)]
     live, nxt = [], 0  # live: [utterance, its stream, frames fed]
     while live or nxt < len(lengths):
         start = time.perf_counter()
@@ -90,7 +92,7 @@ def stream_loop(dec, x, lengths, n: int, step: int, partials: bool = False, roun
                 live.append([nxt, dec.stream(), 0])
                 nxt += 1
         streams = [s for _, s, _ in live]
-        chunks = [x[u, fed:min(fed + step, int(lengths[u]))] for u, _, fed in live]
+        chunks = [rows[u][fed:fed + step] for u, _, fed in live]  # (a slice stops at the utterance's end)
         call = time.perf_counter()
         dec.advance(streams, chunks)
         if partials:
@@ -98,11 +100,11 @@ def stream_loop(dec, x, lengths, n: int, step: int, partials: bool = False, roun
         latencies.append(time.perf_counter() - call)
         for item in live:
             item[2] += step
-        ended = [item for item in live if item[2] >= lengths[item[0]]]
+        ended = [item for item in live if item[2] >= ends[item[0]]]
         if ended:
             for (u, _, _), r in zip(ended, dec.finish([s for _, s, _ in ended])):
                 results[u] = r
-            live = [item for item in live if item[2] < lengths[item[0]]]
+            live = [item for item in live if item[2] < ends[item[0]]]
         seconds += time.perf_counter() - start
     return results, seconds, latencies
 

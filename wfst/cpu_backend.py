@@ -78,6 +78,7 @@ class CpuBackend:
         self._thread_spaces = {}
         self._pool_guard = PoolGuard()
         self._rescoring = False  # whether the streams' contexts have the rescoring LM (set when the first opens)
+        self._plain_start = None  # the start's closure, which every stream without boosts or a context begins with
 
     # ------------------------------------------------------------------ the Backend interface
 
@@ -263,6 +264,12 @@ class CpuBackend:
                           self.graph.tokens.num_columns)
         if lattice is not None:
             state.links = kl.with_room(kl.new_links(capacity.lattice_links, capacity.tokens, *lattice), steps=64)
+        plain = context is None and word_costs is None and lattice is None
+        if plain and self._plain_start is not None and len(self._plain_start[0]) <= state.capacity:
+            for mine, start in zip(state.tl, self._plain_start):  # (its tokens' fields; the hash slots they
+                mine[:len(start)] = start  # name were emptied after the first: the next frame empties them anyway)
+            state.n = len(self._plain_start[0])
+            return state
         while True:
             with self._stream_memo(state) as memo, self._workspace(state.capacity) as ws:
                 ws = ws._replace(tl=state.tl)
@@ -270,6 +277,8 @@ class CpuBackend:
                 if not overflow:
                     cpu.release(ws, n)
                     state.n = n
+                    if plain:  # every stream without boosts or a context starts with these tokens
+                        self._plain_start = tuple(a[:n].copy() for a in state.tl[:6])
                     return state
                 _clean(ws)
             if state.links is not None and state.links.count[0] == len(state.links.src):

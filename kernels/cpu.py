@@ -1408,7 +1408,7 @@ def _finish_slot(graph, context, ws, slots, i, numbers, lat):
                               Trace(none, none, np.empty(0, np.int64), none), np.empty(0, np.float32),
                               np.empty((0, s.logp.shape[1]), np.float32))
         at, read = path_reads(graph.ilabel, arcs, gids, s.trace.steps[:v[S_FRAMES] - v[S_BASE] + 2], v[S_BASE],
-                               s.logp)
+                              v[S_FRAMES], s.logp)
     return status, arcs, at, read, reached_final, final_gids, final_costs, s
 
 
@@ -1452,16 +1452,16 @@ def path_sums(ilabel, olabel, weight, nextstate, blank, arcs, steps, logp):
 
 
 @njit(nogil=True, cache=True)
-def path_reads(ilabel, arcs, gids, steps, base, logp):
-    """Of a stream's path after its commit point (arcs, their backpointers gids, all stored;
-    steps: the trace's steps from base on, the last step's included): the step each arc's
-    token was stored at, and the log-prob each emitting arc read (logp[r]: frame base + r;
-    an arc stored at step t read frame t - 1, column ilabel - 1): results.TracedPath's
-    steps and logp, on both backends."""
+def path_reads(ilabel, arcs, gids, steps, base, current, logp):
+    """Of a stream's path after its commit point (arcs, their backpointers gids; steps: the
+    trace's steps from base on): the step each arc's token was stored at (`current` where
+    gids is -1: a token of the frame not stored yet), and the log-prob each emitting arc
+    read (logp[r]: frame base + r; an arc stored at step t read frame t - 1, column
+    ilabel - 1): results.TracedPath's steps and logp, on both backends, and a commit's."""
     at = np.empty(len(arcs), np.int32)
     emitting = 0
     for j in range(len(arcs)):
-        at[j] = base + np.searchsorted(steps, gids[j], side="right") - 1
+        at[j] = current if gids[j] < 0 else base + np.searchsorted(steps, gids[j], side="right") - 1
         emitting += ilabel[arcs[j]] != 0
     read = np.empty(emitting, np.float32)
     e = 0

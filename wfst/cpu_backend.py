@@ -31,7 +31,7 @@ from .inputs import host_array, input_faults
 from .lattice import RawLattice
 from .ledger import Ledger, MeetingScratch
 from .memory import available_host_bytes
-from .results import PathPart, TracedPath, emitting_reads, path_part
+from .results import TracedPath, emitting_reads
 
 _LM_MEMO_SLOTS = 1 << 21  # 32 MiB; on BPE 2^20 was 10% slower, 2^22 5% faster
 _PHRASE_MEMO_SLOTS = 1 << 15  # phrases alone: a small automaton
@@ -266,7 +266,7 @@ class CpuBackend:
             state.links = kl.with_room(kl.new_links(capacity.lattice_links, capacity.tokens, *lattice), steps=64)
         plain = context is None and word_costs is None and lattice is None
         if plain and self._plain_start is not None and len(self._plain_start[0]) <= state.capacity:
-            for mine, start in zip(state.tl, self._plain_start):  # (its tokens' fields; the hash slots they
+            for mine, start in zip(state.tl, self._plain_start):  # (its tokens' fields, not n; the hash slots they
                 mine[:len(start)] = start  # name were emptied after the first: the next frame empties them anyway)
             state.n = len(self._plain_start[0])
             return state
@@ -1001,19 +1001,8 @@ class CpuStream(Ledger):
                 self._slots.drop_context(self.slot)
             self._slots.give_back(self.slot)
 
-    def logp_at(self, frames, columns):
-        return self.logp[frames - self.base, columns]
-
-    def part(self, graph, steps: np.ndarray, arcs, gids) -> PathPart:
-        """Ledger.part, the steps and log-probs read in one compiled pass (cpu.path_reads, as
-        finish_slot does) where every arc was stored (a commit's path: NumPy's gathers took
-        ~100 µs of a commit's ~300)."""
-        if len(gids) == 0 or gids.min() < 0:
-            return super().part(graph, steps, arcs, gids)
-        from wfst.kernels import cpu
-
-        at, read = cpu.path_reads(graph.ilabel, arcs, gids, steps[:self.frames - self.base], self.base, self.logp)
-        return path_part(graph, arcs, at, read)
+    def kept_log_probs(self) -> np.ndarray:
+        return self.logp
 
     def grow(self, ws) -> None:
         """Twice the token capacity; ws: the workspace whose frame overflowed (its survivors

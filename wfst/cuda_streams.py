@@ -70,8 +70,8 @@ class CudaStream(Ledger):
         """The token buffer the lane's tokens stand in."""
         return self.frames % 2
 
-    def logp_at(self, frames, columns):
-        return self.hist[frames - self.base, columns]
+    def kept_log_probs(self) -> np.ndarray:
+        return self.hist
 
     def append(self, chunk: np.ndarray) -> None:
         """Keep the chunk's log-probs (they follow those of earlier chunks; a call appends
@@ -532,5 +532,5 @@ class StreamLanes:
         self.release(s.lane, self.lanes[s.lane])
         if status != C.OK:
             return status, None, s.prefix
-        at, read = cpu.path_reads(g.ilabel, arcs, gids, trace.steps, s.base, s.hist)
+        at, read = cpu.path_reads(g.ilabel, arcs, gids, trace.steps, s.base, s.frames, s.hist)
         return status, TracedPath(arcs, at, read, bool(reached_final), s.survivors, s.fallbacks), s.prefix

@@ -78,6 +78,65 @@ def test_decode_cli_streams_print_partials_then_the_offline_finals(tiny_setup, t
     assert cuda.read_text() == (tmp_path / "offline.txt").read_text()
 
 
+def test_decode_cli_boosts_rescores_and_prunes_tokens_as_the_api_does(tiny, tiny_setup, tmp_path, capsys):
+    """--phrases (words and phrases, with a reward or the default one), --rescore-lm and
+    FLToP's options give the words Decoder gives with the same settings, offline and as
+    streams; the summary says what was on."""
+    from wfst.config import PHRASE_REWARD
+    from wfst.lm import truncate_arpa
+
+    graph, em, texts = tiny_setup
+    data = np.load(em)
+    x, lengths = data["log_probs"], data["lengths"]
+
+    def cli(*options) -> list[str]:
+        out = tmp_path / "hyp.txt"
+        assert decode_main(["--emissions", str(em), "--quiet", "--output", str(out), *options]) == 0
+        return out.read_text().splitlines()
+
+    def api(g, boost=None, **options) -> list[str]:
+        return [r.text for r in wfst.Decoder(g, **options).decode(x, lengths, boost=boost)]
+
+    boosts = tmp_path / "boost.txt"
+    boosts.write_text("abc\t-30\n\nab  ba\n")  # a penalty, and a phrase with the default reward
+    boost = {"abc": -30.0, "ab ba": PHRASE_REWARD}
+    want = api(graph, boost)
+    assert want != texts and want != api(graph)  # (the penalty changes the words: the option is read)
+    assert cli("--graph", str(graph), "--phrases", str(boosts)) == want
+    assert cli("--graph", str(graph), "--phrases", str(boosts), "--stream", "--chunk-ms", "80") == want
+    assert "2 boosted words or phrases" in capsys.readouterr().out
+
+    unigram = truncate_arpa(tiny / "lm.arpa", tmp_path / "lm1.arpa", 1)  # a graph on a smaller LM, rescored
+    small = compile_graph(tmp_path / "g1", tokens=tiny / "tokens.txt", lm=unigram, lexicon=tiny / "lexicon.txt",
+                          word_boundary="|", topology="compact").directory
+    want = api(small, rescore_lm=tiny / "lm.arpa")
+    assert cli("--graph", str(small), "--rescore-lm", str(tiny / "lm.arpa")) == want
+    assert cli("--graph", str(small), "--rescore-lm", str(tiny / "lm.arpa"), "--graph-lm", str(unigram),
+               "--stream") == want
+    assert f"rescored on the fly with {tiny / 'lm.arpa'}" in capsys.readouterr().out
+
+    want = api(graph, token_top_n=2, token_rel_threshold=0.5)
+    assert cli("--graph", str(graph), "--token-top-n", "2", "--token-rel-threshold", "0.5") == want
+    assert "FLToP top_n=2, rel_threshold=0.5" in capsys.readouterr().out
+
+
+def test_decode_cli_bad_boosts_and_rescoring_lms_are_one_line(tiny_setup, tmp_path, capsys):
+    graph, em, _ = tiny_setup
+    base = ["--graph", str(graph), "--emissions", str(em), "--quiet"]
+    boosts = tmp_path / "boost.txt"
+    boosts.write_text("ab\t2\nba\tlots\n")
+    assert decode_main(base + ["--phrases", str(boosts)]) == 2
+    assert "boost.txt:2: reward 'lots' is not a number" in capsys.readouterr().err
+    assert decode_main(base + ["--phrases", str(tmp_path / "none.txt")]) == 2
+    assert "none.txt" in capsys.readouterr().err
+    boosts.write_text("ab\tnan\n")  # the decoder's own checks, named
+    assert decode_main(base + ["--phrases", str(boosts)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nan" in err and "Traceback" not in err
+    assert decode_main(base + ["--rescore-lm", str(tmp_path / "big.arpa")]) == 2
+    assert "cannot read language model (ARPA or LM store file)" in capsys.readouterr().err
+
+
 def test_decode_cli_nbest_and_confidences(tiny_setup, capsys):
     graph, em, texts = tiny_setup
     assert decode_main(["--graph", str(graph), "--emissions", str(em), "--lattice-beam", "6", "--nbest", "3"]) == 0
@@ -112,6 +171,10 @@ def test_detokenize_inverts_tokenize(demo):
     (["--nbest", "3"], "--nbest: N-best lists come from the lattice; give --lattice-beam too"),
     (["--lattice-beam", "8", "--nbest", "0"], "--nbest: must be >= 1"),
     (["--confidence-calibration", "cal.json"], "--confidence-calibration: confidences come from the lattice"),
+    (["--graph-lm", "lm.arpa"], "--graph-lm: names the graph's LM for --rescore-lm; give --rescore-lm too"),
+    (["--token-top-n", "0"], "--token-top-n=0: must be None (all columns) or an integer >= 1"),
+    (["--token-rel-threshold", "2"], "--token-rel-threshold=2.0: must be a number in [0, 1]"),
+    (["--spm", "bpe.model"], "--spm: is for --beam-search"),
     (["--lattice-beam", "8", "--confidence-calibration", "/no/cal.json"],
      "cannot read confidence calibration /no/cal.json: not found"),
 ])
@@ -146,6 +209,8 @@ def test_decode_cli_beam_search_without_a_graph(tiny_setup, tmp_path, capsys):
     assert [w[4] for w in lines] == " ".join(texts).split() and all(float(w[3]) > 0 for w in lines)
     for extra, message in ((["--graph", "g"], "decodes without a graph"), (["--stream"], "--stream: not available"),
                            (["--beam", "3"], "--beam: is for the graph search"),  # was silently ignored
+                           (["--rescore-lm", "lm.arpa"], "--rescore-lm: is for the graph search"),
+                           (["--token-top-n", "3"], "--token-top-n: is for the graph search"),
                            (["--threads", "-2"], "--threads: must be >= 1"),
                            (["--batch-size", "0"], "--batch-size: must be >= 1"),  # (unchecked here: a traceback)
                            (["--frame-ms", "-40"], "--frame-ms: must be a finite number > 0"),

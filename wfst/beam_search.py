@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .config import FLOAT32_MAX, MAX_REWARD, _int, usable_cores
+from .config import FLOAT32_MAX, MAX_REWARD, PHRASE_REWARD, _int, usable_cores
 from .errors import BoostError, MissingFileError, OptionError, VocabularyError, interruptible
 from .inputs import check_batch, check_log_probs, host_array, input_faults
 from .lm import LmStore, open_lm
@@ -92,8 +92,9 @@ class CtcBeamDecoder:
 
     def __init__(self, tokens: str | os.PathLike | TokenTable, lm: str | os.PathLike | LmStore | None = None, *,
                  beam_size: int = 8, lm_weight: float = 0.5, token_insertion: float = 1.0,
-                 beam_threshold: float = 20.0, phrase_reward: float = 3.0, spm: str | os.PathLike | None = None,
-                 word_boundary: str | None = None, blank: str | None = None, device: str = "cpu",
+                 beam_threshold: float = 20.0, phrase_reward: float = PHRASE_REWARD,
+                 spm: str | os.PathLike | None = None, word_boundary: str | None = None, blank: str | None = None,
+                 device: str = "cpu",
                  num_threads: int | None = None):
         from wfst.kernels.beam import BeamSettings
 

@@ -4,6 +4,8 @@
     wfst-decode ... --stream --chunk-ms 320     # as live streams: partial results, then finals
     wfst-decode ... --lattice-beam 8 --nbest 5  # word lattices: N-best lists and word confidences
     wfst-decode ... --ctm out.ctm               # word times (and confidences with --lattice-beam) as CTM
+    wfst-decode ... --rescore-lm big.arpa       # the graph's LM replaced by a bigger one on the fly
+    wfst-decode ... --phrases boost.txt         # words and phrases boosted (one a line, TAB reward)
     wfst-decode --beam-search --tokens tokens.txt --lm token_lm.arpa --emissions emissions.npz
                                                 # lexicon-free CTC beam search (no graph)
 
@@ -27,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import DecoderConfig
+from .config import PHRASE_REWARD, DecoderConfig
 from .decoder import Decoder
 from .errors import InputFileError, WfstError
 from .files import read_lines, why_unwritable, write_text_atomic
@@ -115,6 +117,18 @@ def decode_main(argv: list[str] | None = None) -> int:
                                   "duration in seconds (--frame-ms per frame), word, and with --lattice-beam its "
                                   "confidence")
     ap.add_argument("--quiet", action="store_true", help="print only the summary")
+    ap.add_argument("--phrases", metavar="FILE",
+                    help=f"words and phrases to boost, one a line, optionally TAB reward (natural log, > 0 makes it "
+                         f"more likely, < 0 less; default {PHRASE_REWARD:g})")
+    graph = ap.add_argument_group("the graph search")
+    graph.add_argument("--rescore-lm", metavar="ARPA",
+                       help="a bigger LM (ARPA file or LM store) whose scores replace the graph LM's on the fly")
+    graph.add_argument("--graph-lm", metavar="ARPA",
+                       help="with --rescore-lm: the LM the graph was built with (default: the one graph.json names)")
+    graph.add_argument("--token-top-n", type=int, default=defaults.token_top_n,
+                       help="FLToP: expand only each frame's N most likely tokens (default: all)")
+    graph.add_argument("--token-rel-threshold", type=float, default=defaults.token_rel_threshold,
+                       help="FLToP: and only those with a probability at least this times the frame's best")
     beam = ap.add_argument_group("lexicon-free CTC beam search (wfst.CtcBeamDecoder), instead of --graph")
     beam.add_argument("--beam-search", action="store_true", help="decode with the token-level beam search")
     beam.add_argument("--tokens", help="the model's tokens.txt")
@@ -123,28 +137,31 @@ def decode_main(argv: list[str] | None = None) -> int:
     beam.add_argument("--lm-weight", type=float, default=0.5)
     beam.add_argument("--token-insertion", type=float, default=1.0, help="bonus per token emitted")
     beam.add_argument("--beam-threshold", type=float, default=20.0)
-    beam.add_argument("--phrases", metavar="FILE", help="phrases to boost, one a line, optionally TAB reward")
     beam.add_argument("--spm", help="sentencepiece model that spells phrases into BPE tokens")
     args = ap.parse_args(argv)
     if args.beam_search:
         return _beam_search_main(ap, args)
     if args.graph is None:
         ap.error("the following arguments are required: --graph (or --beam-search with --tokens)")
-    for option in ("tokens", "lm", "phrases", "spm"):
+    for option in ("tokens", "lm", "spm"):
         if getattr(args, option) is not None:
             ap.error(f"argument --{option}: is for --beam-search")
+    if args.graph_lm is not None and args.rescore_lm is None:
+        ap.error("argument --graph-lm: names the graph's LM for --rescore-lm; give --rescore-lm too")
     if args.confidence_calibration is not None and args.lattice_beam is None:
         ap.error("argument --confidence-calibration: confidences come from the lattice; give --lattice-beam too")
     try:
         config = DecoderConfig(beam=args.beam, max_active=args.max_active, min_active=args.min_active,
                                acoustic_scale=args.acoustic_scale, blank_penalty=args.blank_penalty,
                                num_threads=args.threads, lattice_beam=args.lattice_beam,
-                               confidence_calibration=args.confidence_calibration)
+                               confidence_calibration=args.confidence_calibration, token_top_n=args.token_top_n,
+                               token_rel_threshold=args.token_rel_threshold)
     except WfstError as e:  # say it with the option's name
         message = str(e)
         for field, option in (("num_threads", "threads"), ("max_active", "max-active"), ("min_active", "min-active"),
                               ("acoustic_scale", "acoustic-scale"), ("blank_penalty", "blank-penalty"),
-                              ("lattice_beam", "lattice-beam"),
+                              ("lattice_beam", "lattice-beam"), ("token_top_n", "token-top-n"),
+                              ("token_rel_threshold", "token-rel-threshold"),
                               ("confidence_calibration", "confidence-calibration")):
             message = message.replace(field, option)
         ap.error(message.replace("DecoderConfig.", "--"))
@@ -158,9 +175,25 @@ def decode_main(argv: list[str] | None = None) -> int:
         ap.error(f"argument --chunk-ms: must be a finite number of ms, at least one frame ({args.frame_ms:g} ms), "
                  f"got {args.chunk_ms}")
     try:
-        return _decode(args, config)
+        return _decode(args, config, phrases=_boosts(args.phrases, PHRASE_REWARD))
     except WfstError as e:
         return fail("wfst-decode", e)
+
+
+def _boosts(path, reward: float) -> dict[str, float] | None:
+    """A --phrases file: word or phrase -> reward (`reward` where a line gives none)."""
+    if path is None:
+        return None
+    boosts = {}
+    for no, line in enumerate(read_lines(Path(path), "phrases"), 1):
+        phrase, _, given = line.partition("\t")
+        if not phrase.strip():
+            continue
+        try:
+            boosts[" ".join(phrase.split())] = float(given) if given.strip() else reward
+        except ValueError:
+            raise InputFileError(path, no, f"reward {given!r} is not a number") from None
+    return boosts
 
 
 def _beam_search_main(ap, args) -> int:
@@ -172,7 +205,8 @@ def _beam_search_main(ap, args) -> int:
     for option, given in (("--stream", args.stream), ("--lattice-beam", args.lattice_beam is not None)):
         if given:
             ap.error(f"argument {option}: not available with --beam-search yet")
-    for option in ("beam", "max_active", "min_active", "acoustic_scale", "blank_penalty", "confidence_calibration"):
+    for option in ("beam", "max_active", "min_active", "acoustic_scale", "blank_penalty", "confidence_calibration",
+                   "rescore_lm", "graph_lm", "token_top_n", "token_rel_threshold"):
         if getattr(args, option) != ap.get_default(option):  # silently ignored otherwise
             ap.error(f"argument --{option.replace('_', '-')}: is for the graph search, not --beam-search")
     if args.threads is not None and args.threads < 1:
@@ -184,18 +218,7 @@ def _beam_search_main(ap, args) -> int:
         decoder = CtcBeamDecoder(args.tokens, args.lm, beam_size=args.beam_size, lm_weight=args.lm_weight,
                                  token_insertion=args.token_insertion, beam_threshold=args.beam_threshold,
                                  spm=args.spm, num_threads=args.threads, device=args.device)
-        phrases = None
-        if args.phrases:
-            phrases = {}
-            for no, line in enumerate(read_lines(Path(args.phrases), "phrases"), 1):
-                phrase, _, reward = line.partition("\t")
-                if not phrase.strip():
-                    continue
-                try:
-                    phrases[phrase.strip()] = float(reward) if reward.strip() else decoder.phrase_reward
-                except ValueError:
-                    raise InputFileError(args.phrases, no, f"reward {reward!r} is not a number") from None
-        return _decode(args, None, decoder, phrases)
+        return _decode(args, None, decoder, _boosts(args.phrases, decoder.phrase_reward))
     except WfstError as e:
         return fail("wfst-decode", e)
 
@@ -225,7 +248,8 @@ def _decode(args, config: DecoderConfig | None, beam_decoder=None, phrases=None)
                                                   f"{len(em.lengths)} utterances")
     elif em.texts is not None:
         refs = list(em.texts)
-    decoder = beam_decoder or Decoder(args.graph, config, device=args.device)
+    decoder = beam_decoder or Decoder(args.graph, config, device=args.device, rescore_lm=args.rescore_lm,
+                                      graph_lm=args.graph_lm)
     if args.ctm and beam_decoder is None:
         from .align import word_aligner
 
@@ -236,7 +260,7 @@ def _decode(args, config: DecoderConfig | None, beam_decoder=None, phrases=None)
         for lo in range(0, B, args.batch_size):
             hi = min(lo + args.batch_size, B)
             if args.stream:
-                found, took, stream_tokens = _streams(decoder, em, lo, hi, args)
+                found, took, stream_tokens = _streams(decoder, em, lo, hi, args, phrases)
                 results += found
                 seconds += took
                 continue
@@ -246,7 +270,7 @@ def _decode(args, config: DecoderConfig | None, beam_decoder=None, phrases=None)
             if beam_decoder is not None:
                 results += decoder.decode(batch, em.lengths[lo:hi], phrases=phrases)
             else:
-                results += decoder.decode(batch, em.lengths[lo:hi], nbest=args.nbest)
+                results += decoder.decode(batch, em.lengths[lo:hi], boost=phrases, nbest=args.nbest)
             seconds += time.perf_counter() - start
             bar.update(hi - lo)
     if args.stream and not args.quiet:
@@ -268,6 +292,12 @@ def _decode(args, config: DecoderConfig | None, beam_decoder=None, phrases=None)
     label = " (SYNTHETIC emissions)" if em.synthetic else ""
     search = (f"beam search: beam_size={args.beam_size}, lm_weight={args.lm_weight}" if beam_decoder is not None
               else f"beam={args.beam}, max_active={args.max_active}")
+    if args.rescore_lm is not None:
+        search += f", rescored on the fly with {args.rescore_lm}"
+    if args.token_top_n is not None or args.token_rel_threshold:
+        search += f", FLToP top_n={args.token_top_n}, rel_threshold={args.token_rel_threshold:g}"
+    if phrases:
+        search += f", {len(phrases)} boosted words or phrases"
     print(f"\n{B} utterances, {frames} frames ({frames * args.frame_ms / 1000:.1f} s of audio at "
           f"{args.frame_ms:g} ms/frame){label}; device={args.device}, {search}")
     if refs is not None:
@@ -307,13 +337,13 @@ def ctm_lines(key: str, result, frame_seconds: float, with_confidence: bool = Fa
     return "".join(lines)
 
 
-def _streams(decoder: Decoder, em, lo: int, hi: int, args):
-    """Utterances lo..hi as concurrent streams fed chunk by chunk: (results, seconds in
-    advance and finish, tokens that survived pruning per frame).  Prints each stream's
-    partial result when it changes."""
+def _streams(decoder: Decoder, em, lo: int, hi: int, args, boost=None):
+    """Utterances lo..hi as concurrent streams fed chunk by chunk (each boosted by
+    `boost`): (results, seconds in advance and finish, tokens that survived pruning per
+    frame).  Prints each stream's partial result when it changes."""
     step = _chunk_frames(args)
     lengths = [int(n) for n in em.lengths[lo:hi]]
-    streams = [decoder.stream() for _ in lengths]
+    streams = [decoder.stream(boost) for _ in lengths]
     shown: dict[int, str] = {}
     seconds, survivors = 0.0, 0.0
     for pos in range(0, max(lengths, default=0), step):

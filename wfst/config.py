@@ -109,3 +109,4 @@ MAX_REWARD = 1e4  # nats: beyond it float32 costs near -reward are too coarse fo
 
 def _int(x) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+PHRASE_REWARD = 3.0  # nats: a boosted word or phrase's reward where none is given (--phrases lines, the beam search)

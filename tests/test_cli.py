@@ -137,6 +137,27 @@ def test_decode_cli_bad_boosts_and_rescoring_lms_are_one_line(tiny_setup, tmp_pa
     assert "cannot read language model (ARPA or LM store file)" in capsys.readouterr().err
 
 
+def test_decode_cli_rtfx_leaves_out_numba_compiling():
+    """A first run with new options compiles parts of the search: its RTFx counts the
+    decoding only (wfst-decode says the compiling apart), nested compiles once."""
+    import time
+
+    from numba.core import event
+
+    from wfst.cli import _Clock
+
+    clock = _Clock()
+    with clock():
+        with event.trigger_event("numba:compile", data={}):
+            time.sleep(0.1)
+            with event.trigger_event("numba:compile", data={}):  # (a function compiled for another)
+                time.sleep(0.2)
+        time.sleep(0.1)
+    with clock():
+        time.sleep(0.05)
+    assert 0.3 <= clock.compiling < 0.45 and 0.15 <= clock.seconds < 0.3
+
+
 def test_decode_cli_nbest_and_confidences(tiny_setup, capsys):
     graph, em, texts = tiny_setup
     assert decode_main(["--graph", str(graph), "--emissions", str(em), "--lattice-beam", "6", "--nbest", "3"]) == 0

@@ -20,6 +20,7 @@ means a bug.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import math
 import sys
@@ -254,25 +255,25 @@ def _decode(args, config: DecoderConfig | None, beam_decoder=None, phrases=None)
         from .align import word_aligner
 
         word_aligner(decoder.graph)  # a graph without what word times need: said now, not after decoding
-    results, seconds, stream_tokens = [], 0.0, 0.0
+    clock = _Clock()
+    results, stream_tokens = [], 0.0
     B = len(em.lengths)
     with _progress(B, B > args.batch_size and not args.stream) as bar:
         for lo in range(0, B, args.batch_size):
             hi = min(lo + args.batch_size, B)
             if args.stream:
-                found, took, stream_tokens = _streams(decoder, em, lo, hi, args, phrases)
+                found, stream_tokens = _streams(decoder, em, lo, hi, args, clock, phrases)
                 results += found
-                seconds += took
                 continue
             T = int(em.lengths[lo:hi].max(initial=0))
             batch = np.ascontiguousarray(em.log_probs[lo:hi, :T])
-            start = time.perf_counter()
-            if beam_decoder is not None:
-                results += decoder.decode(batch, em.lengths[lo:hi], phrases=phrases)
-            else:
-                results += decoder.decode(batch, em.lengths[lo:hi], boost=phrases, nbest=args.nbest)
-            seconds += time.perf_counter() - start
+            with clock():
+                if beam_decoder is not None:
+                    results += decoder.decode(batch, em.lengths[lo:hi], phrases=phrases)
+                else:
+                    results += decoder.decode(batch, em.lengths[lo:hi], boost=phrases, nbest=args.nbest)
             bar.update(hi - lo)
+    seconds = clock.seconds
     if args.stream and not args.quiet:
         print("\nfinal:")
     if not args.quiet:
@@ -309,7 +310,46 @@ def _decode(args, config: DecoderConfig | None, beam_decoder=None, phrases=None)
     tokens = "" if beam_decoder is not None else f", {per_frame:.0f} tokens/frame (last batch)"
     print(f"decode {seconds:.3f} s, RTFx {rtfx(frames, seconds, args.frame_ms / 1000):.1f}, "
           f"{frames / seconds if seconds else 0:.0f} frames/s{tokens}")
+    if clock.compiling > 0.5:
+        print(f"(and {clock.compiling:.1f} s compiling the search for these options, not counted above: once, then "
+              f"cached)")
     return 0
+
+
+class _Clock:
+    """Wall seconds of the blocks it times (`with clock():`) without what Numba spent
+    compiling in them (`compiling`): a first run with new options compiles parts of the
+    search, seconds that are not decoding (Numba caches the code for later runs)."""
+
+    def __init__(self):
+        self.seconds = self.compiling = 0.0
+
+    @contextlib.contextmanager
+    def __call__(self):
+        events = [sys.modules[name] for name in ("numba.core.event", "numba.cuda.core.event") if name in sys.modules]
+        with contextlib.ExitStack() as stack:
+            records = [stack.enter_context(e.install_recorder("numba:compile")) for e in events]
+            start = time.perf_counter()
+            yield
+            took = time.perf_counter() - start
+        spans = []  # the outermost compile events (they nest)
+        for record in records:
+            depth, since = 0, 0.0
+            for t, e in record.buffer:
+                if e.is_start:
+                    since = t if depth == 0 else since
+                    depth += 1
+                else:
+                    depth -= 1
+                    if depth == 0:
+                        spans.append((since, t))
+        spent, end = 0.0, -math.inf  # the time under at least one of them
+        for a, b in sorted(spans):
+            spent += max(b - max(a, end), 0.0)
+            end = max(end, b)
+        spent = min(spent, took)
+        self.seconds += took - spent
+        self.compiling += spent
 
 
 def _chunk_frames(args) -> int:
@@ -337,21 +377,20 @@ def ctm_lines(key: str, result, frame_seconds: float, with_confidence: bool = Fa
     return "".join(lines)
 
 
-def _streams(decoder: Decoder, em, lo: int, hi: int, args, boost=None):
+def _streams(decoder: Decoder, em, lo: int, hi: int, args, clock: _Clock, boost=None):
     """Utterances lo..hi as concurrent streams fed chunk by chunk (each boosted by
-    `boost`): (results, seconds in advance and finish, tokens that survived pruning per
-    frame).  Prints each stream's partial result when it changes."""
+    `boost`), advance and finish timed by `clock`: (results, tokens that survived pruning
+    per frame).  Prints each stream's partial result when it changes."""
     step = _chunk_frames(args)
     lengths = [int(n) for n in em.lengths[lo:hi]]
     streams = [decoder.stream(boost) for _ in lengths]
     shown: dict[int, str] = {}
-    seconds, survivors = 0.0, 0.0
+    survivors = 0.0
     for pos in range(0, max(lengths, default=0), step):
         live = [i for i, n in enumerate(lengths) if n > pos]
         chunks = [em.log_probs[lo + i, pos:min(pos + step, lengths[i])] for i in live]
-        start = time.perf_counter()
-        decoder.advance([streams[i] for i in live], chunks)
-        seconds += time.perf_counter() - start
+        with clock():
+            decoder.advance([streams[i] for i in live], chunks)
         survivors += decoder.stats.tokens_per_frame * decoder.stats.frames
         if args.quiet:
             continue
@@ -362,9 +401,9 @@ def _streams(decoder: Decoder, em, lo: int, hi: int, args, boost=None):
             if shown.get(i) != text:
                 shown[i] = text
                 print(f"{lo + i}\t{s.frames * args.frame_ms / 1000:6.2f} s\t{text}")
-    start = time.perf_counter()
-    results = decoder.finish(streams, nbest=args.nbest)
-    return results, seconds + time.perf_counter() - start, survivors / max(sum(lengths), 1)
+    with clock():
+        results = decoder.finish(streams, nbest=args.nbest)
+    return results, survivors / max(sum(lengths), 1)
 
 
 if __name__ == "__main__":

@@ -94,8 +94,7 @@ class CtcBeamDecoder:
                  beam_size: int = 8, lm_weight: float = 0.5, token_insertion: float = 1.0,
                  beam_threshold: float = 20.0, phrase_reward: float = PHRASE_REWARD,
                  spm: str | os.PathLike | None = None, word_boundary: str | None = None, blank: str | None = None,
-                 device: str = "cpu",
-                 num_threads: int | None = None):
+                 device: str = "cpu", num_threads: int | None = None):
         from wfst.kernels.beam import BeamSettings
 
         self.tokens = tokens if isinstance(tokens, TokenTable) else TokenTable.read(tokens, blank=blank)

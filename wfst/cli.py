@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import math
 import sys
@@ -158,13 +159,9 @@ def decode_main(argv: list[str] | None = None) -> int:
                                confidence_calibration=args.confidence_calibration, token_top_n=args.token_top_n,
                                token_rel_threshold=args.token_rel_threshold)
     except WfstError as e:  # say it with the option's name
-        message = str(e)
-        for field, option in (("num_threads", "threads"), ("max_active", "max-active"), ("min_active", "min-active"),
-                              ("acoustic_scale", "acoustic-scale"), ("blank_penalty", "blank-penalty"),
-                              ("lattice_beam", "lattice-beam"), ("token_top_n", "token-top-n"),
-                              ("token_rel_threshold", "token-rel-threshold"),
-                              ("confidence_calibration", "confidence-calibration")):
-            message = message.replace(field, option)
+        message = str(e).replace("num_threads", "threads")
+        for field in dataclasses.fields(DecoderConfig):
+            message = message.replace(field.name, field.name.replace("_", "-"))
         ap.error(message.replace("DecoderConfig.", "--"))
     _check_shared(ap, args)
     if args.nbest is not None and args.lattice_beam is None:
@@ -332,21 +329,14 @@ class _Clock:
             start = time.perf_counter()
             yield
             took = time.perf_counter() - start
-        spans = []  # the outermost compile events (they nest)
-        for record in records:
-            depth, since = 0, 0.0
-            for t, e in record.buffer:
-                if e.is_start:
-                    since = t if depth == 0 else since
-                    depth += 1
-                else:
-                    depth -= 1
-                    if depth == 0:
-                        spans.append((since, t))
-        spent, end = 0.0, -math.inf  # the time under at least one of them
-        for a, b in sorted(spans):
-            spent += max(b - max(a, end), 0.0)
-            end = max(end, b)
+        spent, depth, since = 0.0, 0, 0.0  # the time under at least one compile event (they nest)
+        for t, e in sorted((m for r in records for m in r.buffer), key=lambda m: m[0]):
+            if e.is_start:
+                since = t if depth == 0 else since
+                depth += 1
+            else:
+                depth -= 1
+                spent += t - since if depth == 0 else 0.0
         spent = min(spent, took)
         self.seconds += took - spent
         self.compiling += spent

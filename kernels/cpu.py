@@ -979,7 +979,7 @@ def search(graph, boosts, context, memo, log_probs, num_frames, settings, ws, la
     else:
         status, path_arcs, path_gids, reached_final, final_gids, final_costs = finish_lattice(
             graph, context, ws, n, trace, num_frames, stored, lat)
-    path_steps = (np.searchsorted(trace.steps, path_gids, side="right") - 1).astype(np.int32)
+    path_steps = steps_of(path_gids, trace.steps, 0, 0)  # (every arc of the path is stored)
     return (status, path_arcs, path_steps, reached_final, trace.survivors, fallbacks, trace.steps, final_gids,
             final_costs)
 
@@ -1452,16 +1452,36 @@ def path_sums(ilabel, olabel, weight, nextstate, blank, arcs, steps, logp):
 
 
 @njit(nogil=True, cache=True)
+def steps_of(gids, steps, base, current):
+    """The step each backpointer of gids was stored at: base + the last t with steps[t] <=
+    gids[j] (np.searchsorted's side="right", minus 1), `current` where gids[j] is -1 (a
+    token of the frame, not stored yet).  A path's backpointers ascend, so one walk along
+    steps finds them all (a binary search each took ~1/3 of a stream's finish)."""
+    at = np.empty(len(gids), np.int32)
+    t = 0
+    for j in range(len(gids)):
+        g = gids[j]
+        if g < 0:
+            at[j] = current
+            continue
+        if g < steps[t]:  # (not in a path's order: searched)
+            t = max(np.searchsorted(steps, g, side="right") - 1, 0)
+        while t + 1 < len(steps) and steps[t + 1] <= g:
+            t += 1
+        at[j] = base + t - (g < steps[0])
+    return at
+
+
+@njit(nogil=True, cache=True)
 def path_reads(ilabel, arcs, gids, steps, base, current, logp):
     """Of a stream's path after its commit point (arcs, their backpointers gids; steps: the
     trace's steps from base on): the step each arc's token was stored at (`current` where
     gids is -1: a token of the frame not stored yet), and the log-prob each emitting arc
     read (logp[r]: frame base + r; an arc stored at step t read frame t - 1, column
     ilabel - 1): results.TracedPath's steps and logp, on both backends, and a commit's."""
-    at = np.empty(len(arcs), np.int32)
+    at = steps_of(gids, steps, base, current)
     emitting = 0
     for j in range(len(arcs)):
-        at[j] = current if gids[j] < 0 else base + np.searchsorted(steps, gids[j], side="right") - 1
         emitting += ilabel[arcs[j]] != 0
     read = np.empty(emitting, np.float32)
     e = 0

@@ -334,6 +334,22 @@ def test_streams_are_taken_dearest_first():
     assert order.tolist() == [0, 2, 1, 3, 4]  # work 1312, 1000, 1312, 800, 0
 
 
+def test_a_paths_steps_are_found_as_a_binary_search_finds_them():
+    """cpu.steps_of walks the steps once for a path's ascending backpointers; in any order,
+    repeated steps (frames that stored nothing) and -1 (not stored yet) included, it gives
+    np.searchsorted's answer."""
+    from wfst.kernels import cpu
+
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        steps = np.cumsum(rng.integers(0, 4, rng.integers(1, 40))).astype(np.int64)
+        gids = np.sort(rng.integers(-1, steps[-1] + 3, rng.integers(0, 30))).astype(np.int32)
+        if rng.random() < 0.3:
+            rng.shuffle(gids)
+        expected = np.where(gids < 0, 99, 5 + np.searchsorted(steps, gids, side="right") - 1)
+        assert cpu.steps_of(gids, steps, 5, 99).tolist() == expected.tolist()
+
+
 def test_a_forked_process_leaves_numba_pool_alone():
     """GNU OpenMP's threads do not survive a fork: a child would hang in a parallel region."""
     cpu_backend.numba_pool_threads()

@@ -1,6 +1,7 @@
 """Checks of decode inputs, shared by the backends, and NumPy views of any array library's data."""
 from __future__ import annotations
 
+import itertools
 import warnings
 
 import numpy as np
@@ -106,12 +107,12 @@ def chunk_faults(chunks) -> tuple[tuple[int, int, str] | None, tuple[int, int, f
     value above 0 (no log-probability: warn_not_log_probs); each None when there is none.
     Host chunks are read once each by a compiled loop (a stream's chunk of 8 frames
     searches in tens of µs); GPU chunks are reduced on the device, all of them at once."""
-    host = all(type(x) is np.ndarray for x in chunks)
+    host = set(map(type, chunks)) <= {np.ndarray}  # (map: no Python frame a chunk)
     if host:  # the usual case, chunk by chunk (NaN fails)
         global _in_range
         if _in_range is None:  # (imported here: importing wfst compiles nothing)
             from wfst.kernels.cpu import log_probs_in_range as _in_range
-        if all(_in_range(x, LOG_PROB_SLACK) for x in chunks):
+        if all(map(_in_range, chunks, itertools.repeat(LOG_PROB_SLACK, len(chunks)))):
             return None, None
     live = [i for i, x in enumerate(chunks) if len(x)]
     if not live:

@@ -123,6 +123,7 @@ class Stream:
         self.boost_unknown = boost_unknown
         self._state = state  # the backend's search state
         self._boost_map, self._phrases = boost_map, phrases
+        self._phrased = phrases.num_states > 1  # (read at every advance: its search has a context)
         self.endpoint_config = endpoint
         self.finished = False
         self._final_rule: int | None = None  # endpoint_rule when the stream was finished

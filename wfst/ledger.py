@@ -56,11 +56,6 @@ class Ledger:
         """The log-probs of the frames kept: row r is frame base + r."""
         raise NotImplementedError
 
-    def steps_of(self, steps: np.ndarray, gids) -> np.ndarray:
-        """The step each backpointer was stored at."""
-        k = self.frames - self.base
-        return (self.base + np.searchsorted(steps[:k], gids, side="right") - 1).astype(np.int32)
-
     def part(self, graph, steps: np.ndarray, arcs, gids) -> PathPart:
         """The PathPart of path arcs after the commit point (gids: their backpointers, -1:
         stored at no step yet, the current one), their steps and the log-probs they read
@@ -129,7 +124,7 @@ class Ledger:
             meet, arcs, gids = cpu.commit_path(tl, n, trace.prev, trace.arc, stored, *scratch.at_least(stored), -1)
         if meet <= 0:
             return None
-        k = int(self.steps_of(trace.steps, np.array([meet]))[0]) - self.base  # the meeting point's step
+        k = int(np.searchsorted(trace.steps[:self.frames - self.base], meet, side="right")) - 1  # its step
         cut = int(trace.steps[k])
         if cut < stored // 2:
             return None

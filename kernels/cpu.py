@@ -1638,6 +1638,37 @@ def advance_streams_parallel(graph, settings, spaces, lm_memos, table, which, ch
     return stops[:, 0].max() >= 0, 1.0 - stops[:, 2].sum() / max(threads * (_cycles() - start), 1)
 
 
+@njit(parallel=True, nogil=True, cache=True)
+def slots_partial_words(slots, which, numbers, final, olabel, since, depths, meets, ids, frames, found, taken):
+    """slot_partial_words of stream slots which[k] (after backpointer since[k]) on
+    len(depths) threads of Numba's pool at once, thread t with meeting_point's scratch
+    depths[t] and meets[t] (rows of -1 at least as long as every stream's backpointers; left
+    so), each thread taking the next stream by an atomic increment of taken[0]: a partial
+    costs ~10-20 µs, most of it walks through memory the stream last touched a call ago.
+    Stream k's word ids and frames go in ids[k, :c] and frames[k, :c] with found[k] = (c,
+    stable, meeting point, status), or c = -1 where they do not fit in a row (the caller
+    asks for that stream alone)."""
+    width = ids.shape[1]
+    for u in prange(len(depths)):
+        t = np.int64(u)  # prange counts in uint64
+        while True:
+            k = _fetch_add(taken, 0, 1)
+            if k >= len(which):
+                break
+            word_ids, word_frames, stable, meet, status = slot_partial_words(
+                slots, which[k], numbers, final, olabel, since[k], depths[t], meets[t])
+            c = len(word_ids)
+            if c <= width:
+                ids[k, :c] = word_ids
+                frames[k, :c] = word_frames
+            else:
+                c = -1
+            found[k, 0] = c
+            found[k, 1] = stable
+            found[k, 2] = meet
+            found[k, 3] = status
+
+
 @njit(nogil=True, cache=True)
 def epsilon_cycle_state(ne_indptr, nextstate, num_states):
     """A state on a cycle of non-emitting arcs, or -1 if they form none (a depth-first

@@ -468,19 +468,31 @@ def test_a_long_stream_keeps_bounded_state(demo, demo_graphs):
     assert dec.stream()._state.slot == slot
 
 
-def test_partial_results_read_the_best_path_and_leave_their_scratch_clean(demo, demo_graphs, monkeypatch):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_partial_results_read_the_best_path_and_leave_their_scratch_clean(demo, demo_graphs, monkeypatch, threads):
     """partial() reads the best path's words, their frames and how many are stable in one
     compiled call, with a meeting-point scratch kept from call to call: the same as the
     path's PathPart (the commits' code) and common_ancestor on fresh arrays, with commits
     every few chunks (from the partials' meeting points, in the same scratch), and the
     scratch left as it was found (all -1).  Each partial walks
     the paths back to the last one's meeting point only.  Decoder.partials() of several
-    streams is the same."""
+    streams is the same; on two threads their walks go on Numba's pool together (rows of 2
+    words here: a stream with more is asked alone), their scratch left clean too."""
     from wfst.kernels import cpu
 
     from wfst import ledger
 
     monkeypatch.setattr(ledger, "COMMIT_AT", 1024)
+    batched_found, batched = [], cpu.slots_partial_words
+    if threads > 1:
+        _threads_of(True, monkeypatch)
+        monkeypatch.setattr(cpu_backend, "_PARTIAL_WORDS", 2)
+
+        def slots_partial_words(*args):
+            batched(*args)
+            batched_found.append(args[-2][:, 0].copy())  # each stream's words found (-1: too many for a row)
+
+        monkeypatch.setattr(cpu, "slots_partial_words", slots_partial_words)
     statuses, words = [], cpu.slot_partial_words
 
     def slot_partial_words(*args):
@@ -499,7 +511,7 @@ def test_partial_results_read_the_best_path_and_leave_their_scratch_clean(demo, 
     path, kw = demo_graphs["char_compact"]
     g = wfst.load_graph(path)
     _, x, lengths = demo_emissions(demo, g, kw, 6)
-    dec = Decoder(g, beam=14.0, max_active=2000, num_threads=1)
+    dec = Decoder(g, beam=14.0, max_active=2000, num_threads=threads)
     streams = [dec.stream() for _ in range(len(lengths))]
     rng, pos, commits = np.random.default_rng(3), [0] * len(lengths), 0
     resumed = partials = 0
@@ -527,6 +539,10 @@ def test_partial_results_read_the_best_path_and_leave_their_scratch_clean(demo, 
     assert commits and max(starts) >= 0  # (some commits started from a partial's meeting point)
     assert len(scratch.depth) and (scratch.depth == -1).all() and (scratch.meet == -1).all()
     assert resumed > 0.9 * partials and set(statuses) == {C.PARTIAL_OK}  # (a stale start: asked again)
+    if threads > 1:
+        found = np.concatenate(batched_found)
+        assert (found >= 0).any() and (found < 0).any()  # (in rows, and asked alone)
+        assert all((a == -1).all() for a in dec._backend._partial_scratch)
 
 
 @pytest.mark.parametrize("rescored", [False, True])

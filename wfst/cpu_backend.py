@@ -39,7 +39,8 @@ _PHRASE_LM_MEMO_SLOTS = 1 << 18  # phrases with rescoring
 SPARE_BYTES = 64 << 20  # finished streams' arrays kept for the next streams (StreamSlots.keep_spare)
 
 
-_CAPACITY = operator.attrgetter("capacity")
+_CAPACITY, _SLOT, _STABLE_AT = (operator.attrgetter(a) for a in ("capacity", "slot", "stable_at"))
+_PARTIAL_WORDS = 64  # words after the last meeting point that a batched partial holds (more: asked alone)
 
 
 class CpuBackend:
@@ -77,6 +78,7 @@ class CpuBackend:
         # a plain one (the same workspaces), and the arrays the threads' returns go in
         self._thread_spaces = {}
         self._pool_guard = PoolGuard()
+        self._partial_scratch = None  # per pool thread, meeting_point's scratch rows for _partials_together
         self._rescoring = False  # whether the streams' contexts have the rescoring LM (set when the first opens)
         self._plain_start = None  # the start's closure, which every stream without boosts or a context begins with
 
@@ -423,8 +425,6 @@ class CpuBackend:
         """The group's streams on `threads` threads of Numba's pool (cpu.advance_streams_parallel),
         thread t with memos[t] (typed_memos: the same in a typed list); a stream whose frame
         overflowed goes on alone on this thread, in a larger workspace."""
-        import numba
-
         slots = self._slots
         key = (group.capacity, threads)
         arrays = self._thread_spaces.get(key)
@@ -433,10 +433,7 @@ class CpuBackend:
             arrays = self._thread_spaces[key] = (self._typed_list(spaces), spaces, np.zeros((threads, 3), np.int64),
                                                  np.zeros(threads, np.float32))
         typed_spaces, spaces, stops, beams = arrays  # (the same workspaces: Python reads the plain list)
-        before = numba.get_num_threads()  # the calling thread's (set here: set in the region, it kept the
-        if before != threads:  # region's code out of Numba's cache)
-            numba.set_num_threads(threads)
-        try:
+        with numba_threads(threads):
             while group.counts[0] < len(group.order):
                 overflowed, idle = self._advance_parallel(
                     self.layout, group.settings, typed_spaces, typed_memos, slots.table(), group.which, group.x,
@@ -450,9 +447,6 @@ class CpuBackend:
                     survivors.append(self._after_overflow(group, int(stops[t, 0]), spaces[t], held.space, memos[t],
                                                           int(stops[t, 1]), float(beams[t])))
                 held.close()  # (not after an exception: an interrupted search leaves its tables full)
-        finally:
-            if before != threads:
-                numba.set_num_threads(before)
 
     def _advance_group(self, group: _Group, space, memo, survivors: list) -> None:
         """This thread's share of the group's streams (one token capacity): one
@@ -550,11 +544,52 @@ class CpuBackend:
 
     def stream_partials(self, states: list) -> list:
         """Per stream: (word ids of the best path so far, their frames, how many of them are
-        stable)."""
+        stable).  Several streams' walks go on the threads of Numba's pool together
+        (_partials_together); what a stream's Ledger asks beyond them, one by one."""
         g, slots, words = self.graph, self._slots, self._cpu.slot_partial_words
-        # (each slot is read in the compiled call: boxing its arrays here costs µs)
-        return [state.partial(state.n, state.stored, self._meeting(), lambda *since_and_scratch, state=state: words(
-            slots.list, state.slot, slots.numbers, g.final, g.olabel, *since_and_scratch)) for state in states]
+
+        def alone(state):  # (each slot is read in the compiled call: boxing its arrays here costs µs)
+            return lambda *since_and_scratch: words(slots.list, state.slot, slots.numbers, g.final, g.olabel,
+                                                    *since_and_scratch)
+
+        together = self._partials_together(states)
+        if together is None:
+            return [state.partial(state.n, state.stored, self._meeting(), alone(state)) for state in states]
+        since, ids, frames, found = together
+
+        def ready(k, state):
+            c, stable, meet, status = found[k]
+            if c < 0:  # (more words than a row holds)
+                return alone(state)
+            return lambda since_k, *scratch: ((ids[k, :c], frames[k, :c], stable, meet, status) if since_k == since[k]
+                                              else alone(state)(since_k, *scratch))
+
+        scratch = self._meeting()
+        return [state.partial(state.n, state.stored, scratch, ready(k, state)) for k, state in enumerate(states)]
+
+    def _partials_together(self, states: list):
+        """cpu.slots_partial_words of the streams on the threads of Numba's pool, each after the
+        backpointer where its stable words kept end: (those backpointers, word ids, frames,
+        found's rows as lists), or None where the pool would not help (one thread or stream)."""
+        threads = min(self.num_threads, len(states))
+        if threads < 2 or numba_pool_threads() < threads or self._pool_guard.resting:
+            return None
+        slots, g = self._slots, self.graph
+        which = np.fromiter(map(_SLOT, states), np.int64, len(states))
+        since = np.fromiter(map(_STABLE_AT, states), np.int64, len(states))
+        need = int(slots.numbers[which, C.S_STORED].max())
+        if self._partial_scratch is None or self._partial_scratch[0].shape[0] < threads \
+                or self._partial_scratch[0].shape[1] < need:  # rows of -1 (see MeetingScratch)
+            size = max(need, 2 * (0 if self._partial_scratch is None else self._partial_scratch[0].shape[1]))
+            self._partial_scratch = tuple(np.full((threads, size), -1, np.int32) for _ in range(2))
+        K = len(states)
+        ids, frames = np.empty((K, _PARTIAL_WORDS), np.int32), np.empty((K, _PARTIAL_WORDS), np.int32)
+        found = np.empty((K, 4), np.int64)
+        with numba_threads(threads):
+            self._cpu.slots_partial_words(slots.list, which, slots.numbers, g.final, g.olabel, since,
+                                          *(a[:threads] for a in self._partial_scratch), ids, frames, found,
+                                          np.zeros(1, np.int64))
+        return since.tolist(), ids, frames, found.tolist()
 
     def finish_stream(self, state: CpuStream):
         """The stream's last step: (status, TracedPath of the rest of the path, the
@@ -624,6 +659,22 @@ def numba_pool_threads() -> int:
         except Exception:  # no layer loads: the Python threads do it
             _NUMBA_POOL = 0
     return _NUMBA_POOL
+
+
+@contextlib.contextmanager
+def numba_threads(threads: int):
+    """The calling thread's Numba pool threads set to `threads` meanwhile (set before the
+    call: set in a parallel region, it kept the region's code out of Numba's cache)."""
+    import numba
+
+    before = numba.get_num_threads()
+    if before != threads:
+        numba.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        if before != threads:
+            numba.set_num_threads(before)
 
 
 def _forked() -> None:

@@ -555,7 +555,7 @@ class CpuBackend:
         together = self._partials_together(states)
         if together is None:
             return [state.partial(state.n, state.stored, self._meeting(), alone(state)) for state in states]
-        since, ids, frames, found = together
+        since, ids, frames, found, counts = together
 
         def ready(k, state):
             c, stable, meet, status = found[k]
@@ -565,19 +565,22 @@ class CpuBackend:
                                               else alone(state)(since_k, *scratch))
 
         scratch = self._meeting()
-        return [state.partial(state.n, state.stored, scratch, ready(k, state)) for k, state in enumerate(states)]
+        return [state.partial(n, stored, scratch, ready(k, state)) for k, (state, (n, stored)) in
+                enumerate(zip(states, counts))]
 
     def _partials_together(self, states: list):
         """cpu.slots_partial_words of the streams on the threads of Numba's pool, each after the
         backpointer where its stable words kept end: (those backpointers, word ids, frames,
-        found's rows as lists), or None where the pool would not help (one thread or stream)."""
+        found's rows, each stream's (n, stored); as lists), or None where the pool would not
+        help (one thread or stream)."""
         threads = min(self.num_threads, len(states))
         if threads < 2 or numba_pool_threads() < threads or self._pool_guard.resting:
             return None
         slots, g = self._slots, self.graph
         which = np.fromiter(map(_SLOT, states), np.int64, len(states))
         since = np.fromiter(map(_STABLE_AT, states), np.int64, len(states))
-        need = int(slots.numbers[which, C.S_STORED].max())
+        counts = slots.numbers[which][:, (C.S_N, C.S_STORED)]
+        need = int(counts[:, 1].max())
         if self._partial_scratch is None or self._partial_scratch[0].shape[0] < threads \
                 or self._partial_scratch[0].shape[1] < need:  # rows of -1 (see MeetingScratch)
             size = max(need, 2 * (0 if self._partial_scratch is None else self._partial_scratch[0].shape[1]))
@@ -589,7 +592,7 @@ class CpuBackend:
             self._cpu.slots_partial_words(slots.list, which, slots.numbers, g.final, g.olabel, since,
                                           *(a[:threads] for a in self._partial_scratch), ids, frames, found,
                                           np.zeros(1, np.int64))
-        return since.tolist(), ids, frames, found.tolist()
+        return since.tolist(), ids, frames, found.tolist(), counts.tolist()
 
     def finish_stream(self, state: CpuStream):
         """The stream's last step: (status, TracedPath of the rest of the path, the

@@ -86,8 +86,13 @@ def workspace_bytes(capacity: int, max_active: int, min_active: int, num_frames:
 
 # a CPU stream's numbers: its row of the backend's int64 array (kernels.cpu.advance_streams)
 (S_N, S_NS, S_STORED, S_FRAMES, S_BASE, S_FALLBACKS, S_SURVIVORS, S_TRAILING, S_LAST_VOICED,
- S_NEXT_COMMIT, S_CONTEXT) = range(11)
-STREAM_FIELDS = 11
+ S_NEXT_COMMIT, S_CONTEXT, S_STABLE_AT, S_PARTIAL) = range(13)
+STREAM_FIELDS = 13
+# a CPU stream's partial result as kernels.cpu.walk_partial finds it, its row of the backend's
+# int32 array: the words found (-1: more than the row holds), how many are stable, the meeting
+# point, the status, and the stream's S_FRAMES, S_BASE and S_STABLE_AT it was found at (the row
+# is the stream's partial while they hold); then the word ids, then their frames (half each)
+P_WORDS, P_STABLE, P_MEET, P_STATUS, P_FRAMES, P_BASE, P_SINCE, P_HEAD = range(8)
 # a stream's S_CONTEXT: none, a context whose steps go in its thread's memo (the rescoring LM's
 # alone: they depend on the LM only), or one with its own memo (phrases)
 NO_CONTEXT, SHARED_MEMO, OWN_MEMO = 0, 1, 2

@@ -75,6 +75,14 @@ from .constants import (
     NO_TOKEN,
     OK,
     OVERFLOWED,
+    P_BASE,
+    P_FRAMES,
+    P_HEAD,
+    P_MEET,
+    P_SINCE,
+    P_STABLE,
+    P_STATUS,
+    P_WORDS,
     PARTIAL_LOOPS,
     PARTIAL_OK,
     PARTIAL_STALE,
@@ -86,6 +94,8 @@ from .constants import (
     S_N,
     S_NEXT_COMMIT,
     S_NS,
+    S_PARTIAL,
+    S_STABLE_AT,
     S_STORED,
     S_SURVIVORS,
     S_TRAILING,
@@ -1262,6 +1272,32 @@ def slot_partial_words(slots, i, numbers, final, olabel, since, scratch_depth, s
 
 
 @njit(nogil=True, cache=True)
+def walk_partial(slots, i, numbers, final, olabel, scratch_depth, scratch_meet, rows):
+    """slot_partial_words of stream slot i after its S_STABLE_AT, into rows[i] (constants.P_*:
+    what was found, and the stream's numbers it was found at)."""
+    s = slots[i]
+    v = numbers[i]
+    word_ids, word_frames, stable, meet, status = partial_words(
+        s.tl, v[S_N], final, olabel, s.trace.prev, s.trace.arc, v[S_STORED], s.trace.steps, v[S_BASE], v[S_FRAMES],
+        v[S_STABLE_AT], scratch_depth, scratch_meet)
+    row = rows[i]
+    width = (len(row) - P_HEAD) // 2
+    c = len(word_ids)
+    if c <= width:
+        row[P_HEAD:P_HEAD + c] = word_ids
+        row[P_HEAD + width:P_HEAD + width + c] = word_frames
+    else:
+        c = -1
+    row[P_WORDS] = c
+    row[P_STABLE] = stable
+    row[P_MEET] = meet
+    row[P_STATUS] = status
+    row[P_FRAMES] = v[S_FRAMES]
+    row[P_BASE] = v[S_BASE]
+    row[P_SINCE] = v[S_STABLE_AT]
+
+
+@njit(nogil=True, cache=True)
 def advance_stream(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n, ns, resume_beam, trace,
                    first, stored, lat):
     """A stream's chunk in one call: frames(), then (when they all went through) the hash
@@ -1529,7 +1565,8 @@ def _fetch_add(typingctx, counter, i, value):
 
 
 @njit(nogil=True, cache=True)
-def advance_streams(graph, settings, ws, memo, table, which, chunks, offsets, order, flags, counts):
+def advance_streams(graph, settings, ws, memo, table, which, chunks, offsets, order, flags, counts, olabel, depth,
+                    meet, rows):
     """advance_stream for several streams in one call: stream k is slot i = which[k] of the
     StreamTable (its numbers read and updated), its chunk chunks[offsets[k]:offsets[k + 1]]
     (appended to its log-probs first).  A stream with a context (numbers' S_CONTEXT)
@@ -1547,7 +1584,12 @@ def advance_streams(graph, settings, ws, memo, table, which, chunks, offsets, or
     common.died), or OVERFLOWED (a frame overflowed: its survivors are in ws.sv).  Returns
     (k of the stream that overflowed, -1 if none; the chunk's frames done before it; the
     frame's adaptive beam): the call stops there for the caller to go on from its survivors
-    in a larger workspace."""
+    in a larger workspace.
+
+    A stream whose numbers ask for its partial (S_PARTIAL: one was asked after its last
+    chunk) gets it walked here, into rows (walk_partial, with the scratch depth and meet; not
+    where its backpointers outgrew them, nor where it is due a commit or died): its memory
+    is warm now, a call later it is not."""
     slots, numbers, relative = table.slots, table.numbers, table.relative
     before = np.empty(STEP_COUNTERS, np.int64)
     while True:
@@ -1599,6 +1641,9 @@ def advance_streams(graph, settings, ws, memo, table, which, chunks, offsets, or
         flags[k] = (COMMIT_DUE if stored >= v[S_NEXT_COMMIT] else 0) | (DIED if dead else 0)
         if flags[k]:
             _fetch_add(counts, 2, 1)
+        elif v[S_PARTIAL] and stored <= len(depth):
+            v[S_PARTIAL] = 0
+            walk_partial(slots, i, numbers, graph.final, olabel, depth, meet, rows)
 
 
 @njit(nogil=True, cache=True)
@@ -1614,14 +1659,15 @@ def work_order(numbers, which, offsets, order):
 
 @njit(parallel=True, nogil=True, cache=True)
 def advance_streams_parallel(graph, settings, spaces, lm_memos, table, which, chunks, offsets, order, flags, counts,
-                             stops, beams):
+                             stops, beams, olabel, depths, meets, rows):
     """advance_streams on len(spaces) threads of Numba's pool at once, thread t with workspace
     spaces[t] and memo lm_memos[t]: one parallel region per call, where a pool of Python
     threads costs tens of µs to hand over (a stream's chunk searches in tens of µs).  The
     first call of a group (counts[0] 0) puts its streams in work_order.  Thread t's return
     is in stops[t] (the stream that overflowed or -1, the frames done before it, the cycles
-    it worked) and beams[t].  Returns (whether any thread stopped at an overflow, the share
-    of the region's time its threads sat idle: cpu_backend.PoolGuard judges it)."""
+    it worked) and beams[t]; its partial walks' scratch is depths[t] and meets[t].  Returns
+    (whether any thread stopped at an overflow, the share of the region's time its threads
+    sat idle: cpu_backend.PoolGuard judges it)."""
     start = _cycles()
     threads = len(spaces)
     if counts[0] == 0:
@@ -1630,7 +1676,7 @@ def advance_streams_parallel(graph, settings, spaces, lm_memos, table, which, ch
         t = np.int64(u)  # prange counts in uint64
         began = _cycles()
         k, done, beam = advance_streams(graph, settings, spaces[t], lm_memos[t], table, which, chunks, offsets, order,
-                                        flags, counts)
+                                        flags, counts, olabel, depths[t], meets[t], rows)
         stops[t, 0] = k
         stops[t, 1] = done
         stops[t, 2] = _cycles() - began
@@ -1639,34 +1685,19 @@ def advance_streams_parallel(graph, settings, spaces, lm_memos, table, which, ch
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def slots_partial_words(slots, which, numbers, final, olabel, since, depths, meets, ids, frames, found, taken):
-    """slot_partial_words of stream slots which[k] (after backpointer since[k]) on
-    len(depths) threads of Numba's pool at once, thread t with meeting_point's scratch
-    depths[t] and meets[t] (rows of -1 at least as long as every stream's backpointers; left
-    so), each thread taking the next stream by an atomic increment of taken[0]: a partial
-    costs ~10-20 µs, most of it walks through memory the stream last touched a call ago.
-    Stream k's word ids and frames go in ids[k, :c] and frames[k, :c] with found[k] = (c,
-    stable, meeting point, status), or c = -1 where they do not fit in a row (the caller
-    asks for that stream alone)."""
-    width = ids.shape[1]
+def slots_partial_words(slots, which, numbers, final, olabel, depths, meets, rows, taken):
+    """walk_partial of stream slots which[k] on len(depths) threads of Numba's pool at once,
+    thread t with meeting_point's scratch depths[t] and meets[t] (rows of -1 at least as
+    long as every stream's backpointers; left so), each thread taking the next stream by an
+    atomic increment of taken[0]: a partial costs ~10-20 µs, most of it walks through
+    memory the stream last touched a call ago."""
     for u in prange(len(depths)):
         t = np.int64(u)  # prange counts in uint64
         while True:
             k = _fetch_add(taken, 0, 1)
             if k >= len(which):
                 break
-            word_ids, word_frames, stable, meet, status = slot_partial_words(
-                slots, which[k], numbers, final, olabel, since[k], depths[t], meets[t])
-            c = len(word_ids)
-            if c <= width:
-                ids[k, :c] = word_ids
-                frames[k, :c] = word_frames
-            else:
-                c = -1
-            found[k, 0] = c
-            found[k, 1] = stable
-            found[k, 2] = meet
-            found[k, 3] = status
+            walk_partial(slots, which[k], numbers, final, olabel, depths[t], meets[t], rows)
 
 
 @njit(nogil=True, cache=True)

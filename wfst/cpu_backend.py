@@ -78,7 +78,9 @@ class CpuBackend:
         # a plain one (the same workspaces), and the arrays the threads' returns go in
         self._thread_spaces = {}
         self._pool_guard = PoolGuard()
-        self._partial_scratch = None  # per pool thread, meeting_point's scratch rows for _partials_together
+        self._partial_scratch = None  # per pool thread, meeting_point's scratch for partials (_walk_scratch)
+        self._no_walks = (np.empty((256, 0), np.int32),) * 2  # a thread's scratch with no room: no partial walked
+        self._olabel = np.require(graph.olabel, np.int32, "CAW")  # (a compiled call's own arrays: DirectCall)
         self._rescoring = False  # whether the streams' contexts have the rescoring LM (set when the first opens)
         self._plain_start = None  # the start's closure, which every stream without boosts or a context begins with
 
@@ -433,11 +435,15 @@ class CpuBackend:
             arrays = self._thread_spaces[key] = (self._typed_list(spaces), spaces, np.zeros((threads, 3), np.int64),
                                                  np.zeros(threads, np.float32))
         typed_spaces, spaces, stops, beams = arrays  # (the same workspaces: Python reads the plain list)
+        walks = self._no_walks[0][:threads], self._no_walks[1][:threads]
+        if slots.numbers[group.which, C.S_PARTIAL].any():  # (room for the chunks' backpointers, or most)
+            walks = self._walk_scratch(threads, 2 * int(slots.numbers[group.which, C.S_STORED].max()) + 4096)
         with numba_threads(threads):
             while group.counts[0] < len(group.order):
                 overflowed, idle = self._advance_parallel(
                     self.layout, group.settings, typed_spaces, typed_memos, slots.table(), group.which, group.x,
-                    group.offsets, group.order, group.flags, group.counts, stops, beams)
+                    group.offsets, group.order, group.flags, group.counts, stops, beams, self._olabel, *walks,
+                    slots.rows)
                 if len(group.order) >= 4 * threads:  # (fewer streams leave threads idle by themselves)
                     self._pool_guard.judge(idle)
                 if not overflowed:
@@ -464,7 +470,8 @@ class CpuBackend:
         """cpu.advance_streams of the group's streams in workspace ws, on this thread."""
         slots = self._slots
         return self._advance_streams(self.layout, group.settings, ws, memo, slots.table(), group.which, group.x,
-                                     group.offsets, group.order, group.flags, group.counts)
+                                     group.offsets, group.order, group.flags, group.counts, self._olabel,
+                                     self._no_walks[0][0], self._no_walks[1][0], slots.rows)
 
     def _after_overflow(self, group: _Group, k: int, ws, space, memo, done: int, beam: float) -> int:
         """Stream k of the group overflowed a frame in workspace ws after `done` frames of its
@@ -544,55 +551,57 @@ class CpuBackend:
 
     def stream_partials(self, states: list) -> list:
         """Per stream: (word ids of the best path so far, their frames, how many of them are
-        stable).  Several streams' walks go on the threads of Numba's pool together
-        (_partials_together); what a stream's Ledger asks beyond them, one by one."""
+        stable).  A stream's partial walked by the search of its last chunk is read from its
+        row (cpu.advance_streams: asking for one asks the next chunk's search to walk it);
+        several others are walked on the threads of Numba's pool together; what a stream's
+        Ledger asks beyond them, one by one."""
         g, slots, words = self.graph, self._slots, self._cpu.slot_partial_words
 
         def alone(state):  # (each slot is read in the compiled call: boxing its arrays here costs µs)
-            return lambda *since_and_scratch: words(slots.list, state.slot, slots.numbers, g.final, g.olabel,
+            return lambda *since_and_scratch: words(slots.list, state.slot, slots.numbers, g.final, self._olabel,
                                                     *since_and_scratch)
 
-        together = self._partials_together(states)
-        if together is None:
-            return [state.partial(state.n, state.stored, self._meeting(), alone(state)) for state in states]
-        since, ids, frames, found, counts = together
+        which = np.fromiter(map(_SLOT, states), np.int64, len(states))
+        slots.numbers[which, C.S_PARTIAL] = 1  # (the next chunk's search walks them)
+        stale = np.flatnonzero(~slots.walked(which))
+        if len(stale) > 1:
+            self._walk_together(which[stale])
+        walked, rows, counts = slots.walked(which).tolist(), slots.rows[which], slots.numbers[which]
+        counts, found = counts[:, (C.S_N, C.S_STORED)].tolist(), rows[:, :C.P_HEAD].tolist()
+        width = (rows.shape[1] - C.P_HEAD) // 2
 
-        def ready(k, state):
-            c, stable, meet, status = found[k]
-            if c < 0:  # (more words than a row holds)
+        def read(k, state):
+            c, stable, meet, status, _, _, since = found[k]
+            if not walked[k]:
                 return alone(state)
-            return lambda since_k, *scratch: ((ids[k, :c], frames[k, :c], stable, meet, status) if since_k == since[k]
+            ids, frames = rows[k, C.P_HEAD:C.P_HEAD + c], rows[k, C.P_HEAD + width:C.P_HEAD + width + c]
+            return lambda since_k, *scratch: ((ids, frames, stable, meet, status) if since_k == since
                                               else alone(state)(since_k, *scratch))
 
         scratch = self._meeting()
-        return [state.partial(n, stored, scratch, ready(k, state)) for k, (state, (n, stored)) in
+        return [state.partial(n, stored, scratch, read(k, state)) for k, (state, (n, stored)) in
                 enumerate(zip(states, counts))]
 
-    def _partials_together(self, states: list):
-        """cpu.slots_partial_words of the streams on the threads of Numba's pool, each after the
-        backpointer where its stable words kept end: (those backpointers, word ids, frames,
-        found's rows, each stream's (n, stored); as lists), or None where the pool would not
-        help (one thread or stream)."""
-        threads = min(self.num_threads, len(states))
+    def _walk_together(self, which: np.ndarray) -> None:
+        """cpu.slots_partial_words of the stream slots `which` on the threads of Numba's pool,
+        into their rows, where the pool would help (two threads and streams at least)."""
+        threads = min(self.num_threads, len(which))
         if threads < 2 or numba_pool_threads() < threads or self._pool_guard.resting:
-            return None
-        slots, g = self._slots, self.graph
-        which = np.fromiter(map(_SLOT, states), np.int64, len(states))
-        since = np.fromiter(map(_STABLE_AT, states), np.int64, len(states))
-        counts = slots.numbers[which][:, (C.S_N, C.S_STORED)]
-        need = int(counts[:, 1].max())
-        if self._partial_scratch is None or self._partial_scratch[0].shape[0] < threads \
-                or self._partial_scratch[0].shape[1] < need:  # rows of -1 (see MeetingScratch)
-            size = max(need, 2 * (0 if self._partial_scratch is None else self._partial_scratch[0].shape[1]))
-            self._partial_scratch = tuple(np.full((threads, size), -1, np.int32) for _ in range(2))
-        K = len(states)
-        ids, frames = np.empty((K, _PARTIAL_WORDS), np.int32), np.empty((K, _PARTIAL_WORDS), np.int32)
-        found = np.empty((K, 4), np.int64)
+            return
+        slots = self._slots
+        depths, meets = self._walk_scratch(threads, int(slots.numbers[which, C.S_STORED].max()))
         with numba_threads(threads):
-            self._cpu.slots_partial_words(slots.list, which, slots.numbers, g.final, g.olabel, since,
-                                          *(a[:threads] for a in self._partial_scratch), ids, frames, found,
-                                          np.zeros(1, np.int64))
-        return since.tolist(), ids, frames, found.tolist(), counts.tolist()
+            self._cpu.slots_partial_words(slots.list, which, slots.numbers, self.graph.final, self._olabel, depths,
+                                          meets, slots.rows, np.zeros(1, np.int64))
+
+    def _walk_scratch(self, threads: int, stored: int):
+        """meeting_point's scratch of `threads` threads walking partials of up to `stored`
+        backpointers: rows of -1 (see MeetingScratch), kept from call to call."""
+        have = self._partial_scratch
+        if have is None or have[0].shape[0] < threads or have[0].shape[1] < stored:
+            size = max(stored, 2 * (0 if have is None else have[0].shape[1]))
+            have = self._partial_scratch = tuple(np.full((max(threads, 2), size), -1, np.int32) for _ in range(2))
+        return have[0][:threads], have[1][:threads]
 
     def finish_stream(self, state: CpuStream):
         """The stream's last step: (status, TracedPath of the rest of the path, the
@@ -813,6 +822,7 @@ class StreamSlots:
         self.no_memo = cpu.new_memo(1)
         self.numbers = np.zeros((0, C.STREAM_FIELDS), np.int64)
         self.relative = np.zeros(0, np.float64)
+        self.rows = np.zeros((0, C.P_HEAD + 2 * _PARTIAL_WORDS), np.int32)  # partials walked (constants.P_*)
         self.generation = 0  # advanced before each kernel call that may replace a slot's arrays
         self.contextual = False  # whether a slot ever held a context (else no call counts context steps)
         self._free = queue.SimpleQueue()  # safe to put into from a finalizer
@@ -889,13 +899,23 @@ class StreamSlots:
                 numbers[:len(self.numbers)] = self.numbers
                 relative = np.zeros(rows, np.float64)
                 relative[:len(self.relative)] = self.relative
-                self.numbers, self.relative = numbers, relative
+                walked = np.zeros((rows, self.rows.shape[1]), np.int32)
+                walked[:len(self.rows)] = self.rows
+                self.numbers, self.relative, self.rows = numbers, relative, walked
                 self._table = None
         self._held[i] = context is not self.no_context or memo is not self.no_memo
         self.numbers[i] = 0
         self.numbers[i, C.S_CONTEXT] = kind
         self.relative[i] = np.inf
+        self.rows[i, C.P_FRAMES] = -1  # (no partial walked)
         return i
+
+    def walked(self, which: np.ndarray) -> np.ndarray:
+        """Whether each slot's row holds its stream's partial: walked at its numbers as they are
+        now, and its words fit."""
+        rows, numbers = self.rows[which], self.numbers[which]
+        return ((rows[:, C.P_FRAMES] == numbers[:, C.S_FRAMES]) & (rows[:, C.P_BASE] == numbers[:, C.S_BASE])
+                & (rows[:, C.P_SINCE] == numbers[:, C.S_STABLE_AT]) & (rows[:, C.P_WORDS] >= 0))
 
     def drop_context(self, i: int) -> None:
         """Slot i's context and memo let go (its stream was finished)."""
@@ -981,6 +1001,7 @@ class CpuStream(Ledger):
     survivors = _number(C.S_SURVIVORS)
     trailing = _number(C.S_TRAILING)
     next_commit = _number(C.S_NEXT_COMMIT)
+    _stable_at = _number(C.S_STABLE_AT)  # (the Ledger's; the search reads it to walk a partial)
     tl = _array("tl")
     trace = _array("trace")
     logp = _array("logp")

@@ -566,21 +566,21 @@ class CpuBackend:
         stale = np.flatnonzero(~slots.walked(which))
         if len(stale) > 1:
             self._walk_together(which[stale])
-        walked, rows, counts = slots.walked(which).tolist(), slots.rows[which], slots.numbers[which]
-        counts, found = counts[:, (C.S_N, C.S_STORED)].tolist(), rows[:, :C.P_HEAD].tolist()
-        width = (rows.shape[1] - C.P_HEAD) // 2
-
-        def read(k, state):
-            c, stable, meet, status, _, _, since = found[k]
-            if not walked[k]:
-                return alone(state)
-            ids, frames = rows[k, C.P_HEAD:C.P_HEAD + c], rows[k, C.P_HEAD + width:C.P_HEAD + width + c]
-            return lambda since_k, *scratch: ((ids, frames, stable, meet, status) if since_k == since
-                                              else alone(state)(since_k, *scratch))
-
-        scratch = self._meeting()
-        return [state.partial(n, stored, scratch, read(k, state)) for k, (state, (n, stored)) in
-                enumerate(zip(states, counts))]
+        head, numbers = slots.rows[which, :C.P_HEAD], slots.numbers[which]
+        walked = (slots.walked(which) & (numbers[:, C.S_N] > 0) & (head[:, C.P_STATUS] == C.PARTIAL_OK)).tolist()
+        counts, width = numbers[:, (C.S_N, C.S_STORED)].tolist(), (slots.rows.shape[1] - C.P_HEAD) // 2
+        most = max(int(head[:, C.P_WORDS].max(initial=0)), 0)  # (the rows' words as lists: those in use)
+        found = head.tolist()
+        ids = slots.rows[which, C.P_HEAD:C.P_HEAD + most].tolist()
+        frames = slots.rows[which, C.P_HEAD + width:C.P_HEAD + width + most].tolist()
+        scratch, out = self._meeting(), []
+        for k, state in enumerate(states):
+            if walked[k]:  # (the usual case: the row holds what partial() would find)
+                c, stable, meet = found[k][:3]
+                out.append(state.partial_found(ids[k][:c], frames[k][:c], stable, meet))
+            else:
+                out.append(state.partial(*counts[k], scratch, alone(state)))
+        return out
 
     def _walk_together(self, which: np.ndarray) -> None:
         """cpu.slots_partial_words of the stream slots `which` on the threads of Numba's pool,
@@ -913,7 +913,7 @@ class StreamSlots:
     def walked(self, which: np.ndarray) -> np.ndarray:
         """Whether each slot's row holds its stream's partial: walked at its numbers as they are
         now, and its words fit."""
-        rows, numbers = self.rows[which], self.numbers[which]
+        rows, numbers = self.rows[which, :C.P_HEAD], self.numbers[which]
         return ((rows[:, C.P_FRAMES] == numbers[:, C.S_FRAMES]) & (rows[:, C.P_BASE] == numbers[:, C.S_BASE])
                 & (rows[:, C.P_SINCE] == numbers[:, C.S_STABLE_AT]) & (rows[:, C.P_WORDS] >= 0))
 

@@ -298,7 +298,7 @@ class Decoder:
     def _named(self, s: Stream, word_ids: tuple, word_frames: tuple, stable: int) -> Partial:
         table = self.graph.words
         named = s._stable_words  # (named once: a partial then costs the words since the last, not all of them)
-        words = named + tuple(table[w] if table is not None else str(w) for w in word_ids[len(named):])
+        words = named + tuple(map(table.symbols.__getitem__ if table is not None else str, word_ids[len(named):]))
         s._stable_words = words[:stable]
         return Partial(words, word_ids, word_frames, stable, s.frames)
 

@@ -87,11 +87,18 @@ class Ledger:
             word_ids, word_frames, stable, meet, status = words_after(-1, *scratch.at_least(stored))
         if status == C.PARTIAL_LOOPS:
             raise WfstError("a stream's path loops: the graph has an epsilon cycle of zero or negative cost")
+        return self.partial_found(word_ids.tolist(), word_frames.tolist(), stable, meet)
+
+    def partial_found(self, word_ids: list, word_frames: list, stable: int, meet: int):
+        """partial()'s result from what a walk back to the last meeting point found
+        (kernels.cpu.partial_words: its words, their frames, how many are stable, the new
+        meeting point), its status PARTIAL_OK and the search's tokens not none."""
         kept = len(self._stable_ids)
-        ids, frames = self._stable_ids + tuple(word_ids.tolist()), self._stable_frames + tuple(word_frames.tolist())
+        ids, frames = self._stable_ids + tuple(word_ids), self._stable_frames + tuple(word_frames)
         if meet >= 0:
             self._stable_at = meet
             self._stable_ids, self._stable_frames = ids[:kept + stable], frames[:kept + stable]
+        prefix = self.prefix
         return prefix.word_ids + ids, prefix.word_frames + frames, len(prefix.word_ids) + kept + stable
 
     @property

@@ -476,9 +476,10 @@ def test_partial_results_read_the_best_path_and_leave_their_scratch_clean(demo, 
     every few chunks (from the partials' meeting points, in the same scratch), and the
     scratch left as it was found (all -1).  Each partial walks
     the paths back to the last one's meeting point only.  Decoder.partials() of several
-    streams is the same.  On two threads (Numba's pool) a stream asked for its partial has
-    the next one walked by its chunk's search, and several others are walked together; both
-    in rows of 2 words here (a stream with more is asked alone); their scratch left clean."""
+    streams is the same.  A stream asked for its partial has the next one walked by its
+    chunk's search (on one thread, and on two: Numba's pool), and on two threads several
+    others are walked together; both in rows of 2 words there (a stream with more is asked
+    alone); their scratch left clean."""
     from wfst.kernels import cpu
 
     from wfst import ledger
@@ -547,7 +548,7 @@ def test_partial_results_read_the_best_path_and_leave_their_scratch_clean(demo, 
         assert together_calls and max(together_calls) > 1
         assert all((a == -1).all() for a in dec._backend._partial_scratch)
     else:
-        assert not any(walked)
+        assert 0.2 * partials < sum(walked) < 0.9 * partials
 
 
 @pytest.mark.parametrize("rescored", [False, True])

@@ -467,11 +467,15 @@ class CpuBackend:
             survivors.append(self._after_overflow(group, k, ws, space, memo, done, beam))
 
     def _search_group(self, group: _Group, ws, memo):
-        """cpu.advance_streams of the group's streams in workspace ws, on this thread."""
+        """cpu.advance_streams of the group's streams in workspace ws, on this thread (the
+        partials asked of them walked in this thread's MeetingScratch)."""
         slots = self._slots
+        walks = self._no_walks[0][0], self._no_walks[1][0]
+        if slots.numbers[group.which, C.S_PARTIAL].any():  # (this thread's scratch; room for most chunks)
+            walks = self._meeting().at_least(2 * int(slots.numbers[group.which, C.S_STORED].max()) + 4096)
         return self._advance_streams(self.layout, group.settings, ws, memo, slots.table(), group.which, group.x,
-                                     group.offsets, group.order, group.flags, group.counts, self._olabel,
-                                     self._no_walks[0][0], self._no_walks[1][0], slots.rows)
+                                     group.offsets, group.order, group.flags, group.counts, self._olabel, *walks,
+                                     slots.rows)
 
     def _after_overflow(self, group: _Group, k: int, ws, space, memo, done: int, beam: float) -> int:
         """Stream k of the group overflowed a frame in workspace ws after `done` frames of its
@@ -561,6 +565,16 @@ class CpuBackend:
             return lambda *since_and_scratch: words(slots.list, state.slot, slots.numbers, g.final, self._olabel,
                                                     *since_and_scratch)
 
+        if len(states) == 1:  # (partial(): a stream's numbers and row read as lists, not gathered)
+            state = states[0]
+            slots.numbers[state.slot, C.S_PARTIAL] = 1
+            head, numbers = slots.rows[state.slot, :C.P_HEAD].tolist(), slots.numbers[state.slot].tolist()
+            if _walked(head, numbers):
+                c, width = head[C.P_WORDS], (slots.rows.shape[1] - C.P_HEAD) // 2
+                row = slots.rows[state.slot]
+                return [state.partial_found(row[C.P_HEAD:C.P_HEAD + c].tolist(),
+                                            row[C.P_HEAD + width:C.P_HEAD + width + c].tolist(), *head[1:3])]
+            return [state.partial(numbers[C.S_N], numbers[C.S_STORED], self._meeting(), alone(state))]
         which = np.fromiter(map(_SLOT, states), np.int64, len(states))
         slots.numbers[which, C.S_PARTIAL] = 1  # (the next chunk's search walks them)
         stale = np.flatnonzero(~slots.walked(which))
@@ -650,6 +664,14 @@ class CpuBackend:
 
 
 _NO_COSTS = np.empty(0, np.float32)  # a StreamSlot's word costs without a boost
+
+
+def _walked(head: list, numbers: list) -> bool:
+    """StreamSlots.walked of one slot (its row's head and its numbers as lists), and what the
+    row holds usable as it is (a search with tokens, its walk PARTIAL_OK)."""
+    return (head[C.P_FRAMES] == numbers[C.S_FRAMES] and head[C.P_BASE] == numbers[C.S_BASE]
+            and head[C.P_SINCE] == numbers[C.S_STABLE_AT] and head[C.P_WORDS] >= 0 and numbers[C.S_N] > 0
+            and head[C.P_STATUS] == C.PARTIAL_OK)
 
 
 _NUMBA_POOL = None  # threads of Numba's pool that may search streams (0: none); see numba_pool_threads

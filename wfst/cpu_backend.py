@@ -39,8 +39,8 @@ _PHRASE_LM_MEMO_SLOTS = 1 << 18  # phrases with rescoring
 SPARE_BYTES = 64 << 20  # finished streams' arrays kept for the next streams (StreamSlots.keep_spare)
 
 
-_CAPACITY, _SLOT, _STABLE_AT = (operator.attrgetter(a) for a in ("capacity", "slot", "stable_at"))
-_PARTIAL_WORDS = 64  # words after the last meeting point that a batched partial holds (more: asked alone)
+_CAPACITY, _SLOT = operator.attrgetter("capacity"), operator.attrgetter("slot")
+_PARTIAL_WORDS = 64  # words after the last meeting point that a stream's row of its partial holds (more: asked alone)
 
 
 class CpuBackend:
@@ -581,7 +581,7 @@ class CpuBackend:
         if len(stale) > 1:
             self._walk_together(which[stale])
         head, numbers = slots.rows[which, :C.P_HEAD], slots.numbers[which]
-        walked = (slots.walked(which) & (numbers[:, C.S_N] > 0) & (head[:, C.P_STATUS] == C.PARTIAL_OK)).tolist()
+        walked = slots.walked(which).tolist()
         counts, width = numbers[:, (C.S_N, C.S_STORED)].tolist(), (slots.rows.shape[1] - C.P_HEAD) // 2
         most = max(int(head[:, C.P_WORDS].max(initial=0)), 0)  # (the rows' words as lists: those in use)
         found = head.tolist()
@@ -667,8 +667,9 @@ _NO_COSTS = np.empty(0, np.float32)  # a StreamSlot's word costs without a boost
 
 
 def _walked(head: list, numbers: list) -> bool:
-    """StreamSlots.walked of one slot (its row's head and its numbers as lists), and what the
-    row holds usable as it is (a search with tokens, its walk PARTIAL_OK)."""
+    """Whether a stream slot's row holds its partial as Ledger.partial would find it (its
+    row's head and its numbers as lists): walked at its numbers as they are now, its words
+    fitting the row, from tokens (the search has some), PARTIAL_OK."""
     return (head[C.P_FRAMES] == numbers[C.S_FRAMES] and head[C.P_BASE] == numbers[C.S_BASE]
             and head[C.P_SINCE] == numbers[C.S_STABLE_AT] and head[C.P_WORDS] >= 0 and numbers[C.S_N] > 0
             and head[C.P_STATUS] == C.PARTIAL_OK)
@@ -933,11 +934,11 @@ class StreamSlots:
         return i
 
     def walked(self, which: np.ndarray) -> np.ndarray:
-        """Whether each slot's row holds its stream's partial: walked at its numbers as they are
-        now, and its words fit."""
+        """_walked of each slot, in one pass."""
         rows, numbers = self.rows[which, :C.P_HEAD], self.numbers[which]
         return ((rows[:, C.P_FRAMES] == numbers[:, C.S_FRAMES]) & (rows[:, C.P_BASE] == numbers[:, C.S_BASE])
-                & (rows[:, C.P_SINCE] == numbers[:, C.S_STABLE_AT]) & (rows[:, C.P_WORDS] >= 0))
+                & (rows[:, C.P_SINCE] == numbers[:, C.S_STABLE_AT]) & (rows[:, C.P_WORDS] >= 0)
+                & (numbers[:, C.S_N] > 0) & (rows[:, C.P_STATUS] == C.PARTIAL_OK))
 
     def drop_context(self, i: int) -> None:
         """Slot i's context and memo let go (its stream was finished)."""

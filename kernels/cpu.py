@@ -1565,8 +1565,8 @@ def _fetch_add(typingctx, counter, i, value):
 
 
 @njit(nogil=True, cache=True)
-def advance_streams(graph, settings, ws, memo, table, which, chunks, offsets, order, flags, counts, olabel, depth,
-                    meet, rows):
+def advance_streams(graph, settings, ws, memo, table, which, chunks, offsets, order, flags, counts, depth, meet,
+                    rows):
     """advance_stream for several streams in one call: stream k is slot i = which[k] of the
     StreamTable (its numbers read and updated), its chunk chunks[offsets[k]:offsets[k + 1]]
     (appended to its log-probs first).  A stream with a context (numbers' S_CONTEXT)
@@ -1643,7 +1643,7 @@ def advance_streams(graph, settings, ws, memo, table, which, chunks, offsets, or
             _fetch_add(counts, 2, 1)
         elif v[S_PARTIAL] and stored <= len(depth):
             v[S_PARTIAL] = 0
-            walk_partial(slots, i, numbers, graph.final, olabel, depth, meet, rows)
+            walk_partial(slots, i, numbers, graph.final, graph.olabel, depth, meet, rows)
 
 
 @njit(nogil=True, cache=True)
@@ -1659,13 +1659,13 @@ def work_order(numbers, which, offsets, order):
 
 @njit(parallel=True, nogil=True, cache=True)
 def advance_streams_parallel(graph, settings, spaces, lm_memos, table, which, chunks, offsets, order, flags, counts,
-                             stops, beams, olabel, depths, meets, rows):
+                             stops, beams, scratch, rows):
     """advance_streams on len(spaces) threads of Numba's pool at once, thread t with workspace
     spaces[t] and memo lm_memos[t]: one parallel region per call, where a pool of Python
     threads costs tens of µs to hand over (a stream's chunk searches in tens of µs).  The
     first call of a group (counts[0] 0) puts its streams in work_order.  Thread t's return
     is in stops[t] (the stream that overflowed or -1, the frames done before it, the cycles
-    it worked) and beams[t]; its partial walks' scratch is depths[t] and meets[t].  Returns
+    it worked) and beams[t]; its partial walks' scratch is scratch[:, t] (depth, meet).  Returns
     (whether any thread stopped at an overflow, the share of the region's time its threads
     sat idle: cpu_backend.PoolGuard judges it)."""
     start = _cycles()
@@ -1676,7 +1676,7 @@ def advance_streams_parallel(graph, settings, spaces, lm_memos, table, which, ch
         t = np.int64(u)  # prange counts in uint64
         began = _cycles()
         k, done, beam = advance_streams(graph, settings, spaces[t], lm_memos[t], table, which, chunks, offsets, order,
-                                        flags, counts, olabel, depths[t], meets[t], rows)
+                                        flags, counts, scratch[0, t], scratch[1, t], rows)
         stops[t, 0] = k
         stops[t, 1] = done
         stops[t, 2] = _cycles() - began
@@ -1685,19 +1685,19 @@ def advance_streams_parallel(graph, settings, spaces, lm_memos, table, which, ch
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def slots_partial_words(slots, which, numbers, final, olabel, depths, meets, rows, taken):
-    """walk_partial of stream slots which[k] on len(depths) threads of Numba's pool at once,
-    thread t with meeting_point's scratch depths[t] and meets[t] (rows of -1 at least as
-    long as every stream's backpointers; left so), each thread taking the next stream by an
-    atomic increment of taken[0]: a partial costs ~10-20 µs, most of it walks through
-    memory the stream last touched a call ago."""
-    for u in prange(len(depths)):
+def slots_partial_words(slots, which, numbers, final, olabel, scratch, rows, taken):
+    """walk_partial of stream slots which[k] on the threads of Numba's pool at once, task t
+    of scratch.shape[1] with meeting_point's scratch scratch[0, t] and scratch[1, t] (rows
+    of -1 at least as long as every stream's backpointers; left so), each taking the next
+    stream by an atomic increment of taken[0]: a partial costs ~10-20 µs, most of it walks
+    through memory the stream last touched a call ago."""
+    for u in prange(scratch.shape[1]):
         t = np.int64(u)  # prange counts in uint64
         while True:
             k = _fetch_add(taken, 0, 1)
             if k >= len(which):
                 break
-            walk_partial(slots, which[k], numbers, final, olabel, depths[t], meets[t], rows)
+            walk_partial(slots, which[k], numbers, final, olabel, scratch[0, t], scratch[1, t], rows)
 
 
 @njit(nogil=True, cache=True)

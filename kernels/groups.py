@@ -55,6 +55,7 @@ class InterleavedGraph(NamedTuple):
     final: np.ndarray
     start: np.int64
     ilabel: np.ndarray  # input label by graph arc id (what the arc ids on a traced path read)
+    olabel: np.ndarray  # int32 output label by graph arc id (the words of a path's arc ids)
 
 
 class Tokens(NamedTuple):

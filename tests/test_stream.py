@@ -546,7 +546,7 @@ def test_partial_results_read_the_best_path_and_leave_their_scratch_clean(demo, 
     if threads > 1:
         assert 0.2 * partials < sum(walked) < 0.9 * partials and len(statuses) > 0.1 * partials  # (the rest alone)
         assert together_calls and max(together_calls) > 1
-        assert all((a == -1).all() for a in dec._backend._partial_scratch)
+        assert (dec._backend._partial_scratch == -1).all()
     else:
         assert 0.2 * partials < sum(walked) < 0.9 * partials
 

@@ -56,7 +56,8 @@ class CpuBackend:
         self.num_threads = num_threads or usable_cores()
         states, arcs = cpu.interleave_graph(graph.e_indptr, graph.ne_indptr, graph.ilabel, graph.olabel,
                                             graph.weight, graph.nextstate)
-        self.layout = InterleavedGraph(states, arcs, graph.final, np.int64(graph.start), graph.ilabel)
+        self.layout = InterleavedGraph(states, arcs, graph.final, np.int64(graph.start), graph.ilabel,
+                                       np.require(graph.olabel, np.int32, "CA"))
         # every output label and every word of the table (a boost may name one no arc outputs) indexes a cost vector
         self.num_words = max(int(graph.olabel.max(initial=0)) + 1, len(graph.words or ()))
         self._word_arcs = None
@@ -78,9 +79,8 @@ class CpuBackend:
         # a plain one (the same workspaces), and the arrays the threads' returns go in
         self._thread_spaces = {}
         self._pool_guard = PoolGuard()
-        self._partial_scratch = None  # per pool thread, meeting_point's scratch for partials (_walk_scratch)
-        self._no_walks = (np.empty((256, 0), np.int32),) * 2  # a thread's scratch with no room: no partial walked
-        self._olabel = np.require(graph.olabel, np.int32, "CAW")  # (a compiled call's own arrays: DirectCall)
+        self._partial_scratch = None  # the pool's meeting_point scratch for partials (_walk_scratch)
+        self._no_walks = np.empty((2, 256, 0), np.int32)  # a thread's scratch with no room: no partial walked
         self._rescoring = False  # whether the streams' contexts have the rescoring LM (set when the first opens)
         self._plain_start = None  # the start's closure, which every stream without boosts or a context begins with
 
@@ -435,15 +435,14 @@ class CpuBackend:
             arrays = self._thread_spaces[key] = (self._typed_list(spaces), spaces, np.zeros((threads, 3), np.int64),
                                                  np.zeros(threads, np.float32))
         typed_spaces, spaces, stops, beams = arrays  # (the same workspaces: Python reads the plain list)
-        walks = self._no_walks[0][:threads], self._no_walks[1][:threads]
+        walks = self._no_walks
         if slots.numbers[group.which, C.S_PARTIAL].any():  # (room for the chunks' backpointers, or most)
             walks = self._walk_scratch(threads, 2 * int(slots.numbers[group.which, C.S_STORED].max()) + 4096)
         with numba_threads(threads):
             while group.counts[0] < len(group.order):
                 overflowed, idle = self._advance_parallel(
                     self.layout, group.settings, typed_spaces, typed_memos, slots.table(), group.which, group.x,
-                    group.offsets, group.order, group.flags, group.counts, stops, beams, self._olabel, *walks,
-                    slots.rows)
+                    group.offsets, group.order, group.flags, group.counts, stops, beams, walks, slots.rows)
                 if len(group.order) >= 4 * threads:  # (fewer streams leave threads idle by themselves)
                     self._pool_guard.judge(idle)
                 if not overflowed:
@@ -470,12 +469,11 @@ class CpuBackend:
         """cpu.advance_streams of the group's streams in workspace ws, on this thread (the
         partials asked of them walked in this thread's MeetingScratch)."""
         slots = self._slots
-        walks = self._no_walks[0][0], self._no_walks[1][0]
+        walks = self._no_walks[0, 0], self._no_walks[1, 0]
         if slots.numbers[group.which, C.S_PARTIAL].any():  # (this thread's scratch; room for most chunks)
             walks = self._meeting().at_least(2 * int(slots.numbers[group.which, C.S_STORED].max()) + 4096)
         return self._advance_streams(self.layout, group.settings, ws, memo, slots.table(), group.which, group.x,
-                                     group.offsets, group.order, group.flags, group.counts, self._olabel, *walks,
-                                     slots.rows)
+                                     group.offsets, group.order, group.flags, group.counts, *walks, slots.rows)
 
     def _after_overflow(self, group: _Group, k: int, ws, space, memo, done: int, beam: float) -> int:
         """Stream k of the group overflowed a frame in workspace ws after `done` frames of its
@@ -562,7 +560,7 @@ class CpuBackend:
         g, slots, words = self.graph, self._slots, self._cpu.slot_partial_words
 
         def alone(state):  # (each slot is read in the compiled call: boxing its arrays here costs µs)
-            return lambda *since_and_scratch: words(slots.list, state.slot, slots.numbers, g.final, self._olabel,
+            return lambda *since_and_scratch: words(slots.list, state.slot, slots.numbers, g.final, self.layout.olabel,
                                                     *since_and_scratch)
 
         if len(states) == 1:  # (partial(): a stream's numbers and row read as lists, not gathered)
@@ -603,19 +601,21 @@ class CpuBackend:
         if threads < 2 or numba_pool_threads() < threads or self._pool_guard.resting:
             return
         slots = self._slots
-        depths, meets = self._walk_scratch(threads, int(slots.numbers[which, C.S_STORED].max()))
+        scratch = self._walk_scratch(threads, int(slots.numbers[which, C.S_STORED].max()))
         with numba_threads(threads):
-            self._cpu.slots_partial_words(slots.list, which, slots.numbers, self.graph.final, self._olabel, depths,
-                                          meets, slots.rows, np.zeros(1, np.int64))
+            self._cpu.slots_partial_words(slots.list, which, slots.numbers, self.layout.final, self.layout.olabel,
+                                          scratch, slots.rows, np.zeros(1, np.int64))
 
-    def _walk_scratch(self, threads: int, stored: int):
-        """meeting_point's scratch of `threads` threads walking partials of up to `stored`
-        backpointers: rows of -1 (see MeetingScratch), kept from call to call."""
+    def _walk_scratch(self, threads: int, stored: int) -> np.ndarray:
+        """meeting_point's scratch for at least `threads` threads walking partials of up to
+        `stored` backpointers: scratch[:, t] is thread t's (depth, meet), all -1 (see
+        MeetingScratch); kept from call to call, one array of them all (a kernel entry takes
+        at most 15 parameters)."""
         have = self._partial_scratch
-        if have is None or have[0].shape[0] < threads or have[0].shape[1] < stored:
-            size = max(stored, 2 * (0 if have is None else have[0].shape[1]))
-            have = self._partial_scratch = tuple(np.full((max(threads, 2), size), -1, np.int32) for _ in range(2))
-        return have[0][:threads], have[1][:threads]
+        if have is None or have.shape[1] < threads or have.shape[2] < stored:
+            size = max(stored, 2 * (0 if have is None else have.shape[2]))
+            have = self._partial_scratch = np.full((2, max(threads, 2), size), -1, np.int32)
+        return have
 
     def finish_stream(self, state: CpuStream):
         """The stream's last step: (status, TracedPath of the rest of the path, the

@@ -435,9 +435,8 @@ class CpuBackend:
             arrays = self._thread_spaces[key] = (self._typed_list(spaces), spaces, np.zeros((threads, 3), np.int64),
                                                  np.zeros(threads, np.float32))
         typed_spaces, spaces, stops, beams = arrays  # (the same workspaces: Python reads the plain list)
-        walks = self._no_walks
-        if slots.numbers[group.which, C.S_PARTIAL].any():  # (room for the chunks' backpointers, or most)
-            walks = self._walk_scratch(threads, 2 * int(slots.numbers[group.which, C.S_STORED].max()) + 4096)
+        room = self._walk_room(group)
+        walks = self._walk_scratch(threads, room) if room else self._no_walks
         with numba_threads(threads):
             while group.counts[0] < len(group.order):
                 overflowed, idle = self._advance_parallel(
@@ -465,13 +464,19 @@ class CpuBackend:
                 return
             survivors.append(self._after_overflow(group, k, ws, space, memo, done, beam))
 
+    def _walk_room(self, group: _Group) -> int:
+        """The backpointers a thread's scratch needs room for to walk the partials asked of the
+        group's streams after their chunks (twice the most stored, and more: most chunks fit),
+        or 0 when none was asked."""
+        numbers = self._slots.numbers[group.which]
+        return 2 * int(numbers[:, C.S_STORED].max()) + 4096 if numbers[:, C.S_PARTIAL].any() else 0
+
     def _search_group(self, group: _Group, ws, memo):
         """cpu.advance_streams of the group's streams in workspace ws, on this thread (the
         partials asked of them walked in this thread's MeetingScratch)."""
         slots = self._slots
-        walks = self._no_walks[0, 0], self._no_walks[1, 0]
-        if slots.numbers[group.which, C.S_PARTIAL].any():  # (this thread's scratch; room for most chunks)
-            walks = self._meeting().at_least(2 * int(slots.numbers[group.which, C.S_STORED].max()) + 4096)
+        room = self._walk_room(group)
+        walks = self._meeting().at_least(room) if room else (self._no_walks[0, 0], self._no_walks[1, 0])
         return self._advance_streams(self.layout, group.settings, ws, memo, slots.table(), group.which, group.x,
                                      group.offsets, group.order, group.flags, group.counts, *walks, slots.rows)
 

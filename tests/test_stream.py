@@ -16,7 +16,7 @@ from wfst.kernels import constants as C
 import wfst
 from wfst import cpu_backend, synthetic
 from wfst.decoder import DecodeInputError, Decoder
-from wfst.errors import OptionError
+from wfst.errors import LogProbsWarning, OptionError
 from wfst.ledger import COMMIT_AT as _COMMIT_AT
 from wfst.lm import truncate_arpa
 from wfst.stream import KALDI_RULES, EndpointConfig, EndpointRule
@@ -708,6 +708,8 @@ def test_bad_stream_input_is_refused_before_any_stream_moves(demo, demo_graphs):
     cases = [([s, t], [good], "2 streams but 1 chunks"),
              ([s, t], [good, good[:, :-1]], "stream 1: a chunk must have shape"),
              ([s, t], [good, good.astype(np.float64)], "stream 1: a chunk must be float32"),
+             ([s, t], [good, good.astype(np.float16)], "stream 1: a chunk must be float32"),
+             ([s, t], [good, good[:, :, None]], "stream 1: a chunk must have shape"),
              ([s, t], [good, bad], "stream 1: chunk frame 3 has NaN"),
              ([s, t], [empty, good], "stream 0: chunk frame 5 has -inf in every column"),
              ([s, other.stream()], [good, good], "stream 1 belongs to another Decoder"),
@@ -717,6 +719,15 @@ def test_bad_stream_input_is_refused_before_any_stream_moves(demo, demo_graphs):
         with pytest.raises(DecodeInputError, match=message):
             dec.advance(streams, chunks)
         assert s.frames == 0
+    hot = good.copy()
+    hot[2, 1] = 2.0
+    u, v = dec.stream(), dec.stream()
+    with pytest.warns(LogProbsWarning, match="stream 1, chunk frame 2 has 2 > 0"):
+        dec.advance([u, v], [good, hot])
+    w, y = dec.stream(), dec.stream()
+    with pytest.warns(LogProbsWarning):  # (chunks that are not C-contiguous: the same search)
+        dec.advance([w, y], [np.asfortranarray(good), np.repeat(hot, 2, axis=0)[::2]])
+    assert dec.finish([w, y]) == dec.finish([u, v])
     masked = good.copy()
     masked[5, :-1] = -np.inf  # probability zero for all but one column: a valid frame
     dec.advance([s], [masked])

@@ -27,7 +27,7 @@ from .batch import BatchPlan, Outcome
 from .boost import NO_PHRASES
 from .config import usable_cores
 from .errors import WfstError
-from .inputs import host_array, input_faults
+from .inputs import JoinedChunks, chunk_lengths, host_array, input_faults
 from .lattice import RawLattice
 from .ledger import Ledger, MeetingScratch
 from .memory import available_host_bytes
@@ -297,7 +297,7 @@ class CpuBackend:
             return 0
         if len(states) == 1 and not states[0].own_call:  # a stream alone, a server's usual call: no grouping
             return self._advance_alone(states[0], chunks[0]) if len(chunks[0]) else 0
-        lengths = list(map(len, chunks))
+        lengths = chunk_lengths(chunks)
         own, groups = [], []
         if not states[0].own_call and 0 not in lengths and len(set(map(_CAPACITY, states))) == 1:
             groups.append(_Group(states, chunks, lengths))  # the usual call: a decoder's streams share a capacity
@@ -468,6 +468,8 @@ class CpuBackend:
         """The backpointers a thread's scratch needs room for to walk the partials asked of the
         group's streams after their chunks (twice the most stored, and more: most chunks fit),
         or 0 when none was asked."""
+        if not self._slots.partials_asked:  # (a decoder whose partials are never asked reads no numbers)
+            return 0
         numbers = self._slots.numbers[group.which]
         return 2 * int(numbers[:, C.S_STORED].max()) + 4096 if numbers[:, C.S_PARTIAL].any() else 0
 
@@ -571,6 +573,7 @@ class CpuBackend:
         if len(states) == 1:  # (partial(): a stream's numbers and row read as lists, not gathered)
             state = states[0]
             slots.numbers[state.slot, C.S_PARTIAL] = 1
+            slots.partials_asked = True
             head, numbers = slots.rows[state.slot, :C.P_HEAD].tolist(), slots.numbers[state.slot].tolist()
             if _walked(head, numbers):
                 c, width = head[C.P_WORDS], (slots.rows.shape[1] - C.P_HEAD) // 2
@@ -580,6 +583,7 @@ class CpuBackend:
             return [state.partial(numbers[C.S_N], numbers[C.S_STORED], self._meeting(), alone(state))]
         which = np.fromiter(map(_SLOT, states), np.int64, len(states))
         slots.numbers[which, C.S_PARTIAL] = 1  # (the next chunk's search walks them)
+        slots.partials_asked = True
         stale = np.flatnonzero(~slots.walked(which))
         if len(stale) > 1:
             self._walk_together(which[stale])
@@ -853,6 +857,7 @@ class StreamSlots:
         self.rows = np.zeros((0, C.P_HEAD + 2 * _PARTIAL_WORDS), np.int32)  # partials walked (constants.P_*)
         self.generation = 0  # advanced before each kernel call that may replace a slot's arrays
         self.contextual = False  # whether a slot ever held a context (else no call counts context steps)
+        self.partials_asked = False  # whether a partial was ever asked (else no call looks for walks to do)
         self._free = queue.SimpleQueue()  # safe to put into from a finalizer
         self._held = []  # per slot: whether its context or memo is a stream's (not no_context / no_memo)
         self._table = None  # the cpu.StreamTable of the lists and arrays above, made again when one is replaced
@@ -966,7 +971,7 @@ class _Group:
         k = len(chunks)
         self.states, self.chunks = states, chunks
         self.capacity, self.settings = states[0].capacity, states[0].settings
-        self.x = chunks[0] if k == 1 else np.concatenate(chunks)
+        self.x = chunks.x if isinstance(chunks, JoinedChunks) else chunks[0] if k == 1 else np.concatenate(chunks)
         # one array (a µs each saved on a chunk of one stream)
         ints = np.zeros(4 * k + 1 + C.GROUP_COUNTS + C.STEP_COUNTERS, np.int64)
         self.offsets, self.which = ints[:k + 1], ints[k + 1:2 * k + 1]
@@ -975,7 +980,7 @@ class _Group:
         if k == 1:
             self.offsets[1], self.which[0] = len(chunks[0]), states[0].slot
             return
-        ints[1:2 * k + 1] = [*itertools.accumulate(lengths), *[s.slot for s in states]]  # offsets, which
+        ints[1:2 * k + 1] = [*itertools.accumulate(lengths), *map(_SLOT, states)]  # offsets, which
         self.order[:] = range(k)  # one thread's (several: cpu.work_order)
 
     def again(self, state, chunk: np.ndarray) -> _Group:

@@ -34,7 +34,7 @@ from .batch import BatchPlan, Capacity
 from .config import DecoderConfig
 from .errors import DecodeInputError, DecoderMemoryError, MissingFileError, OptionError, WfstError, interruptible
 from .graph import Graph, check_searchable, load_graph
-from .inputs import check_batch, check_log_probs, chunk_faults, warn_not_log_probs
+from .inputs import check_batch, check_log_probs, chunk_faults, chunk_lengths, joined_chunks, warn_not_log_probs
 from .lattice import Lattice, PathScorer
 from .memory import USABLE_SHARE
 from .results import DecodeResult, DecodeStats, no_path, path_result
@@ -205,22 +205,24 @@ class Decoder:
         # (passes of comprehensions: a stream's chunk of 8 frames searches in ~20 µs, and this
         # Python runs on one core while the others wait; one loop doing it all took ~0.7 µs a stream)
         V = self.graph.tokens.num_columns
-        to_chunk = self._backend.to_chunk
-        arrays = [to_chunk(chunk) for chunk in chunks]
-        for i, x in enumerate(arrays):
-            if x.ndim != 2 or x.shape[1] != V:
-                raise DecodeInputError(f"stream {i}: a chunk must have shape (T, V={V}) (V: the graph's tokens, "
-                                       f"blank included); got shape {tuple(x.shape)}")
-            if x.dtype != _FLOAT32:
-                raise DecodeInputError(f"stream {i}: a chunk must be float32 log-posteriors; got {x.dtype}")
+        arrays = joined_chunks(chunks, V)  # the usual call's, checked at once
+        if arrays is None:
+            to_chunk = self._backend.to_chunk
+            arrays = [to_chunk(chunk) for chunk in chunks]
+            for i, x in enumerate(arrays):
+                if x.ndim != 2 or x.shape[1] != V:
+                    raise DecodeInputError(f"stream {i}: a chunk must have shape (T, V={V}) (V: the graph's tokens, "
+                                           f"blank included); got shape {tuple(x.shape)}")
+                if x.dtype != _FLOAT32:
+                    raise DecodeInputError(f"stream {i}: a chunk must be float32 log-posteriors; got {x.dtype}")
+            bad, above = chunk_faults(arrays)
+            if bad is not None:
+                raise DecodeInputError(f"stream {bad[0]}: chunk frame {bad[1]} {bad[2]}")
+            if above is not None:
+                warn_not_log_probs(f"stream {above[0]}, chunk frame {above[1]}", above[2])
         states = list(map(_STATE, streams))
         # the context steps' counters only where a stream has a context
         contextual = self.rescorer is not None or any(map(_PHRASED, streams))
-        bad, above = chunk_faults(arrays)
-        if bad is not None:
-            raise DecodeInputError(f"stream {bad[0]}: chunk frame {bad[1]} {bad[2]}")
-        if above is not None:
-            warn_not_log_probs(f"stream {above[0]}, chunk frame {above[1]}", above[2])
         with self._lock:  # checked again in turn: another thread may have finished one (a finished stream's
             if any(map(_FINISHED, streams)):  # state is replaced; nothing else about them can change meanwhile)
                 self._check_streams(streams, "advance")
@@ -242,7 +244,7 @@ class Decoder:
                 raise
             if moving:
                 self._grow_to(max(map(_CAPACITY, moving)))
-            frames = sum(map(len, arrays))
+            frames = sum(chunk_lengths(arrays))
             self.stats = DecodeStats(len(streams), frames, time.perf_counter() - start,
                                      survivors / frames if frames else 0.0,
                                      lm=self._backend.lm_report(lm_before, frames, self.rescorer) if contextual else {})

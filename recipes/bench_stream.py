@@ -80,31 +80,38 @@ def stream_loop(dec, x, lengths, n: int, step: int, partials: bool = False, roun
     until the utterances run out.  rounds: n streams start together, and the next n only
     once all of them ended (each round's last calls advance fewer streams than there are
     threads).  partials: each call is followed by the partial results of its streams
-    (Decoder.partials), timed with it (a live captioning server's loop)."""
-    results, seconds, latencies = [None] * len(lengths), 0.0, []
-    ends = [int(t) for t in lengths]  # (the loop's own cost kept small, as a server's)
-    rows = [x[u, :t] for u, t in enumerate(ends)]
-    live, nxt = [], 0  # live: [utterance, its stream, frames fed]
-    while live or nxt < len(lengths):
+    (Decoder.partials), timed with it (a live captioning server's loop).  The utterances
+    are cut into their chunks before the clock starts, as a server receives them: the
+    loop's own work is a server's (streams in and out, each call's next chunks)."""
+    cut = [[x[u, i:min(i + step, T)] for i in range(0, T, step)] or [x[u, :0]] for u, T in enumerate(map(int, lengths))]
+    results, seconds, latencies = [None] * len(cut), 0.0, []
+    live, nxt, calls = [], 0, 0  # live: (utterance, its stream, its chunks to come)
+    ending = {}  # call -> the live streams fed their last chunk in it
+    streams = feeds = None  # of the live streams, made again when they change
+    while live or nxt < len(cut):
         start = time.perf_counter()
-        if not (rounds and live):
-            while len(live) < n and nxt < len(lengths):
-                live.append([nxt, dec.stream(), 0])
+        if not (rounds and live) and len(live) < n and nxt < len(cut):
+            while len(live) < n and nxt < len(cut):
+                item = (nxt, dec.stream(), iter(cut[nxt]))
+                live.append(item)
+                ending.setdefault(calls + len(cut[nxt]) - 1, []).append(item)
                 nxt += 1
-        streams = [s for _, s, _ in live]
-        chunks = [rows[u][fed:fed + step] for u, _, fed in live]  # (a slice stops at the utterance's end)
+            streams = None
+        if streams is None:
+            streams, feeds = [s for _, s, _ in live], [chunks for _, _, chunks in live]
+        chunks = list(map(next, feeds))
         call = time.perf_counter()
         dec.advance(streams, chunks)
         if partials:
             dec.partials(streams)
         latencies.append(time.perf_counter() - call)
-        for item in live:
-            item[2] += step
-        ended = [item for item in live if item[2] >= ends[item[0]]]
+        ended = ending.pop(calls, None)
+        calls += 1
         if ended:
             for (u, _, _), r in zip(ended, dec.finish([s for _, s, _ in ended])):
                 results[u] = r
-            live = [item for item in live if item[2] < ends[item[0]]]
+            gone = {u for u, _, _ in ended}
+            live, streams = [item for item in live if item[0] not in gone], None
         seconds += time.perf_counter() - start
     return results, seconds, latencies
 

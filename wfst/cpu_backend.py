@@ -87,6 +87,7 @@ class CpuBackend:
     # ------------------------------------------------------------------ the Backend interface
 
     to_batch = to_chunk = staticmethod(host_array)  # a batch, a stream's chunk (one call less a chunk)
+    joins_chunks = True  # advance() takes the usual call's chunks joined (JoinedChunks): its search reads them so
 
     def input_faults(self, x, lengths):
         return input_faults(np, x, lengths)

@@ -115,6 +115,8 @@ class CudaBackend:
     def to_batch(self, log_probs):
         return device_input(log_probs)
 
+    joins_chunks = False  # (advance() copies each chunk into its launch's rows: joining them first would copy twice)
+
     def to_chunk(self, chunk):
         """A stream's chunk where it is: GPU data as a device array (no copy), host data as
         NumPy (a call moves its streams' chunks to the device together: one copy, not one

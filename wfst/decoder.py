@@ -205,7 +205,7 @@ class Decoder:
         # (passes of comprehensions: a stream's chunk of 8 frames searches in ~20 µs, and this
         # Python runs on one core while the others wait; one loop doing it all took ~0.7 µs a stream)
         V = self.graph.tokens.num_columns
-        arrays = joined_chunks(chunks, V)  # the usual call's, checked at once
+        arrays = joined_chunks(chunks, V) if self._backend.joins_chunks else None  # the usual call's, checked at once
         if arrays is None:
             to_chunk = self._backend.to_chunk
             arrays = [to_chunk(chunk) for chunk in chunks]

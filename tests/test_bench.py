@@ -195,6 +195,41 @@ def test_recipes_refuse_bad_options_before_any_work(argv, message):
     assert p.stderr.count("\n") == 1 and p.stderr.startswith(f"{argv[0]}: error: {message}"), p.stderr
 
 
+def test_the_stream_bench_feeds_each_utterance_its_frames_once_in_order(monkeypatch):
+    """bench_stream's loop, as a server's: every utterance's frames and no more, in order, at
+    most n streams live (a version cut the last chunks past an utterance's end, into the
+    batch's padding, and the streams searched more frames than the offline decode)."""
+    monkeypatch.syspath_prepend(str(RECIPES))
+    import bench_stream
+    import numpy as np
+
+    class Fake:
+        def __init__(self):
+            self.fed, self.most = {}, 0
+
+        def stream(self):
+            s = object()
+            self.fed[s] = []
+            return s
+
+        def advance(self, streams, chunks):
+            self.most = max(self.most, len(streams))
+            for s, chunk in zip(streams, chunks):
+                self.fed[s].append(chunk)
+
+        def finish(self, streams):
+            return [np.concatenate(self.fed.pop(s)) for s in streams]
+
+    x = np.random.default_rng(0).standard_normal((7, 30, 3)).astype(np.float32)
+    lengths = np.array([30, 1, 0, 17, 8, 9, 25])
+    for n, step, rounds in [(3, 4, False), (3, 4, True), (7, 8, False), (2, 100, False), (1, 1, False)]:
+        dec = Fake()
+        results, _, latencies = bench_stream.stream_loop(dec, x, lengths, n, step, rounds=rounds)
+        for u, got in enumerate(results):
+            np.testing.assert_array_equal(got, x[u, :lengths[u]])
+        assert 0 < dec.most <= n and not dec.fed and len(latencies) >= -(-lengths.max() // step)
+
+
 def test_a_decoder_tuned_like_another_brings_it_along():
     """ours-cpu1-top4 alone ran at untuned defaults under a 'tuned' label."""
     from wfst_bench import compare

@@ -694,6 +694,23 @@ def test_streams_of_an_advance_that_stopped_part_way_are_lost_not_silently_wrong
     assert dec.finish([fresh])[0] == want
 
 
+def test_joined_chunks_read_as_the_list_of_their_chunks():
+    """The usual call's chunks joined (inputs.JoinedChunks) are, to the code that reads them
+    one by one (dead streams, streams searched alone, the CUDA backend), the list they were."""
+    from wfst.inputs import JoinedChunks, chunk_lengths, joined_chunks
+
+    rng = np.random.default_rng(0)
+    chunks = [np.log(rng.dirichlet(np.ones(4), size=t)).astype(np.float32) for t in (2, 0, 3, 1)]
+    joined = joined_chunks(chunks, 4)
+    assert isinstance(joined, JoinedChunks) and len(joined) == 4 and chunk_lengths(joined) == [2, 0, 3, 1]
+    for got in (list(joined), [joined[i] for i in range(4)], [joined[i - 4] for i in range(4)], joined[0:4]):
+        assert all(a.shape == b.shape and (a == b).all() for a, b in zip(got, chunks, strict=True))
+    with pytest.raises(IndexError):
+        joined[4]
+    assert joined_chunks(chunks[:1], 4) is None  # (one stream: searched as it is)
+    assert joined_chunks(chunks, 5) is None and joined_chunks([*chunks, chunks[0] + 1.0], 4) is None
+
+
 def test_bad_stream_input_is_refused_before_any_stream_moves(demo, demo_graphs):
     path, kw = demo_graphs["char_compact"]
     g = wfst.load_graph(path)

@@ -129,7 +129,13 @@ class JoinedChunks(Sequence):
     def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(len(self)))]
-        return self.x[self.offsets[i]:self.offsets[i + 1]]
+        k = operator.index(i) + (len(self) if i < 0 else 0)
+        if not 0 <= k < len(self):
+            raise IndexError(f"chunk {i} of {len(self)}")
+        return self.x[self.offsets[k]:self.offsets[k + 1]]
+
+    def __iter__(self):
+        return map(self.x.__getitem__, itertools.starmap(slice, zip(self.offsets, self.offsets[1:])))
 
 
 def chunk_lengths(chunks) -> list[int]:

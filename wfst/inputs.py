@@ -129,9 +129,7 @@ class JoinedChunks(Sequence):
     def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(len(self)))]
-        k = operator.index(i) + (len(self) if i < 0 else 0)
-        if not 0 <= k < len(self):
-            raise IndexError(f"chunk {i} of {len(self)}")
+        k = range(len(self))[i]  # (negative i as a list's; out of range, a list's IndexError)
         return self.x[self.offsets[k]:self.offsets[k + 1]]
 
     def __iter__(self):

@@ -1,6 +1,7 @@
 """Checks of decode inputs, shared by the backends, and NumPy views of any array library's data."""
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 import warnings
@@ -121,7 +122,10 @@ class JoinedChunks(Sequence):
 
     def __init__(self, x: np.ndarray, lengths: list[int]):
         self.x, self.lengths = x, lengths
-        self.offsets = [0, *itertools.accumulate(lengths)]
+
+    @functools.cached_property
+    def offsets(self) -> list[int]:  # (only where a chunk is read alone: not on the usual call's way)
+        return [0, *itertools.accumulate(self.lengths)]
 
     def __len__(self) -> int:
         return len(self.lengths)

@@ -214,7 +214,8 @@ class StateGroups(NamedTuple):
     adds: np.ndarray  # float32 (4C,): each kept arc's weight + acoustic cost
     step_token: np.ndarray  # int32 (C,): word arcs whose context step _expand_arcs deferred: the survivor,
     step_arc: np.ndarray  # int32 (C,): the arc,
-    step_cost: np.ndarray  # float32 (C,): and the cost before the step
+    step_cost: np.ndarray  # float32 (C,): and the cost before the step (_closure: the token's cost)
+    step_stamp: np.ndarray  # int32 (C,): _closure's: the token's lattice.Links.first then
 
 
 def new_tokens(capacity: int) -> Tokens:
@@ -235,7 +236,7 @@ def new_workspace(capacity: int) -> Workspace:
                    np.empty(1, np.int64), np.empty(1, i32))
     sg = StateGroups(np.full(H, EMPTY_KEY, i32), np.empty(H, i32), np.empty(C, i32), np.empty(C, i32),
                      np.empty(C, i32), np.empty(C, np.float32), np.empty(4 * C, i32), np.empty(4 * C, np.float32),
-                     np.empty(C, i32), np.empty(C, i32), np.empty(C, np.float32))
+                     np.empty(C, i32), np.empty(C, i32), np.empty(C, np.float32), np.empty(C, i32))
     return Workspace(ht, tl, sv, np.empty(C, i32), np.zeros(C, np.uint8), np.empty(4 * C, i32),
                      np.zeros(RADIX_BINS, np.int64), sg)
 
@@ -648,17 +649,30 @@ def _expand_steps(count, sv, ac, bound, graph, context, memo, ht, tl, sg, lat, n
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def _closure(cutoff, n, graph, boosts, context, memo, ht, tl, stack, lat):
+def _closure(cutoff, n, graph, boosts, context, memo, ht, tl, stack, lat, sg):
     """Non-emitting closure of the frame's tokens; returns (n, overflow).  Word arcs are
-    skipped and left as in _expand_arcs."""
+    skipped and left as in _expand_arcs, and their context steps deferred as there
+    (sg.step_*, their memo slots prefetched): done when the work list runs out or their
+    buffer is full (_closure_steps).  A token improved meanwhile is expanded again and
+    defers its own steps: its earlier ones are dropped (step_cost holds the token's cost
+    when it deferred them, step_stamp its lattice links' start), so that the closure keeps
+    the same tokens and links as with each step done at once."""
     states, arcs = graph.states, graph.arcs
     word_arcs = 0
     lookups = 0
     top = 0
+    deferred = 0
     for j in range(n):
         stack[top] = j
         top += 1
-    while top > 0:
+    while top > 0 or deferred > 0:
+        if context is not None and top == 0:  # (without a context nothing is deferred)
+            n, top, overflow = _closure_steps(deferred, cutoff, graph, boosts, context, memo, ht, tl, stack, top,
+                                              lat, sg, n)
+            deferred = 0
+            if overflow:
+                return n, True
+            continue
         top -= 1
         j = stack[top]
         c = tl.cost[j]
@@ -675,17 +689,30 @@ def _closure(cutoff, n, graph, boosts, context, memo, ht, tl, stack, lat):
         for p in range(states[s, 2], states[s + 1, 0]):
             w = _arc_weight(arcs, p, boosts)
             nc = np.float32(c + w)
-            nctx = ctx
             if context is not None and p >= states[s, 3]:
-                step, nc, nctx = _word_arc(c, w, nc, np.float32(0.0), reach, cutoff, ctx, arcs[p, 4], context, memo)
+                step = _word_reach(c, w, nc, np.float32(0.0), reach, cutoff, ctx, arcs[p, 4], context)
                 if step == _CUT:
                     break
                 if step == _SKIP:
                     continue
                 lookups += 1
+                if deferred == sg.step_token.shape[0]:
+                    n, top, overflow = _closure_steps(deferred, cutoff, graph, boosts, context, memo, ht, tl, stack,
+                                                      top, lat, sg, n)
+                    deferred = 0
+                    if overflow:
+                        return n, True
+                sg.step_token[deferred] = j
+                sg.step_arc[deferred] = p
+                sg.step_cost[deferred] = c
+                if lat is not None:
+                    sg.step_stamp[deferred] = lat.first[j]
+                deferred += 1
+                _prefetch_step(ctx, arcs[p, 4], memo)
+                continue
             if nc > cutoff:
                 continue
-            idx, n, improved = _recombine(arcs[p, 1], nctx, nc, in_frame_prev(j), arcs[p, 3], ctx, ht, tl, n,
+            idx, n, improved = _recombine(arcs[p, 1], ctx, nc, in_frame_prev(j), arcs[p, 3], ctx, ht, tl, n,
                                           context)
             if idx < 0:
                 return n, True
@@ -701,6 +728,37 @@ def _closure(cutoff, n, graph, boosts, context, memo, ht, tl, stack, lat):
         memo.counts[STEP_CLOSURE_ARCS] += word_arcs
         memo.counts[STEP_CLOSURE_LOOKUPS] += lookups
     return n, False
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def _closure_steps(count, cutoff, graph, boosts, context, memo, ht, tl, stack, top, lat, sg, n):
+    """The context steps of the first `count` word arcs that _closure deferred, but those of
+    a token improved since it deferred them (its cost changed, or with a lattice its links
+    were started again: it was expanded again, or will be); the tokens they lead to at most
+    `cutoff`, pushed on the work list when improved.  Returns (n, top, overflow)."""
+    arcs = graph.arcs
+    for k in range(count):
+        j = sg.step_token[k]
+        c = sg.step_cost[k]
+        if tl.cost[j] != c or (lat is not None and lat.first[j] != sg.step_stamp[k]):
+            continue
+        p = sg.step_arc[k]
+        ctx = tl.ctx[j]
+        nc, nctx = _word_step(np.float32(c + _arc_weight(arcs, p, boosts)), ctx, arcs[p, 4], context, memo)
+        if nc > cutoff:
+            continue
+        idx, n, improved = _recombine(arcs[p, 1], nctx, nc, in_frame_prev(j), arcs[p, 3], ctx, ht, tl, n, context)
+        if idx < 0:
+            return n, top, True
+        if lat is not None and not add_link(lat, in_frame_prev(j), idx, arcs[p, 3], np.float32(nc - c),
+                                            np.float32(0.0)):
+            return n, top, True
+        if improved:
+            if top == stack.shape[0]:
+                return n, top, True
+            stack[top] = idx
+            top += 1
+    return n, top, False
 
 
 @njit(nogil=True, cache=True, _nrt=False)
@@ -787,7 +845,7 @@ def begin(graph, boosts, context, memo, ws, lat):
     _, n, _ = _recombine(graph.start, start_ctx, np.float32(0.0), NO_TOKEN, NO_ARC, start_ctx, ws.ht, ws.tl, 0,
                          context)
     return _closure(np.float32(np.finfo(np.float32).max), n, graph, boosts, context, memo, ws.ht, ws.tl, ws.stack,
-                    lat)
+                    lat, ws.sg)
 
 
 @njit(nogil=True, cache=True)
@@ -905,7 +963,7 @@ def frames(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n,
                                              lat)
         if not overflow:
             n, overflow = _closure(np.float32(best + adaptive_beam), n, graph, boosts, context, memo, ht, tl,
-                                   ws.stack, lat)
+                                   ws.stack, lat, sg)
         if overflow:  # the frame is done again from its survivors: its fallback is not counted
             status = TOKEN_OVERFLOW
             if lat is not None and lat.count[0] == lat.src.shape[0]:

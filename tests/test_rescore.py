@@ -371,10 +371,13 @@ def test_skipped_lookups_and_shared_arcs_change_nothing(demo, demo_bigram):
 
 
 def test_deferred_lm_steps_done_one_by_one_change_nothing(demo, demo_bigram, monkeypatch):
-    """ExpandArcs on the CPU defers the LM steps of its word arcs (their memo slots are
-    prefetched meanwhile) and does them when its buffer of them is full or the frame's arcs
-    are done.  With room for one deferred step (every step done at the next word arc), it
-    finds the same results and lattices as with the usual room, with boosts too."""
+    """ExpandArcs and the closure on the CPU defer the LM steps of their word arcs (their
+    memo slots are prefetched meanwhile) and do them when their buffer of them is full, or
+    the frame's arcs are done, or the closure's work list ran out; the closure drops a step
+    of a token expanded again since.  With room for one deferred step (every step done at
+    the next word arc), they find the same results and lattices as with the usual room, with
+    boosts too (it fails where the closure keeps the steps of an earlier expansion: a
+    lattice gets a link twice)."""
     from wfst.kernels import cpu
 
     g, texts, x, lengths = demo_bigram

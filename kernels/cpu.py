@@ -1491,13 +1491,18 @@ def append_chunk(slots, i, x, numbers):
 
 
 @njit(nogil=True, cache=True)
-def finish_slot(graph, context, ws, slots, i, numbers):
+def finish_slot(graph, weight, nextstate, context, ws, slots, i, numbers, blank):
     """finish() of stream slots[i] (its numbers numbers[i]), room for the last step made
-    first.  Returns (status, path arcs, the step each arc's token was stored at, the
-    log-probs its emitting arcs read (results.TracedPath's), reached_final, final_gids,
-    final_costs (finish_lattice's; none here), the stream's StreamSlot); when it is OK, the
-    slot holds empty arrays instead (the caller may reuse the stream's for another)."""
-    return _finish_slot(graph, context, ws, slots, i, numbers, None)
+    first, and its path summed (path_sums: weight and nextstate by graph arc id, as the
+    graph's; blank: the blank's input label or -1): one
+    compiled call where a finish runs on one core while the others wait.  Returns (status,
+    reached_final, the stream's StreamSlot, path arcs, the step each arc's token was stored
+    at, the log-probs its emitting arcs read (results.TracedPath's), then path_sums' tuple);
+    when it is OK, the slot holds empty arrays instead (the caller may reuse the stream's
+    for another)."""
+    status, arcs, at, read, reached_final, _, _, s = _finish_slot(graph, context, ws, slots, i, numbers, None)
+    return (status, reached_final, s, arcs, at, read) + path_sums(graph.ilabel, graph.olabel, weight, nextstate,
+                                                                  blank, arcs, at, read)
 
 
 @njit(nogil=True, cache=True)

@@ -31,7 +31,7 @@ from .inputs import JoinedChunks, chunk_lengths, host_array, input_faults
 from .lattice import RawLattice
 from .ledger import Ledger, MeetingScratch
 from .memory import available_host_bytes
-from .results import TracedPath, emitting_reads
+from .results import PathPart, TracedPath, emitting_reads
 
 _LM_MEMO_SLOTS = 1 << 21  # 32 MiB; on BPE 2^20 was 10% slower, 2^22 5% faster
 _PHRASE_MEMO_SLOTS = 1 << 15  # phrases alone: a small automaton
@@ -74,7 +74,8 @@ class CpuBackend:
         self._advance_streams = DirectCall(cpu.advance_streams, fixed=5, checked=(6,))  # 6: the chunks
         self._advance_parallel = DirectCall(cpu.advance_streams_parallel, fixed=5, checked=(6,))
         self._thread_memos = None  # the streams' memos of LM steps, one per thread (_memos_for)
-        self._finish_slot = DirectCall(cpu.finish_slot, fixed=4, checked=())
+        self._finish_slot = DirectCall(cpu.finish_slot, fixed=6, checked=())
+        self._blank = -1 if graph.tokens.blank_ilabel is None else int(graph.tokens.blank_ilabel)  # (finish_slot's)
         # (capacity, threads) -> workspaces, one per thread of Numba's pool, as a typed list and as
         # a plain one (the same workspaces), and the arrays the threads' returns go in
         self._thread_spaces = {}
@@ -630,23 +631,26 @@ class CpuBackend:
     def finish_stream(self, state: CpuStream):
         """The stream's last step: (status, TracedPath of the rest of the path, the
         committed PathPart before it)."""
-        from wfst.kernels import lattice as kl
-
-        lat = state.links
+        lat, part = state.links, None
         with self._workspace(state.capacity) as ws:
             self._slots.generation += 1  # the kernel replaces the stream's arrays
-            args = (self.layout, state.context, ws, self._slots.list, state.slot, self._slots.numbers)
+            args = (state.context, ws, self._slots.list, state.slot, self._slots.numbers)
             if lat is None:
-                status, arcs, at, read, reached_final, _, _, held = self._finish_slot(*args)
+                graph = self.graph
+                status, reached_final, held, arcs, at, read, *sums = self._finish_slot(
+                    self.layout, graph.weight, graph.nextstate, *args, self._blank)
+                part = PathPart.of_sums(sums)
             else:  # (room for the last step's tokens: storing them cannot overflow)
+                from wfst.kernels import lattice as kl
+
                 lat = kl.with_room(lat, stored=state.stored + state.n)
                 status, arcs, at, read, reached_final, final_gids, final_costs, held = \
-                    self._cpu.finish_slot_lattice(*args, lat)
+                    self._cpu.finish_slot_lattice(self.layout, *args, lat)
         if status != C.OK:
             return status, None, state.prefix
         raw = None if lat is None else RawLattice.of(lat, held.trace.steps[:state.frames + 2], final_gids,
                                                       final_costs, reached_final)
-        path = TracedPath(arcs, at, read, bool(reached_final), state.survivors, state.fallbacks, raw)
+        path = TracedPath(arcs, at, read, bool(reached_final), state.survivors, state.fallbacks, raw, part)
         state.links = None
         state.close()
         if raw is None:  # (a lattice keeps a view of its steps)

@@ -175,6 +175,7 @@ class TracedPath(NamedTuple):
     survivors: int  # tokens that survived pruning, summed over frames
     fallbacks: int  # frames expanded again without FLToP
     lattice: object = None  # wfst.lattice.RawLattice when lattices are kept
+    part: PathPart | None = None  # the path summed already (PathPart.of_sums), where the backend did it
 
 
 def emitting_reads(graph, arcs, steps) -> tuple[np.ndarray, np.ndarray]:
@@ -201,6 +202,13 @@ class PathPart:
     # uint16 where the labels fit: 2 bytes a frame); None: left out (a partial result's)
     frame_tokens: np.ndarray | None = dataclasses.field(default_factory=lambda: np.empty(0, np.uint16))
 
+    @classmethod
+    def of_sums(cls, sums: tuple) -> PathPart:
+        """The PathPart of kernels.cpu.path_sums' tuple."""
+        logp, blanks, weights, word_ids, word_frames, last_voiced, last_frame, end_state, tokens = sums
+        return cls(logp, blanks, weights, tuple(word_ids.tolist()), tuple(word_frames.tolist()), int(last_voiced),
+                   int(last_frame), int(end_state), tokens)
+
     def __add__(self, later: PathPart) -> PathPart:
         """A stream's path: its committed prefix, then the rest."""
         tokens = None
@@ -218,12 +226,9 @@ def path_part(graph, arcs, steps, logp) -> PathPart:
     from wfst.kernels.cpu import path_sums
 
     blank = graph.tokens.blank_ilabel
-    logp, blanks, weights, word_ids, word_frames, last_voiced, last_frame, end_state, tokens = path_sums(
-        graph.ilabel, graph.olabel, graph.weight, graph.nextstate, -1 if blank is None else blank,
-        np.ascontiguousarray(arcs, np.int64), np.ascontiguousarray(steps, np.int64),
-        np.ascontiguousarray(logp, np.float32))
-    return PathPart(logp, blanks, weights, tuple(word_ids.tolist()), tuple(word_frames.tolist()), last_voiced,
-                    last_frame, end_state, tokens)
+    return PathPart.of_sums(path_sums(graph.ilabel, graph.olabel, graph.weight, graph.nextstate,
+                                      -1 if blank is None else blank, np.ascontiguousarray(arcs, np.int64),
+                                      np.ascontiguousarray(steps, np.int64), np.ascontiguousarray(logp, np.float32)))
 
 
 def path_result(graph, config, path: TracedPath, num_frames: int, boost: dict, phrases, rescorer,
@@ -233,7 +238,7 @@ def path_result(graph, config, path: TracedPath, num_frames: int, boost: dict, p
 
     boost: the utterance's word id -> cost map; phrases: its phrase automaton; rescorer:
     the on-the-fly rescoring LMs or None."""
-    part = path_part(graph, path.arcs, path.steps, path.logp)
+    part = path.part if path.part is not None else path_part(graph, path.arcs, path.steps, path.logp)
     if prefix is not None:
         part = prefix + part
     acoustic_cost = -config.acoustic_scale * part.logp + config.blank_penalty * part.blanks
@@ -249,7 +254,7 @@ def part_result(graph, part: PathPart, acoustic_cost: float, reached_final: bool
     if reached_final:
         graph_cost += float(graph.final[part.end_state if part.end_state >= 0 else graph.start])
     word_ids = part.word_ids
-    words = tuple(graph.words[w] if graph.words is not None else str(w) for w in word_ids)
+    words = tuple(map(graph.words.symbols.__getitem__ if graph.words is not None else str, word_ids))
     boost_cost = float(sum(np.float32(boost.get(w, 0.0)) for w in word_ids)) if boost else 0.0
     if phrases.num_states > 1:
         boost_cost += phrases.path_cost(word_ids, reached_final)

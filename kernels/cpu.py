@@ -1221,6 +1221,47 @@ def commit_path(tl, n, prev, arc, stored, depth, meet, since):
 
 
 @njit(nogil=True, cache=True)
+def commit_stream(tl, n, trace, stored, depth, meet, since, kept, base, logp, ilabel, olabel, weight, nextstate,
+                  blank):
+    """ledger.Ledger.commit_arrays' work in one compiled call (a commit runs on one core while
+    the others wait; in NumPy and three calls it took ~250 µs): commit_path (from `since`,
+    or from the start where the paths do not pass it), and where that releases at least
+    half of the `stored` backpointers, the path up to the meeting point summed (path_reads
+    of the log-probs kept, logp[r]: frame base + r, of `kept` frames, then path_sums;
+    blank: the blank's input label or -1) and the backpointers before it dropped, in
+    place: trace.prev / arc from 0 hold the live ones, trace.steps from 0 the steps from
+    the meeting point's on, tl.prev (of n tokens) points into them.  Returns (k, the
+    backpointers kept, path_sums' tuple): k the steps dropped (trace.survivors is the
+    caller's to move), -1 when nothing was committed."""
+    m, arcs, gids = commit_path(tl, n, trace.prev, trace.arc, stored, depth, meet, since)
+    if m < 0 <= since:  # (not expected: every later path passes a partial's meeting point)
+        m, arcs, gids = commit_path(tl, n, trace.prev, trace.arc, stored, depth, meet, -1)
+    steps = trace.steps
+    k = np.searchsorted(steps[:kept], m, side="right") - 1 if m > 0 else -1
+    if k < 0 or steps[k] < stored // 2:
+        return -1, stored, path_sums(ilabel, olabel, weight, nextstate, blank, arcs[:0], gids[:0],
+                                     np.empty(0, np.float32))
+    at, read = path_reads(ilabel, arcs, gids, steps[:kept], base, base + kept, logp)
+    sums = path_sums(ilabel, olabel, weight, nextstate, blank, arcs, at, read)
+    cut = steps[k]
+    live = stored - cut
+    prev, arc = trace.prev, trace.arc
+    for j in range(live):  # (forward: each read is at or past its write)
+        p = prev[cut + j] - cut
+        prev[j] = p if p >= 0 else NO_TOKEN
+        arc[j] = arc[cut + j]
+    prev[m - cut] = NO_TOKEN  # the meeting point is the new start
+    left = min(kept - k + 2, len(steps) - k)
+    for j in range(left):
+        steps[j] = steps[k + j] - cut
+    steps[0] = 0
+    for j in range(n):  # the frame's tokens point at backpointers too
+        if tl.prev[j] >= 0:
+            tl.prev[j] -= cut
+    return k, live, sums
+
+
+@njit(nogil=True, cache=True)
 def meeting_point(tl, n, prev, stored, depth, meet, g, since, floor):
     """The last backpointer shared by the paths of all the frame's n tokens, found from the
     chain of backpointer g (one of theirs) back to `since`, a backpointer all their paths

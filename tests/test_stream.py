@@ -19,6 +19,7 @@ from wfst.decoder import DecodeInputError, Decoder
 from wfst.errors import LogProbsWarning, OptionError
 from wfst.ledger import COMMIT_AT as _COMMIT_AT
 from wfst.lm import truncate_arpa
+from wfst.results import path_part
 from wfst.stream import KALDI_RULES, EndpointConfig, EndpointRule
 
 
@@ -503,13 +504,13 @@ def test_partial_results_read_the_best_path_and_leave_their_scratch_clean(demo, 
         return out
 
     monkeypatch.setattr(cpu, "slot_partial_words", slot_partial_words)
-    starts, commit_path = [], cpu.commit_path
+    starts, commit_stream = [], cpu.commit_stream
 
     def commit_from(*args):  # where commits walk back from: the last partial's meeting point
-        starts.append(args[-1])
-        return commit_path(*args)
+        starts.append(args[6])
+        return commit_stream(*args)
 
-    monkeypatch.setattr(cpu, "commit_path", commit_from)
+    monkeypatch.setattr(cpu, "commit_stream", commit_from)
     path, kw = demo_graphs["char_compact"]
     g = wfst.load_graph(path)
     _, x, lengths = demo_emissions(demo, g, kw, 6)
@@ -530,7 +531,9 @@ def test_partial_results_read_the_best_path_and_leave_their_scratch_clean(demo, 
             st, got = streams[i]._state, together.get(i) or streams[i].partial()
             arcs, gids, _, _ = cpu.partial_path(st.tl, st.n, g.final, None, st.trace.prev, st.trace.arc, st.stored,
                                                 -1)
-            whole = st.prefix + st.part(g, st.trace.steps, arcs, gids)
+            steps = st.trace.steps[:st.frames - st.base]
+            whole = st.prefix + path_part(g, arcs, *cpu.path_reads(g.ilabel, arcs, gids, steps, st.base, st.frames,
+                                                                   st.kept_log_probs()))
             meet, stable = cpu.common_ancestor(st.tl, st.n, st.trace.prev, st.stored), len(st.prefix.word_ids)
             if meet >= 0 and (where := np.flatnonzero(gids == meet)).size:
                 stable += int(np.count_nonzero(g.olabel[arcs[:where[0] + 1]]))

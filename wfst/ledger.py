@@ -14,7 +14,7 @@ import numpy as np
 from wfst.kernels import constants as C
 
 from .errors import WfstError
-from .results import PathPart, path_part
+from .results import PathPart
 
 COMMIT_AT = 1 << 16  # backpointers at which a stream first tries to commit its path (then at each doubling)
 
@@ -55,17 +55,6 @@ class Ledger:
     def kept_log_probs(self) -> np.ndarray:
         """The log-probs of the frames kept: row r is frame base + r."""
         raise NotImplementedError
-
-    def part(self, graph, steps: np.ndarray, arcs, gids) -> PathPart:
-        """The PathPart of path arcs after the commit point (gids: their backpointers, -1:
-        stored at no step yet, the current one), their steps and the log-probs they read
-        found in one compiled pass (cpu.path_reads, as a finished path's: NumPy's gathers
-        took ~100 µs of a commit's ~300)."""
-        from wfst.kernels import cpu
-
-        at, read = cpu.path_reads(graph.ilabel, arcs, gids, steps[:self.frames - self.base], self.base,
-                                  self.frames, self.kept_log_probs())
-        return path_part(graph, arcs, at, read)
 
     def set_endpoint_readings(self, trailing: int, voiced: bool, relative: float) -> None:
         """Blanks that ran back to the commit point: the prefix's last speech decides."""
@@ -116,44 +105,30 @@ class Ledger:
         """Commit the path up to where the paths of all tokens meet, when that releases at
         least half of the backpointers: its words go to `prefix`, and the backpointers
         before it are dropped, in place: trace.prev / arc from 0 hold the `live` ones,
-        trace.steps from 0 the steps from the meeting point's on, tl.prev points into them.
-        Tried each time the backpointers doubled, so that its cost stays a constant share
-        of the search's.  scratch: meeting_point's (the walks start from the last partial's
-        meeting point when there is one).  Returns (k, live): the steps dropped (the caller
-        drops as many frames of log-probs and adds k to base) and the backpointers kept;
-        None: nothing committed."""
+        trace.steps from 0 the steps from the meeting point's on, tl.prev points into them
+        (kernels.cpu.commit_stream).  Tried each time the backpointers doubled, so that its
+        cost stays a constant share of the search's.  scratch: meeting_point's (the walks
+        start from the last partial's meeting point when there is one).  Returns (k, live):
+        the steps dropped (the caller drops as many frames of log-probs and adds k to base)
+        and the backpointers kept; None: nothing committed."""
         from wfst.kernels import cpu
 
         self.next_commit = 2 * stored  # tried again once the backpointers doubled
-        meet, arcs, gids = cpu.commit_path(tl, n, trace.prev, trace.arc, stored, *scratch.at_least(stored),
-                                           self._stable_at)
-        if meet < 0 <= self._stable_at:  # (not expected: every later path passes a partial's meeting point)
-            meet, arcs, gids = cpu.commit_path(tl, n, trace.prev, trace.arc, stored, *scratch.at_least(stored), -1)
-        if meet <= 0:
+        blank = graph.tokens.blank_ilabel
+        kept = self.frames - self.base
+        k, live, sums = cpu.commit_stream(tl, n, trace, stored, *scratch.at_least(stored), self._stable_at, kept,
+                                          self.base, self.kept_log_probs(), graph.ilabel, graph.olabel, graph.weight,
+                                          graph.nextstate, -1 if blank is None else int(blank))
+        if k < 0:
             return None
-        k = int(np.searchsorted(trace.steps[:self.frames - self.base], meet, side="right")) - 1  # its step
-        cut = int(trace.steps[k])
-        if cut < stored // 2:
-            return None
-        prefix = self.prefix + self.part(graph, trace.steps, arcs, gids)
+        prefix = self.prefix + PathPart.of_sums(sums)
         if graph.tokens.num_columns < 1 << 16:  # its frames' tokens (labels <= V), for word times: 2 bytes a frame
             prefix.frame_tokens = prefix.frame_tokens.astype(np.uint16)
         self.prefix = prefix
         self._forget_stable()  # (the prefix has them; the backpointers are numbered anew)
-        # backpointers from the meeting point's step on; the meeting point is the new start
-        live = stored - cut
-        prev = trace.prev[cut:stored] - cut
-        prev[prev < 0] = C.NO_TOKEN
-        prev[meet - cut] = C.NO_TOKEN
-        trace.prev[:live] = prev
-        trace.arc[:live] = trace.arc[cut:stored]
-        left = min(self.frames - self.base - k + 2, len(trace.steps) - k)
-        trace.steps[:left] = trace.steps[k:k + left] - cut
-        trace.steps[0] = 0
         if trace.survivors is not None:
+            left = min(kept - k + 2, len(trace.steps) - k)
             trace.survivors[:left] = trace.survivors[k:k + left]
-        stored_prev = tl.prev[:n]  # the frame's tokens point at backpointers too
-        stored_prev[stored_prev >= 0] -= cut
         self.next_commit = max(2 * live, COMMIT_AT)
         self.base += k
         return k, live

@@ -31,7 +31,7 @@ from .inputs import JoinedChunks, chunk_lengths, host_array, input_faults
 from .lattice import RawLattice
 from .ledger import Ledger, MeetingScratch
 from .memory import available_host_bytes
-from .results import PathPart, TracedPath, emitting_reads
+from .results import PathPart, TracedPath, blank_label, emitting_reads
 
 _LM_MEMO_SLOTS = 1 << 21  # 32 MiB; on BPE 2^20 was 10% slower, 2^22 5% faster
 _PHRASE_MEMO_SLOTS = 1 << 15  # phrases alone: a small automaton
@@ -75,7 +75,7 @@ class CpuBackend:
         self._advance_parallel = DirectCall(cpu.advance_streams_parallel, fixed=5, checked=(6,))
         self._thread_memos = None  # the streams' memos of LM steps, one per thread (_memos_for)
         self._finish_slot = DirectCall(cpu.finish_slot, fixed=6, checked=())
-        self._blank = -1 if graph.tokens.blank_ilabel is None else int(graph.tokens.blank_ilabel)  # (finish_slot's)
+        self._blank = blank_label(graph)  # (finish_slot's)
         # (capacity, threads) -> workspaces, one per thread of Numba's pool, as a typed list and as
         # a plain one (the same workspaces), and the arrays the threads' returns go in
         self._thread_spaces = {}

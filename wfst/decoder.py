@@ -37,7 +37,7 @@ from .graph import Graph, check_searchable, load_graph
 from .inputs import check_batch, check_log_probs, chunk_faults, chunk_lengths, joined_chunks, warn_not_log_probs
 from .lattice import Lattice, PathScorer
 from .memory import USABLE_SHARE
-from .results import DecodeResult, DecodeStats, no_path, path_result
+from .results import DecodeResult, DecodeStats, blank_label, no_path, path_result
 from .stream import EndpointConfig, Partial, Stream
 
 _DEAD, _CAPACITY = operator.attrgetter("dead"), operator.attrgetter("capacity")
@@ -95,7 +95,7 @@ class Decoder:
         if blank is None and config.blank_penalty != 0:
             raise OptionError(f"blank_penalty={config.blank_penalty}: the graph's tokens have no blank to "
                               f"penalise")
-        self._settings = settings_of(config, -1 if blank is None else blank, graph.tokens.num_columns)
+        self._settings = settings_of(config, blank_label(graph), graph.tokens.num_columns)
         if device == "cuda":
             from .cuda_backend import CudaBackend
 

@@ -14,7 +14,7 @@ import numpy as np
 from wfst.kernels import constants as C
 
 from .errors import WfstError
-from .results import PathPart
+from .results import PathPart, blank_label
 
 COMMIT_AT = 1 << 16  # backpointers at which a stream first tries to commit its path (then at each doubling)
 
@@ -114,11 +114,10 @@ class Ledger:
         from wfst.kernels import cpu
 
         self.next_commit = 2 * stored  # tried again once the backpointers doubled
-        blank = graph.tokens.blank_ilabel
         kept = self.frames - self.base
         k, live, sums = cpu.commit_stream(tl, n, trace, stored, *scratch.at_least(stored), self._stable_at, kept,
                                           self.base, self.kept_log_probs(), graph.ilabel, graph.olabel, graph.weight,
-                                          graph.nextstate, -1 if blank is None else int(blank))
+                                          graph.nextstate, blank_label(graph))
         if k < 0:
             return None
         prefix = self.prefix + PathPart.of_sums(sums)

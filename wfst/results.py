@@ -220,15 +220,20 @@ class PathPart:
                         later.end_state if later.end_state >= 0 else self.end_state, tokens)
 
 
+def blank_label(graph) -> int:
+    """The graph's blank input label as the kernels take it (-1: its tokens have no blank)."""
+    blank = graph.tokens.blank_ilabel
+    return -1 if blank is None else int(blank)
+
+
 def path_part(graph, arcs, steps, logp) -> PathPart:
     """The PathPart of path arcs (graph arc ids), the steps their tokens were stored at and
     the log_probs their emitting arcs read (emitting_reads)."""
     from wfst.kernels.cpu import path_sums
 
-    blank = graph.tokens.blank_ilabel
-    return PathPart.of_sums(path_sums(graph.ilabel, graph.olabel, graph.weight, graph.nextstate,
-                                      -1 if blank is None else blank, np.ascontiguousarray(arcs, np.int64),
-                                      np.ascontiguousarray(steps, np.int64), np.ascontiguousarray(logp, np.float32)))
+    return PathPart.of_sums(path_sums(graph.ilabel, graph.olabel, graph.weight, graph.nextstate, blank_label(graph),
+                                      np.ascontiguousarray(arcs, np.int64), np.ascontiguousarray(steps, np.int64),
+                                      np.ascontiguousarray(logp, np.float32)))
 
 
 def path_result(graph, config, path: TracedPath, num_frames: int, boost: dict, phrases, rescorer,

@@ -74,7 +74,20 @@ def load(setup: str, args):
     return "large: bpe_compact_small + 4-gram", g, texts, "bpe", "noisy", big_lm, LARGE
 
 
-def stream_loop(dec, x, lengths, n: int, step: int, partials: bool = False, rounds: bool = False):
+def model_batch(chunks: list, step: int):
+    """The call's chunks as a batched acoustic model gives them: one (N, step, V) array and
+    the frames of each (None: all step)."""
+    frames = list(map(len, chunks))
+    if min(frames) == step:
+        return np.stack(chunks), None
+    batch = np.zeros((len(chunks), step, chunks[0].shape[1]), np.float32)
+    for k, chunk in enumerate(chunks):
+        batch[k, :len(chunk)] = chunk
+    return batch, np.array(frames)
+
+
+def stream_loop(dec, x, lengths, n: int, step: int, partials: bool = False, rounds: bool = False,
+                batched: bool = False):
     """Decode all utterances as n concurrent streams, one Decoder.advance() call per chunk
     of every live stream; (results, seconds in stream/advance/partials/finish, latency of
     each advance call).  As a server does, a stream whose audio ended is finished after the
@@ -84,7 +97,9 @@ def stream_loop(dec, x, lengths, n: int, step: int, partials: bool = False, roun
     threads).  partials: each call is followed by the partial results of its streams
     (Decoder.partials), timed with it (a live captioning server's loop).  The utterances
     are cut into their chunks before the clock starts, as a server receives them: the
-    loop's own work is a server's (streams in and out, each call's next chunks)."""
+    loop's own work is a server's (streams in and out, each call's next chunks).  batched: each
+    call's chunks come as one (N, T, V) array with their lengths, as a batched acoustic model
+    gives them (made off the clock: the model's work)."""
     cut = [[x[u, i:min(i + step, T)] for i in range(0, T, step)] or [x[u, :0]] for u, T in enumerate(map(int, lengths))]
     results, seconds, latencies = [None] * len(cut), 0.0, []
     live, nxt, calls = [], 0, 0  # live: (utterance, its stream, its chunks to come)
@@ -101,9 +116,13 @@ def stream_loop(dec, x, lengths, n: int, step: int, partials: bool = False, roun
             streams = None
         if streams is None:
             streams, feeds = [s for _, s, _ in live], [chunks for _, _, chunks in live]
-        chunks = list(map(next, feeds))
+        chunks, frames = list(map(next, feeds)), None
+        if batched:
+            pause = time.perf_counter()
+            chunks, frames = model_batch(chunks, step)
+            start += time.perf_counter() - pause
         call = time.perf_counter()
-        dec.advance(streams, chunks)
+        dec.advance(streams, chunks, frames)
         if partials:
             dec.partials(streams)
         latencies.append(time.perf_counter() - call)
@@ -148,10 +167,14 @@ def main() -> int:
                     help="follow each advance() call with the partial results of its streams, timed with it")
     ap.add_argument("--rounds", action="store_true",
                     help="open the streams in rounds of N (the next N once all N ended) instead of keeping N live")
+    ap.add_argument("--batched", action="store_true",
+                    help="give each advance() call its chunks as one (N, T, V) array and their lengths, as a batched "
+                         "acoustic model gives them (default: a list of (T_i, V) arrays)")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
     recipe_cli.check_json(ap, args.json)
     counts, chunks_ms = args.streams, args.chunk_ms
+    feed = args.partials, args.rounds, args.batched  # how stream_loop runs
     m = machine()
     where = (f"CPU backend, {args.threads or 'all'} threads; {m['cpu']}" if args.device == "cpu" else
              f"CUDA backend; {m.get('gpu') or 'GPU'}")
@@ -165,7 +188,7 @@ def main() -> int:
                                                         **PROFILES[profile])
         dec = wfst.Decoder(g, **search, num_threads=args.threads, device=args.device, rescore_lm=rescore_lm)
         dec.decode(x_all[:2], lengths_all[:2])  # compile
-        stream_loop(dec, x_all[:2], lengths_all[:2], 2, 8)
+        stream_loop(dec, x_all[:2], lengths_all[:2], 2, 8, batched=args.batched)
         for n in tqdm(counts, desc=f"{setup} ({profile})", unit="N", file=sys.stderr):
             U = max(n, args.utterances)
             x, lengths = x_all[:U], lengths_all[:U]
@@ -175,11 +198,11 @@ def main() -> int:
                 chunk_ms = step * FRAME_SECONDS * 1000
                 off_seconds = seconds = np.inf
                 offline(dec, x, lengths, n)  # untimed: a server's decoder is warm (its streams' arrays
-                stream_loop(dec, x, lengths, n, step, args.partials, args.rounds)  # made, its pages mapped)
+                stream_loop(dec, x, lengths, n, step, *feed)  # made, its pages mapped)
                 for _ in range(args.repeat):
                     want, took = offline(dec, x, lengths, n)
                     off_seconds = min(off_seconds, took)
-                    found, took, latencies = stream_loop(dec, x, lengths, n, step, args.partials, args.rounds)
+                    found, took, latencies = stream_loop(dec, x, lengths, n, step, *feed)
                     if took < seconds:
                         got, seconds, lat = found, took, latencies
                 same = sum(a.words == b.words for a, b in zip(got, want))
@@ -188,7 +211,9 @@ def main() -> int:
                                  frames=audio, stream_seconds=seconds, offline_seconds=off_seconds,
                                  stream_rtfx=rtfx(audio, seconds), offline_rtfx=rtfx(audio, off_seconds),
                                  share=off_seconds / seconds, p50_ms=p50, p95_ms=p95, p99_ms=p99,
-                                 same_words=same, partials=args.partials))
+                                 same_words=same, partials=args.partials, batched=args.batched))
+    if args.batched:
+        print("Each advance() call is given its chunks as one (N, T, V) array and their lengths.\n")
     if args.partials:
         print("Each advance() call is followed by the partial results of its streams (Decoder.partials), "
               "timed with it.\n")

@@ -92,3 +92,13 @@ def dying(g, x, lengths, starts):
         x[b, t0:T] = -np.inf
         x[b, np.arange(t0, T), rng.choice(letters, T - t0)] = 0.0
     return x
+
+
+def one_array(chunks: list, T: int):
+    """The chunks as one (N, T, V) array, as a batched model gives them, and their lengths
+    (None where every chunk has T frames); NaN past each chunk's length (never read)."""
+    batch = np.full((len(chunks), T, chunks[0].shape[1]), np.nan, np.float32)
+    for k, chunk in enumerate(chunks):
+        batch[k, :len(chunk)] = chunk
+    lengths = [len(chunk) for chunk in chunks]
+    return batch, None if min(lengths) == T else np.array(lengths)

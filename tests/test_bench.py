@@ -198,7 +198,8 @@ def test_recipes_refuse_bad_options_before_any_work(argv, message):
 def test_the_stream_bench_feeds_each_utterance_its_frames_once_in_order(monkeypatch):
     """bench_stream's loop, as a server's: every utterance's frames and no more, in order, at
     most n streams live (a version cut the last chunks past an utterance's end, into the
-    batch's padding, and the streams searched more frames than the offline decode)."""
+    batch's padding, and the streams searched more frames than the offline decode); the
+    same where each call's chunks come as one array and their lengths (--batched)."""
     monkeypatch.syspath_prepend(str(RECIPES))
     import bench_stream
     import numpy as np
@@ -212,9 +213,11 @@ def test_the_stream_bench_feeds_each_utterance_its_frames_once_in_order(monkeypa
             self.fed[s] = []
             return s
 
-        def advance(self, streams, chunks):
+        def advance(self, streams, chunks, lengths=None):
             self.most = max(self.most, len(streams))
-            for s, chunk in zip(streams, chunks):
+            if lengths is not None:  # (one (N, T, V) array: each chunk its first lengths[k] frames)
+                chunks = [chunk[:n] for chunk, n in zip(chunks, lengths, strict=True)]
+            for s, chunk in zip(streams, chunks, strict=True):
                 self.fed[s].append(chunk)
 
         def finish(self, streams):
@@ -222,9 +225,11 @@ def test_the_stream_bench_feeds_each_utterance_its_frames_once_in_order(monkeypa
 
     x = np.random.default_rng(0).standard_normal((7, 30, 3)).astype(np.float32)
     lengths = np.array([30, 1, 0, 17, 8, 9, 25])
-    for n, step, rounds in [(3, 4, False), (3, 4, True), (7, 8, False), (2, 100, False), (1, 1, False)]:
+    for n, step, rounds, batched in [(3, 4, False, False), (3, 4, True, False), (7, 8, False, False),
+                                     (2, 100, False, False), (1, 1, False, False), (3, 4, False, True),
+                                     (7, 8, False, True)]:
         dec = Fake()
-        results, _, latencies = bench_stream.stream_loop(dec, x, lengths, n, step, rounds=rounds)
+        results, _, latencies = bench_stream.stream_loop(dec, x, lengths, n, step, rounds=rounds, batched=batched)
         for u, got in enumerate(results):
             np.testing.assert_array_equal(got, x[u, :lengths[u]])
         assert 0 < dec.most <= n and not dec.fed and len(latencies) >= -(-lengths.max() // step)

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import pywrapfst as fst
-from decoding import random_log_probs, random_tlg, tied_tlg
+from decoding import one_array, random_log_probs, random_tlg, tied_tlg
 from wfst.graphs import compile_graph
 
 import wfst
@@ -339,14 +339,15 @@ def test_lattices_cuda_with_boosts_phrases_and_rescoring(small_graph):
 
 # ---------------------------------------------------------------------- streams
 
-def assert_streams_same(graph, x, lengths, boost=None, seed=0, graphs=False, **config):
+def assert_streams_same(graph, x, lengths, boost=None, seed=0, graphs=False, batched=False, **config):
     """Every utterance as a stream on both backends, chunked alike at random (0-3 frames,
     random subsets per call): after each call the same partial results and endpoint
     readings, and at the end the offline CPU decode's results.  graphs: frame steps
     replayed as CUDA graphs (in the simulator, the captured launches run again on the
     arrays they were captured with, as a graph's kernels would).  Partials are asked one by
     one or together (Decoder.partials); a CUDA partial reads the backpointers from the step
-    of the last one's meeting point on, and needs no others."""
+    of the last one's meeting point on, and needs no others.  batched: each call's chunks
+    as one (N, T, V) array and their lengths (one chunk size a call)."""
     from unittest import mock
 
     from wfst.kernels import constants as C
@@ -369,12 +370,14 @@ def assert_streams_same(graph, x, lengths, boost=None, seed=0, graphs=False, **c
     while any(p < n for p, n in zip(pos, lengths)):
         pick = [i for i in range(len(lengths)) if pos[i] < lengths[i] and rng.random() < 0.7]
         chunks = []
+        size = int(rng.integers(0, 4))
         for i in pick:
-            k = int(rng.integers(0, 4))
+            k = size if batched else int(rng.integers(0, 4))
             chunks.append(x[i, pos[i]:min(pos[i] + k, int(lengths[i]))])
             pos[i] = min(pos[i] + k, int(lengths[i]))
+        given = one_array(chunks, size) if batched and chunks else (chunks,)
         for d in (0, 1):
-            (cpu, gpu)[d].advance([pairs[i][d] for i in pick], chunks)
+            (cpu, gpu)[d].advance([pairs[i][d] for i in pick], *given)
         # the CPU's partials first: a kernel compiled under the mock would find the mock there, not
         # a kernel, and Numba keeps a failed compile for good
         want_partials = [pairs[i][0].partial() for i in pick]
@@ -412,6 +415,24 @@ def test_streams_cuda_equal_cpu_and_offline(config):
     gpu = assert_streams_same(g, x, np.array([9, 6, 0]), seed=1, **CONFIGS[config])
     if config == "overflow regrows":
         assert gpu._backend._lanes.capacity > 3  # a frame overflowed: the lanes grew mid-stream
+
+
+def test_streams_cuda_take_a_call_s_chunks_as_one_array():
+    """advance() given one (N, T, V) array and lengths on both backends: the same as the
+    list of its chunks (NaN past each chunk's length, never read); a CuPy array where a GPU
+    is here is read back in one transfer."""
+    _, g = random_tlg(5, num_states=10)
+    x = random_log_probs(5, batch=4, frames=9, columns=4)
+    assert_streams_same(g, x, np.array([9, 6, 0, 8]), seed=2, batched=True, **CONFIGS["wide"])
+    if not SIMULATED:
+        import cupy
+
+        cpu, gpu = Decoder(g, device="cpu"), Decoder(g, device="cuda")
+        want = [cpu.stream(), cpu.stream()]
+        cpu.advance(want, x[:2, :5], [5, 3])
+        got = [gpu.stream(), gpu.stream()]
+        gpu.advance(got, cupy.asarray(x[:2, :5]), cupy.asarray([5, 3]))
+        assert_same_results(gpu.finish(got), cpu.finish(want))
 
 
 def test_tokens_tied_at_the_max_active_cost_survive_on_both():

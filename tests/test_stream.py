@@ -9,7 +9,7 @@ import os
 import numba
 import numpy as np
 import pytest
-from decoding import demo_emissions, dying, random_log_probs, random_tlg
+from decoding import demo_emissions, dying, one_array, random_log_probs, random_tlg
 from wfst.graphs import compile_graph
 from wfst.kernels import constants as C
 
@@ -23,9 +23,10 @@ from wfst.results import path_part
 from wfst.stream import KALDI_RULES, EndpointConfig, EndpointRule
 
 
-def stream_all(dec, x, lengths, seed, boost=None, check_partials=None, nbest=None):
+def stream_all(dec, x, lengths, seed, boost=None, check_partials=None, nbest=None, batched=False):
     """Decode every utterance as a stream: random chunk sizes (0 frames upward), streams
-    advanced in random subsets so that they join and leave between calls."""
+    advanced in random subsets so that they join and leave between calls.  batched: each
+    call's chunks as one array (one_array) of one chunk size."""
     rng = np.random.default_rng(seed)
     boosts = boost if isinstance(boost, list) else [boost] * len(lengths)
     streams = [dec.stream(boost=b) for b in boosts]
@@ -33,12 +34,17 @@ def stream_all(dec, x, lengths, seed, boost=None, check_partials=None, nbest=Non
     while any(p < n for p, n in zip(pos, lengths)):
         pick = [i for i in range(len(lengths)) if pos[i] < lengths[i] and rng.random() < 0.6]
         chunks = []
+        size = int(rng.choice([0, 1, 2, 5, 17, 40]))
         for i in pick:
-            k = int(rng.choice([0, 1, 2, 5, 17, 40]))
+            k = size if batched else int(rng.choice([0, 1, 2, 5, 17, 40]))
             chunks.append(x[i, pos[i]:min(pos[i] + k, int(lengths[i]))])
             pos[i] = min(pos[i] + k, int(lengths[i]))
         rng.shuffle(order := np.arange(len(pick)))
-        dec.advance([streams[pick[j]] for j in order], [chunks[j] for j in order])
+        chunks = [chunks[j] for j in order]
+        if batched and chunks:
+            dec.advance([streams[pick[j]] for j in order], *one_array(chunks, size))
+        else:
+            dec.advance([streams[pick[j]] for j in order], chunks)
         if check_partials is not None:
             for i in pick:
                 check_partials(i, streams[i].partial())
@@ -89,6 +95,33 @@ def test_streams_equal_offline_decoding_for_any_chunking(demo, demo_graphs, name
     same_results(got, want)
     for i, prefix in finals.items():
         assert got[i].word_ids[:len(prefix)] == prefix
+
+
+def test_streams_take_a_call_s_chunks_as_one_array(demo, demo_graphs):
+    """Chunks given as one (N, T, V) array and their lengths, as a batched model gives them
+    (NumPy, strided, torch): the same results as the list of their chunks; what lies past
+    a chunk's length is never read (NaN there)."""
+    path, kw = demo_graphs["bpe_compact"]
+    g = wfst.load_graph(path)
+    _, x, lengths = demo_emissions(demo, g, kw, count=6, seed=7)
+    lengths[2] = 0
+    dec = Decoder(g, beam=12.0, max_active=600, num_threads=2)
+    want = dec.decode(x, lengths)
+    same_results(stream_all(dec, x, lengths, seed=3, batched=True), want)
+    streams = [dec.stream() for _ in range(3)]
+    dec.advance(streams, np.repeat(x[:3, :4], 2, axis=1)[:, ::2], np.array([4, 4, 3]))  # (strided)
+    dec.advance(streams, x[:3, 4:10], [6, 6, 6])
+    list_form = [dec.stream() for _ in range(3)]
+    dec.advance(list_form, [x[0, :4], x[1, :4], x[2, :3]])
+    dec.advance(list_form, [x[0, 4:10], x[1, 4:10], x[2, 4:10]])
+    same_results(dec.finish(streams), dec.finish(list_form))
+    try:
+        import torch
+    except ImportError:  # (optional: the NumPy forms above are the test's)
+        return
+    streams = [dec.stream() for _ in range(3)]
+    dec.advance(streams, torch.from_numpy(x[:3, :10].copy()))
+    same_results(dec.finish(streams), dec.decode(x[:3, :10]))
 
 
 @pytest.mark.parametrize("lattice_beam", [None, 4.0])
@@ -735,10 +768,29 @@ def test_bad_stream_input_is_refused_before_any_stream_moves(demo, demo_graphs):
              ([s, other.stream()], [good, good], "stream 1 belongs to another Decoder"),
              ([s, s], [good, good], "stream 1 is given twice"),
              ([s, "s"], [good, good], "item 1 is a str")]
+    batch = np.stack([good, good])
+    nan_at = batch.copy()
+    nan_at[1, 3, 2] = np.nan
+    past = batch.copy()
+    past[1, 7:] = np.nan  # past stream 1's length: not read
+    cases += [([s, t], (batch[:1],), "advance\\(\\) got 2 streams and chunks of shape \\(1, 10, 29\\)"),
+              ([s, t], (batch[..., :-1],), "must have shape \\(N=2, T, V=29\\)"),
+              ([s, t], (batch.astype(np.float64),), "chunks must be float32"),
+              ([s, t], (batch, [10, 11]), "stream 1: length 11 outside \\[0, T=10\\]"),
+              ([s, t], (batch, [-1, 10]), "stream 0: length -1 outside"),
+              ([s, t], (batch, [10]), "lengths must have shape \\(2,\\)"),
+              ([s, t], (batch, [1.5, 2]), "lengths must be integers"),
+              ([s, t], (nan_at, [10, 10]), "stream 1: chunk frame 3 has NaN"),
+              ([s, t], (nan_at, None), "stream 1: chunk frame 3 has NaN"),
+              ([s, t], ([good, good], [10, 10]), "lengths go with chunks given as one \\(N, T, V\\) array")]
     for streams, chunks, message in cases:
         with pytest.raises(DecodeInputError, match=message):
-            dec.advance(streams, chunks)
+            dec.advance(streams, *chunks) if isinstance(chunks, tuple) else dec.advance(streams, chunks)
         assert s.frames == 0
+    u, v = dec.stream(), dec.stream()
+    dec.advance([u, v], past, [10, 7])
+    assert (u.frames, v.frames) == (10, 7)
+    dec.finish([u, v])
     hot = good.copy()
     hot[2, 1] = 2.0
     u, v = dec.stream(), dec.stream()

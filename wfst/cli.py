@@ -378,9 +378,10 @@ def _streams(decoder: Decoder, em, lo: int, hi: int, args, clock: _Clock, boost=
     survivors = 0.0
     for pos in range(0, max(lengths, default=0), step):
         live = [i for i, n in enumerate(lengths) if n > pos]
-        chunks = [em.log_probs[lo + i, pos:min(pos + step, lengths[i])] for i in live]
+        chunks = em.log_probs[lo:hi][live, pos:pos + step]  # (N, T, V), as a batched model gives them
+        frames = np.minimum(np.array(lengths)[live] - pos, step)
         with clock():
-            decoder.advance([streams[i] for i in live], chunks)
+            decoder.advance([streams[i] for i in live], chunks, frames)
         survivors += decoder.stats.tokens_per_frame * decoder.stats.frames
         if args.quiet:
             continue

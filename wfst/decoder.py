@@ -34,7 +34,16 @@ from .batch import BatchPlan, Capacity
 from .config import DecoderConfig
 from .errors import DecodeInputError, DecoderMemoryError, MissingFileError, OptionError, WfstError, interruptible
 from .graph import Graph, check_searchable, load_graph
-from .inputs import check_batch, check_log_probs, chunk_faults, chunk_lengths, joined_chunks, warn_not_log_probs
+from .inputs import (
+    JoinedChunks,
+    batched_chunks,
+    check_batch,
+    check_log_probs,
+    chunk_faults,
+    chunk_lengths,
+    joined_chunks,
+    warn_not_log_probs,
+)
 from .lattice import Lattice, PathScorer
 from .memory import USABLE_SHARE
 from .results import DecodeResult, DecodeStats, blank_label, no_path, path_result
@@ -195,26 +204,36 @@ class Decoder:
                       tuple(w for _, w in boosts.unknown))
 
     @interruptible
-    def advance(self, streams, chunks) -> None:
+    def advance(self, streams, chunks, lengths=None) -> None:
         """Decode the next chunk of each stream in one batched step: chunks[i] is a (T_i, V)
-        float32 array of log-posteriors (NumPy, torch or CuPy; T_i may be 0).  Streams not
-        given keep their state untouched.  Every input is checked before any stream moves."""
-        streams, chunks = self._check_streams(streams, "advance"), list(chunks)
-        if len(chunks) != len(streams):
-            raise DecodeInputError(f"advance() got {len(streams)} streams but {len(chunks)} chunks")
+        float32 array of log-posteriors (NumPy, torch or CuPy; T_i may be 0), or chunks is
+        one (N, T, V) array, as a batched model gives them, and lengths (N,) the frames of
+        each (all T when None).  Streams not given keep their state untouched.  Every input
+        is checked before any stream moves."""
+        streams = self._check_streams(streams, "advance")
         # (passes of comprehensions: a stream's chunk of 8 frames searches in ~20 µs, and this
         # Python runs on one core while the others wait; one loop doing it all took ~0.7 µs a stream)
         V = self.graph.tokens.num_columns
-        arrays = joined_chunks(chunks, V) if self._backend.joins_chunks else None  # the usual call's, checked at once
-        if arrays is None:
-            to_chunk = self._backend.to_chunk
-            arrays = [to_chunk(chunk) for chunk in chunks]
-            for i, x in enumerate(arrays):
-                if x.ndim != 2 or x.shape[1] != V:
-                    raise DecodeInputError(f"stream {i}: a chunk must have shape (T, V={V}) (V: the graph's tokens, "
-                                           f"blank included); got shape {tuple(x.shape)}")
-                if x.dtype != _FLOAT32:
-                    raise DecodeInputError(f"stream {i}: a chunk must be float32 log-posteriors; got {x.dtype}")
+        if getattr(chunks, "ndim", None) == 3:  # one array (its chunks are views, of a host copy for GPU data)
+            arrays = batched_chunks(chunks, lengths, V, len(streams), self._backend.joins_chunks)
+        else:
+            if lengths is not None:
+                raise DecodeInputError("advance(): lengths go with chunks given as one (N, T, V) array; a list of "
+                                       "chunks has their lengths")
+            chunks = list(chunks)
+            if len(chunks) != len(streams):
+                raise DecodeInputError(f"advance() got {len(streams)} streams but {len(chunks)} chunks")
+            arrays = joined_chunks(chunks, V) if self._backend.joins_chunks else None  # the usual call's, at once
+            if arrays is None:
+                to_chunk = self._backend.to_chunk
+                arrays = [to_chunk(chunk) for chunk in chunks]
+                for i, x in enumerate(arrays):
+                    if x.ndim != 2 or x.shape[1] != V:
+                        raise DecodeInputError(f"stream {i}: a chunk must have shape (T, V={V}) (V: the graph's "
+                                               f"tokens, blank included); got shape {tuple(x.shape)}")
+                    if x.dtype != _FLOAT32:
+                        raise DecodeInputError(f"stream {i}: a chunk must be float32 log-posteriors; got {x.dtype}")
+        if not isinstance(arrays, JoinedChunks):  # (joined: their values were checked)
             bad, above = chunk_faults(arrays)
             if bad is not None:
                 raise DecodeInputError(f"stream {bad[0]}: chunk frame {bad[1]} {bad[2]}")

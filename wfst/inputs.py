@@ -26,18 +26,24 @@ def check_batch(x, lengths, num_columns: int) -> np.ndarray:
     if V_in != num_columns:
         raise DecodeInputError(f"log_probs has V={V_in} columns but the graph's tokens.txt has "
                                f"{num_columns} (blank included); is it the graph of this model?")
+    return check_lengths(lengths, B, T)
+
+
+def check_lengths(lengths, B: int, T: int, of: str = "log_probs", item: str = "utterance") -> np.ndarray:
+    """lengths (any array library; None: all T) of the B items of `of` (B, T, V), checked:
+    int64 NumPy."""
     if lengths is None:
         return np.full(B, T, np.int64)
     lengths = host_array(lengths)
     if lengths.ndim != 1 or lengths.shape[0] != B:
-        raise DecodeInputError(f"lengths must have shape ({B},) to match log_probs; got {lengths.shape}")
+        raise DecodeInputError(f"lengths must have shape ({B},) to match {of}; got {lengths.shape}")
     if lengths.dtype.kind not in "iu" and not (lengths.dtype.kind == "f" and np.all(np.floor(lengths) == lengths)):
         raise DecodeInputError(f"lengths must be integers; got {lengths.dtype}")
     bad = np.flatnonzero((lengths < 0) | (lengths > T))  # before the cast: a uint64 above 2**63 (or 1e300) would wrap
     if bad.size:
         b = int(bad[0])
         shown = int(lengths[b]) if lengths.dtype.kind in "iu" else f"{lengths[b]:g}"
-        raise DecodeInputError(f"utterance {b}: length {shown} outside [0, T={T}]")
+        raise DecodeInputError(f"{item} {b}: length {shown} outside [0, T={T}]")
     return lengths.astype(np.int64)
 
 
@@ -162,6 +168,30 @@ def joined_chunks(chunks: list, num_columns: int) -> JoinedChunks | None:
     if not _range_check()(x, LOG_PROB_SLACK):
         return None
     return JoinedChunks(x, list(map(len, chunks)))
+
+
+def batched_chunks(x, lengths, num_columns: int, streams: int, join: bool):
+    """The chunks of one (N, T, V) array, as a batched model gives a call's frames (any array
+    library; lengths (N,): the frames of each chunk, all T when None): one transfer of GPU
+    data, then JoinedChunks where `join` and every value within the lengths is in range (no
+    copy where the lengths are all T and x is C-contiguous), else a list of (T_i, V) views
+    (checked chunk by chunk, as a list is).  Its shape, dtype and lengths are checked here."""
+    shape = tuple(x.shape)
+    if len(shape) != 3 or shape[0] != streams or shape[2] != num_columns:
+        raise DecodeInputError(f"advance() got {streams} streams and chunks of shape {shape}: one array of chunks "
+                               f"must have shape (N={streams}, T, V={num_columns}) (V: the graph's tokens, blank "
+                               f"included)")
+    if str(x.dtype).removeprefix("torch.") != "float32":
+        raise DecodeInputError(f"chunks must be float32 log-posteriors; got {x.dtype}")
+    N, T, V = shape
+    lengths = check_lengths(lengths, N, T, "chunks", "stream")
+    x = host_array(x)
+    if join and N > 1:
+        whole = (lengths == T).all()
+        flat = x.reshape(N * T, V) if whole else x[np.arange(T)[None, :] < lengths[:, None]]
+        if _range_check()(flat, LOG_PROB_SLACK):
+            return JoinedChunks(flat, lengths.tolist())
+    return [x[k, :n] for k, n in enumerate(lengths.tolist())]
 
 
 def chunk_faults(chunks) -> tuple[tuple[int, int, str] | None, tuple[int, int, float] | None]:

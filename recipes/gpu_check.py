@@ -523,8 +523,8 @@ def lattices(report, scale, g, name, texts, beam, max_active) -> dict:
 
 
 def streams(report, scale, g, texts, beam, max_active) -> dict:
-    """N live streams on the GPU advanced 320 ms at a time (chunks already on the device, as
-    from an acoustic model there).  Each stream is 4 utterances back to back, all cut to the
+    """N live streams on the GPU advanced 320 ms at a time (a call's chunks one (N, T, V)
+    array already on the device, as from a batched acoustic model there).  Each stream is 4 utterances back to back, all cut to the
     shortest, so that every call advances all N (the goal: 512 streams within 40 ms a call),
     and each call is followed by the N partial results (Decoder.partials: a captioning
     server's loop).  Results against the CPU's offline decode, the partials' stable words
@@ -549,7 +549,7 @@ def streams(report, scale, g, texts, beam, max_active) -> dict:
         live = [gpu.stream() for _ in range(n)]
         for pos in range(0, frames, step):
             t = time.perf_counter()
-            gpu.advance(live, [xd[i, pos:pos + step] for i in range(n)])
+            gpu.advance(live, xd[:, pos:pos + step])  # (N, T, V): as a batched model gives them
             latencies.append(time.perf_counter() - t)
             t = time.perf_counter()
             partials = gpu.partials(live)

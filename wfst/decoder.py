@@ -215,7 +215,7 @@ class Decoder:
         # Python runs on one core while the others wait; one loop doing it all took ~0.7 µs a stream)
         V = self.graph.tokens.num_columns
         if getattr(chunks, "ndim", None) == 3:  # one array (its chunks are views, of a host copy for GPU data)
-            arrays = batched_chunks(chunks, lengths, V, len(streams), self._backend.joins_chunks)
+            arrays = batched_chunks(chunks, lengths, V, len(streams))
         else:
             if lengths is not None:
                 raise DecodeInputError("advance(): lengths go with chunks given as one (N, T, V) array; a list of "

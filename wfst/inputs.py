@@ -170,12 +170,12 @@ def joined_chunks(chunks: list, num_columns: int) -> JoinedChunks | None:
     return JoinedChunks(x, list(map(len, chunks)))
 
 
-def batched_chunks(x, lengths, num_columns: int, streams: int, join: bool):
+def batched_chunks(x, lengths, num_columns: int, streams: int):
     """The chunks of one (N, T, V) array, as a batched model gives a call's frames (any array
-    library; lengths (N,): the frames of each chunk, all T when None): one transfer of GPU
-    data, then JoinedChunks where `join` and every value within the lengths is in range (no
-    copy where the lengths are all T and x is C-contiguous), else a list of (T_i, V) views
-    (checked chunk by chunk, as a list is).  Its shape, dtype and lengths are checked here."""
+    library; lengths (N,): the frames of each chunk, all T when None), its shape, dtype and
+    lengths checked: one transfer of GPU data, then JoinedChunks where every value within
+    the lengths is in range (no copy where the lengths are all T and x is C-contiguous),
+    else the list of their (T_i, V) views, for chunk_faults to name the fault."""
     shape = tuple(x.shape)
     if len(shape) != 3 or shape[0] != streams or shape[2] != num_columns:
         raise DecodeInputError(f"advance() got {streams} streams and chunks of shape {shape}: one array of chunks "
@@ -186,11 +186,9 @@ def batched_chunks(x, lengths, num_columns: int, streams: int, join: bool):
     N, T, V = shape
     lengths = check_lengths(lengths, N, T, "chunks", "stream")
     x = host_array(x)
-    if join and N > 1:
-        whole = (lengths == T).all()
-        flat = x.reshape(N * T, V) if whole else x[np.arange(T)[None, :] < lengths[:, None]]
-        if _range_check()(flat, LOG_PROB_SLACK):
-            return JoinedChunks(flat, lengths.tolist())
+    flat = x.reshape(N * T, V) if (lengths == T).all() else x[np.arange(T)[None, :] < lengths[:, None]]
+    if _range_check()(flat, LOG_PROB_SLACK):
+        return JoinedChunks(flat, lengths.tolist())
     return [x[k, :n] for k, n in enumerate(lengths.tolist())]
 
 

@@ -524,12 +524,13 @@ def lattices(report, scale, g, name, texts, beam, max_active) -> dict:
 
 def streams(report, scale, g, texts, beam, max_active) -> dict:
     """N live streams on the GPU advanced 320 ms at a time (a call's chunks one (N, T, V)
-    array already on the device, as from a batched acoustic model there).  Each stream is 4 utterances back to back, all cut to the
-    shortest, so that every call advances all N (the goal: 512 streams within 40 ms a call),
-    and each call is followed by the N partial results (Decoder.partials: a captioning
-    server's loop).  Results against the CPU's offline decode, the partials' stable words
-    against the final words, aggregate RTFx (partials left out), and the latency of
-    advance() and of partials() without the first 3 calls (p50 / p95 / max)."""
+    array already on the device, as from a batched acoustic model there).  Each stream is 4
+    utterances back to back, all cut to the shortest, so that every call advances all N
+    (the goal: 512 streams within 40 ms a call), and each call is followed by the N partial
+    results (Decoder.partials: a captioning server's loop).  Results against the CPU's
+    offline decode, the partials' stable words against the final words, aggregate RTFx
+    (partials left out), and the latency of advance() and of partials() without the first
+    3 calls (p50 / p95 / max)."""
     import wfst
 
     xp = _array_module()

@@ -432,6 +432,7 @@ def test_streams_cuda_take_a_call_s_chunks_as_one_array():
         cpu.advance(want, x[:2, :5], [5, 3])
         got = [gpu.stream(), gpu.stream()]
         gpu.advance(got, cupy.asarray(x[:2, :5]), cupy.asarray([5, 3]))
+        assert gpu.stats.device_seconds > 0  # (the call's frame steps, timed by CUDA events)
         assert_same_results(gpu.finish(got), cpu.finish(want))
 
 

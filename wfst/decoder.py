@@ -252,7 +252,7 @@ class Decoder:
                         state.idle += len(x)
                 kept = [k for k, state in enumerate(states) if not state.dead]
                 moving, moved = [states[k] for k in kept], [arrays[k] for k in kept]
-            start = time.perf_counter()
+            start, device_before = time.perf_counter(), self._backend.device_seconds
             lm_before = self._backend.counters() if contextual else None
             try:
                 survivors = self._backend.advance(moving, moved)
@@ -266,7 +266,8 @@ class Decoder:
             frames = sum(chunk_lengths(arrays))
             self.stats = DecodeStats(len(streams), frames, time.perf_counter() - start,
                                      survivors / frames if frames else 0.0,
-                                     lm=self._backend.lm_report(lm_before, frames, self.rescorer) if contextual else {})
+                                     lm=self._backend.lm_report(lm_before, frames, self.rescorer) if contextual else {},
+                                     device_seconds=self._backend.device_seconds - device_before)
 
     @interruptible
     def finish(self, streams, *, nbest: int | None = None) -> list[DecodeResult]:

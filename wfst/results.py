@@ -119,7 +119,7 @@ class DecodeResult:
 
 @dataclasses.dataclass
 class DecodeStats:
-    """What the last decode() call did."""
+    """What the last decode() call did (or advance(), finish(): their streams and frames)."""
 
     utterances: int = 0
     frames: int = 0

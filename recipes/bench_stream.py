@@ -27,7 +27,8 @@ needed; 40 ms a frame.  The setups (--setups):
   max_active 10000), made once into --large where missing: where users live.
 The demo setups decode at beam 16, max_active 7000.  --partials follows each call with
 the partial results of its streams (Decoder.partials: a live captioning server's loop),
-timed with the call.
+timed with the call.  --batched gives each call its chunks as one (N, T, V) array and their
+lengths, as a batched acoustic model gives them.
 --device cuda runs them on the GPU
 (the goal there: 512 streams at 320 ms chunks within 40 ms per call).
 """

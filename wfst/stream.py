@@ -3,6 +3,7 @@
     dec = wfst.Decoder(g, beam=16.0, max_active=7000)
     s = dec.stream(boost={"alice": 2.0})
     dec.advance([s, t], [chunk_s, chunk_t])    # each (T_i, V) float32 log-probs; T_i may be 0
+    dec.advance([s, t], x, lengths)            # or one (N, T, V) array, as a batched model gives them
     s.partial().words, s.partial().stable      # best words so far; how many can no longer change
     if s.endpoint: ...                         # an endpoint rule fired (Kaldi's rules)
     result = dec.finish([s])[0]                # the DecodeResult an offline decode gives

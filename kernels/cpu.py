@@ -823,6 +823,20 @@ def log_probs_in_range(x, top):
     return True
 
 
+@njit(nogil=True, cache=True)
+def end_to_end(x, lengths):
+    """The chunks of x (N, T, V), chunk k its first lengths[k] frames, end to end in a new
+    (sum of lengths, V) array: one pass, where NumPy's boolean mask over (N, T) costs
+    tens of µs a call of a hundred streams."""
+    out = np.empty((lengths.sum(), x.shape[2]), x.dtype)
+    p = 0
+    for k in range(x.shape[0]):
+        n = lengths[k]
+        out[p:p + n] = x[k, :n]
+        p += n
+    return out
+
+
 def new_trace(frames: int, capacity: int) -> Trace:
     size = max(capacity, 1024)
     return Trace(np.empty(size, np.int32), np.empty(size, np.int32), np.zeros(frames + 2, np.int64),

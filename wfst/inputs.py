@@ -39,8 +39,9 @@ def check_lengths(lengths, B: int, T: int, of: str = "log_probs", item: str = "u
         raise DecodeInputError(f"lengths must have shape ({B},) to match {of}; got {lengths.shape}")
     if lengths.dtype.kind not in "iu" and not (lengths.dtype.kind == "f" and np.all(np.floor(lengths) == lengths)):
         raise DecodeInputError(f"lengths must be integers; got {lengths.dtype}")
-    bad = np.flatnonzero((lengths < 0) | (lengths > T))  # before the cast: a uint64 above 2**63 (or 1e300) would wrap
-    if bad.size:
+    # (before the cast: a uint64 above 2**63, or 1e300, would wrap; min and max first: cheaper than the mask)
+    if lengths.size and (lengths.min() < 0 or lengths.max() > T):
+        bad = np.flatnonzero((lengths < 0) | (lengths > T))
         b = int(bad[0])
         shown = int(lengths[b]) if lengths.dtype.kind in "iu" else f"{lengths[b]:g}"
         raise DecodeInputError(f"{item} {b}: length {shown} outside [0, T={T}]")
@@ -71,6 +72,12 @@ def _range_check():
     if _in_range is None:  # (imported here: importing wfst compiles nothing)
         from wfst.kernels.cpu import log_probs_in_range as _in_range
     return _in_range
+
+
+def _end_to_end(x: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    from wfst.kernels.cpu import end_to_end  # (as _range_check)
+
+    return end_to_end(x, lengths)
 
 
 def input_faults(xp, x, lengths: np.ndarray) -> tuple[np.ndarray, tuple[int, int, float] | None]:
@@ -181,15 +188,17 @@ def batched_chunks(x, lengths, num_columns: int, streams: int):
         raise DecodeInputError(f"advance() got {streams} streams and chunks of shape {shape}: one array of chunks "
                                f"must have shape (N={streams}, T, V={num_columns}) (V: the graph's tokens, blank "
                                f"included)")
-    if str(x.dtype).removeprefix("torch.") != "float32":
+    if x.dtype != _FLOAT32 and str(x.dtype).removeprefix("torch.") != "float32":  # (str(): ~1 µs, 20+ cold)
         raise DecodeInputError(f"chunks must be float32 log-posteriors; got {x.dtype}")
     N, T, V = shape
-    lengths = check_lengths(lengths, N, T, "chunks", "stream")
+    if lengths is not None:
+        lengths = check_lengths(lengths, N, T, "chunks", "stream")
+    frames = [T] * N if lengths is None else lengths.tolist()
     x = host_array(x)
-    flat = x.reshape(N * T, V) if (lengths == T).all() else x[np.arange(T)[None, :] < lengths[:, None]]
+    flat = x.reshape(N * T, V) if min(frames, default=T) == T else _end_to_end(x, lengths)
     if _range_check()(flat, LOG_PROB_SLACK):
-        return JoinedChunks(flat, lengths.tolist())
-    return [x[k, :n] for k, n in enumerate(lengths.tolist())]
+        return JoinedChunks(flat, frames)
+    return [x[k, :n] for k, n in enumerate(frames)]
 
 
 def chunk_faults(chunks) -> tuple[tuple[int, int, str] | None, tuple[int, int, float] | None]:

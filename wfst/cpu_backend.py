@@ -36,7 +36,7 @@ from .results import PathPart, TracedPath, blank_label, emitting_reads
 _LM_MEMO_SLOTS = 1 << 21  # 32 MiB; on BPE 2^20 was 10% slower, 2^22 5% faster
 _PHRASE_MEMO_SLOTS = 1 << 15  # phrases alone: a small automaton
 _PHRASE_LM_MEMO_SLOTS = 1 << 18  # phrases with rescoring
-SPARE_BYTES = 64 << 20  # finished streams' arrays kept for the next streams (StreamSlots.keep_spare)
+SPARE_BYTES = 1 << 30  # at most, finished streams' arrays kept for the next streams (StreamSlots.keep_spare)
 
 
 _CAPACITY, _SLOT = operator.attrgetter("capacity"), operator.attrgetter("slot")
@@ -870,9 +870,13 @@ class StreamSlots:
 
     def keep_spare(self, capacity: int, arrays) -> None:
         """Keep a finished stream's arrays (a cpu.StreamSlot of this token capacity) for the
-        next stream to open (a stream's fresh arrays cost ~100 µs in page faults, as much as
-        searching a chunk of 8 frames), up to SPARE_BYTES in all, and of the largest capacity
-        only: the decoder's, which grows to every stream's, and which streams open at."""
+        next stream to open: fresh arrays cost page faults and the backpointers' growth, as
+        much as searching a chunk of 8 frames (a burst of 128 streams opened at once ran ~3%
+        slower with half of them fresh).  A pool, as a server's decoder keeps one: a stream
+        opened takes a spare where there is one, so live streams and spares together are
+        never more than the most streams that lived at once (whose arrays the process held
+        then); up to SPARE_BYTES in all, and of the largest capacity only: the decoder's,
+        which grows to every stream's, and which streams open at."""
         self._spare_for(capacity)
         size = sum(a.nbytes for a in (*arrays.tl, *arrays.trace, arrays.logp))
         if capacity == self._spare_capacity and self._spare_bytes + size <= SPARE_BYTES:

@@ -75,6 +75,7 @@ class CpuBackend:
         self._advance_parallel = DirectCall(cpu.advance_streams_parallel, fixed=5, checked=(6,))
         self._thread_memos = None  # the streams' memos of LM steps, one per thread (_memos_for)
         self._finish_slot = DirectCall(cpu.finish_slot, fixed=6, checked=())
+        self._begin_slot = DirectCall(cpu.begin_slot, fixed=4, checked=())
         self._blank = blank_label(graph)  # (finish_slot's)
         # (capacity, threads) -> workspaces, one per thread of Numba's pool, as a typed list and as
         # a plain one (the same workspaces), and the arrays the threads' returns go in
@@ -254,15 +255,17 @@ class CpuBackend:
 
         context = None
         phrases = boosts.phrases[0]
-        if rescorer is not None or phrases.num_states > 1:
+        if self._slots.no_context is None:  # what slots without a context hold (of the types the others hold)
+            self._slots.no_context = contexts.context(rescorer, [NO_PHRASES])
+            self._rescoring = rescorer is not None
+        if rescorer is not None and phrases.num_states <= 1 and boosts.weight_spread == 0:
+            context = self._slots.no_context  # (rescored alone: one Context for all, which every slot holds)
+        elif rescorer is not None or phrases.num_states > 1:
             context = contexts.context(rescorer, [phrases], boosts.weight_spread)
         word_costs = boosts.word_costs(0, self.num_words) if boosts.boosted(0) else None
         own_memo = None
         if context is not None and phrases.num_states > 1:  # phrase steps are this stream's own
             own_memo = cpu.new_memo(_PHRASE_LM_MEMO_SLOTS if rescorer is not None else _PHRASE_MEMO_SLOTS)
-        if self._slots.no_context is None:  # what slots without a context hold (of the types the others hold)
-            self._slots.no_context = contexts.context(rescorer, [NO_PHRASES])
-            self._rescoring = rescorer is not None
         state = CpuStream(self._slots, context, own_memo, word_costs, settings, capacity.tokens,
                           self.graph.tokens.num_columns)
         if lattice is not None:
@@ -275,10 +278,15 @@ class CpuBackend:
             return state
         while True:
             with self._stream_memo(state) as memo, self._workspace(state.capacity) as ws:
-                ws = ws._replace(tl=state.tl)
-                n, overflow = cpu.begin(self.layout, word_costs, context, memo, ws, state.links)
+                if state.links is None:  # (its own memo, if any, is read from the slot)
+                    shared = memo if memo is not None and state.memo is None else self._slots.no_memo
+                    n, overflow = self._begin_slot(self.layout, ws, shared, self._slots.table(), state.slot)
+                else:
+                    ws = ws._replace(tl=state.tl)
+                    n, overflow = cpu.begin(self.layout, word_costs, context, memo, ws, state.links)
+                    if not overflow:
+                        cpu.release(ws, n)
                 if not overflow:
-                    cpu.release(ws, n)
                     state.n = n
                     if plain:  # every stream without boosts or a context starts with these tokens
                         self._plain_start = tuple(a[:n].copy() for a in state.tl[:6])
@@ -634,7 +642,7 @@ class CpuBackend:
         lat, part = state.links, None
         with self._workspace(state.capacity) as ws:
             self._slots.generation += 1  # the kernel replaces the stream's arrays
-            args = (state.context, ws, self._slots.list, state.slot, self._slots.numbers)
+            args = (self._slots.contexts, ws, self._slots.list, state.slot, self._slots.numbers)
             if lat is None:
                 graph = self.graph
                 status, reached_final, held, arcs, at, read, *sums = self._finish_slot(
@@ -960,9 +968,12 @@ class StreamSlots:
                 & (numbers[:, C.S_N] > 0) & (rows[:, C.P_STATUS] == C.PARTIAL_OK))
 
     def drop_context(self, i: int) -> None:
-        """Slot i's context and memo let go (its stream was finished)."""
+        """Slot i's context and memo let go (its stream was finished), where they were its
+        own (a typed list's item set from Python costs tens of µs: a Context is typed)."""
         from wfst.kernels import cpu
 
+        if not self._held[i]:
+            return
         cpu.list_put(self.contexts, i, self.no_context)
         cpu.list_put(self.memos, i, self.no_memo)
         self._held[i] = False

@@ -42,6 +42,7 @@ from .common import (
     context_arrive,
     context_final,
     context_locate,
+    context_step,
     contextual,
     cutoff_and_adaptive_beam,
     died,
@@ -860,6 +861,21 @@ def begin(graph, boosts, context, memo, ws, lat):
                          context)
     return _closure(np.float32(np.finfo(np.float32).max), n, graph, boosts, context, memo, ws.ht, ws.tl, ws.stack,
                     lat, ws.sg)
+
+
+@njit(nogil=True, cache=True)
+def context_path_cost(context, word_ids, final):
+    """The context's cost of a word sequence (row 0, from its start), word by word as the
+    search adds it, and its final cost where `final` (non-zero): lm.Rescorer.path_cost, one
+    call for a result (a step from Python cost a dispatch and the typing of the Context)."""
+    ctx = context.start[0]
+    total = 0.0
+    for w in word_ids:
+        cost, ctx = context_step(context, 0, ctx, w)
+        total += np.float64(cost)
+    if final:
+        total += np.float64(context_final(context, 0, ctx))
+    return total
 
 
 @njit(nogil=True, cache=True)

@@ -169,15 +169,15 @@ class CpuBackend:
         frames               the call's frames (sum of lengths)
 
         Decoding again after an overflow counts again."""
-        counts = self.counters() - before
-        if not counts.any():
+        counts = (self.counters() - before).tolist()  # (Python ints at once: a rescored stream's call reports it)
+        if not any(counts):
             return {}
         lm = {} if rescorer is None else dict(lm_bytes=rescorer.host_bytes)
-        lookups = int(counts[C.STEP_LOOKUPS] + counts[C.STEP_CLOSURE_LOOKUPS])
-        return dict(**lm, memo_bytes=self._memo_bytes, word_arcs=int(counts[C.STEP_ARCS]),
-                    lookups=int(counts[C.STEP_LOOKUPS]), closure_word_arcs=int(counts[C.STEP_CLOSURE_ARCS]),
-                    closure_lookups=int(counts[C.STEP_CLOSURE_LOOKUPS]), hits=lookups - int(counts[C.STEP_MISSES]),
-                    misses=int(counts[C.STEP_MISSES]), backoffs=int(counts[C.STEP_BACKOFFS]), frames=frames)
+        lookups = counts[C.STEP_LOOKUPS] + counts[C.STEP_CLOSURE_LOOKUPS]
+        return dict(**lm, memo_bytes=self._memo_bytes, word_arcs=counts[C.STEP_ARCS], lookups=counts[C.STEP_LOOKUPS],
+                    closure_word_arcs=counts[C.STEP_CLOSURE_ARCS], closure_lookups=counts[C.STEP_CLOSURE_LOOKUPS],
+                    hits=lookups - counts[C.STEP_MISSES], misses=counts[C.STEP_MISSES],
+                    backoffs=counts[C.STEP_BACKOFFS], frames=frames)
 
     # ------------------------------------------------------------------ helpers
 

@@ -22,6 +22,7 @@ when every small-LM history is also a big-LM history (checked).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gzip
 import hashlib
 import json
@@ -381,37 +382,33 @@ class Rescorer:
         self.small_of = _small_states(big, small)
         self.automata()  # built now: a decode should not pay for it
         self.gain, self.rest, self.excepted = _gain_bounds(self, graph_words)
-        self._context = None
+        self._context = self._path_cost = None  # (path_cost's, made at its first call)
 
     def automata(self):
         """(big LM, graph LM) as kernels.groups.Automata."""
         return self.big.automaton(), self.small.automaton()
 
-    @property
+    @functools.cached_property
     def host_bytes(self) -> int:
         """Host memory a CPU search reads: both LMs as automata, the maps and the gain bounds
-        (the store files' pages on top of it are the page cache's, shared and reclaimable)."""
+        (the store files' pages on top of it are the page cache's, shared and reclaimable;
+        summed once: every rescored advance() call reports it)."""
         arrays = [*self.automata()[0], *self.automata()[1], self.lm_map, self.lm0_map, self.small_of, self.gain,
                   self.rest, self.excepted]
         return sum(int(a.nbytes) for a in arrays)
 
     def path_cost(self, word_ids, final: bool = True) -> float:
         """Big minus small LM cost of a word sequence, word by word as the decoder adds it."""
-        from wfst.kernels.common import context_final, context_step
-
-        from .boost import NO_PHRASES
-        from .contexts import context
-
         if self._context is None:
+            from wfst.kernels import cpu
+
+            from .boost import NO_PHRASES
+            from .contexts import context
+            from .cpu_backend import DirectCall
+
             self._context = context(self, [NO_PHRASES])
-        c = self._context
-        ctx, total = int(c.start[0]), 0.0
-        for w in word_ids:
-            cost, ctx = context_step(c, 0, ctx, w)
-            total += float(cost)
-        if final:
-            total += float(context_final(c, 0, ctx))
-        return total
+            self._path_cost = DirectCall(cpu.context_path_cost, fixed=1, checked=(1,))
+        return float(self._path_cost(self._context, np.array(word_ids, np.int64), int(final)))
 
 
 def _never_scored(word: str) -> bool:

@@ -84,10 +84,11 @@ def workspace_bytes(capacity: int, max_active: int, min_active: int, num_frames:
     return (2 * (hash_slots(capacity) * HASH_SLOT_BYTES + capacity * TOKEN_BYTES) + capacity * SURVIVOR_BYTES
             + 8 * (num_frames + 1) * kept + lattice)
 
-# a CPU stream's numbers: its row of the backend's int64 array (kernels.cpu.advance_streams)
+# a CPU stream's numbers: its row of the backend's int64 array (kernels.cpu.advance_streams;
+# S_LATTICE: 1 where it keeps a lattice, its links in the table's typed list)
 (S_N, S_NS, S_STORED, S_FRAMES, S_BASE, S_FALLBACKS, S_SURVIVORS, S_TRAILING, S_LAST_VOICED,
- S_NEXT_COMMIT, S_CONTEXT, S_STABLE_AT, S_PARTIAL) = range(13)
-STREAM_FIELDS = 13
+ S_NEXT_COMMIT, S_CONTEXT, S_STABLE_AT, S_PARTIAL, S_LATTICE) = range(14)
+STREAM_FIELDS = 14
 # a CPU stream's partial result as kernels.cpu.walk_partial finds it, its row of the backend's
 # int32 array: the words found (-1: more than the row holds), how many are stable, the meeting
 # point, the status, and the stream's S_FRAMES, S_BASE and S_STABLE_AT it was found at (the row
@@ -99,8 +100,9 @@ NO_CONTEXT, SHARED_MEMO, OWN_MEMO = 0, 1, 2
 # advance_streams' counts: streams taken, survivors, streams flagged COMMIT_DUE or DIED, then
 # the context steps' counters (STEP_*) of its streams
 GROUP_COUNTS = 3
-# advance_streams' flags per stream: bits
-COMMIT_DUE, OVERFLOWED, DIED = 1, 2, 4
+# advance_streams' flags per stream: bits (LINKS_FULL: with OVERFLOWED, the lattice's links filled, not
+# the tokens)
+COMMIT_DUE, OVERFLOWED, DIED, LINKS_FULL = 1, 2, 4, 8
 # a partial result's path (kernels.cpu.partial_path): found; looping (an epsilon cycle); or the
 # backpointer it was asked to start after is not on it (the caller asks again from the start)
 PARTIAL_OK, PARTIAL_LOOPS, PARTIAL_STALE = 0, 1, 2

@@ -71,6 +71,7 @@ from .constants import (
     EPS_CYCLE,
     GROUP_COUNTS,
     LINK_OVERFLOW,
+    LINKS_FULL,
     NO_ARC,
     NO_CONTEXT,
     NO_TOKEN,
@@ -92,6 +93,7 @@ from .constants import (
     S_FALLBACKS,
     S_FRAMES,
     S_LAST_VOICED,
+    S_LATTICE,
     S_N,
     S_NEXT_COMMIT,
     S_NS,
@@ -113,7 +115,7 @@ from .constants import (
 )
 from .fltop import fltop_active, frame_acoustic_costs
 from .groups import HashTable, Memo, Survivors, Tokens
-from .lattice import add_link, close_links, prune_at_frontier, store_links
+from .lattice import add_link, close_links, prune_at_frontier, room_for_chunk, store_links
 from .select import RADIX_BINS, select_cost
 
 
@@ -1522,13 +1524,15 @@ class StreamSlot(NamedTuple):
 
 class StreamTable(NamedTuple):
     """Every live stream of a CPU backend, as advance_streams reads them: slot i's arrays
-    (a typed list of StreamSlot), its context and its own memo (typed lists: of
-    groups.Context and groups.Memo), its numbers (numbers[i], fields constants.S_*) and
-    its final relative cost (relative[i])."""
+    (a typed list of StreamSlot), its context, its own memo and its lattice's links (typed
+    lists: of groups.Context, groups.Memo and lattice.Links; where it has none, a
+    placeholder), its numbers (numbers[i], fields constants.S_*) and its final relative cost
+    (relative[i])."""
 
     slots: object
     contexts: object
     memos: object
+    links: object
     numbers: np.ndarray  # int64 (slots, STREAM_FIELDS)
     relative: np.ndarray  # float64 (slots,)
 
@@ -1760,6 +1764,26 @@ def _fetch_add(typingctx, counter, i, value):
 
 
 @njit(nogil=True, cache=True)
+def _slot_chunk(graph, settings, contexts, i, memo, v, s, x, w, lat):
+    """advance_stream of chunk x of stream slot i (v: its numbers; s: its StreamSlot; w: the
+    workspace on its token list; lat: its links or None); contexts: the StreamTable's where
+    the stream has one (its steps in `memo`), else None."""
+    no_beam = np.float32(-1.0)
+    first = v[S_FRAMES] - v[S_BASE]
+    if contexts is None:
+        if len(s.word_costs):
+            return advance_stream(graph, s.word_costs, None, None, x, len(x), settings, w, v[S_N], v[S_NS], no_beam,
+                                  s.trace, first, v[S_STORED], lat)
+        return advance_stream(graph, None, None, None, x, len(x), settings, w, v[S_N], v[S_NS], no_beam, s.trace,
+                              first, v[S_STORED], lat)
+    if len(s.word_costs):
+        return advance_stream(graph, s.word_costs, contexts[i], memo, x, len(x), settings, w, v[S_N], v[S_NS],
+                              no_beam, s.trace, first, v[S_STORED], lat)
+    return advance_stream(graph, None, contexts[i], memo, x, len(x), settings, w, v[S_N], v[S_NS], no_beam, s.trace,
+                          first, v[S_STORED], lat)
+
+
+@njit(nogil=True, cache=True)
 def advance_streams(graph, settings, ws, memo, table, which, chunks, offsets, order, flags, counts, depth, meet,
                     rows):
     """advance_stream for several streams in one call: stream k is slot i = which[k] of the
@@ -1798,23 +1822,22 @@ def advance_streams(graph, settings, ws, memo, table, which, chunks, offsets, or
         v = numbers[i]
         w = Workspace(ws.ht, s.tl, ws.sv, ws.gid, ws.mark, ws.stack, ws.hist, ws.sg)
         first = v[S_FRAMES] - v[S_BASE]
-        no_beam = np.float32(-1.0)
-        if v[S_CONTEXT] == NO_CONTEXT:
-            if len(s.word_costs):
-                r = advance_stream(graph, s.word_costs, None, None, x, len(x), settings, w, v[S_N], v[S_NS], no_beam,
-                                   s.trace, first, v[S_STORED], None)
-            else:
-                r = advance_stream(graph, None, None, None, x, len(x), settings, w, v[S_N], v[S_NS], no_beam,
-                                   s.trace, first, v[S_STORED], None)
-        else:
-            m = memo if v[S_CONTEXT] == SHARED_MEMO else table.memos[i]
+        m = memo if v[S_CONTEXT] == SHARED_MEMO else table.memos[i]  # (read with a context only)
+        if v[S_CONTEXT] != NO_CONTEXT:
             before[:] = m.counts
-            if len(s.word_costs):
-                r = advance_stream(graph, s.word_costs, table.contexts[i], m, x, len(x), settings, w, v[S_N],
-                                   v[S_NS], no_beam, s.trace, first, v[S_STORED], None)
+        if v[S_LATTICE]:  # room for what storing the chunk's frames can add (links grow on overflow)
+            lat, grown = room_for_chunk(table.links[i], v[S_STORED], len(s.tl.cost), first, len(x))
+            if grown:
+                table.links[i] = lat
+            if v[S_CONTEXT] == NO_CONTEXT:
+                r = _slot_chunk(graph, settings, None, i, m, v, s, x, w, lat)
             else:
-                r = advance_stream(graph, None, table.contexts[i], m, x, len(x), settings, w, v[S_N], v[S_NS],
-                                   no_beam, s.trace, first, v[S_STORED], None)
+                r = _slot_chunk(graph, settings, table.contexts, i, m, v, s, x, w, lat)
+        elif v[S_CONTEXT] == NO_CONTEXT:
+            r = _slot_chunk(graph, settings, None, i, m, v, s, x, w, None)
+        else:
+            r = _slot_chunk(graph, settings, table.contexts, i, m, v, s, x, w, None)
+        if v[S_CONTEXT] != NO_CONTEXT:
             for c in range(STEP_COUNTERS):
                 _fetch_add(counts, GROUP_COUNTS + c, m.counts[c] - before[c])
         status, done, n, ns, beam, prev, arc, stored, fallbacks, survivors, trailing, voiced, rel, dead = r
@@ -1828,7 +1851,7 @@ def advance_streams(graph, settings, ws, memo, table, which, chunks, offsets, or
         v[S_SURVIVORS] += survivors
         _fetch_add(counts, 1, survivors)
         if status != OK:
-            flags[k] = OVERFLOWED
+            flags[k] = OVERFLOWED | (LINKS_FULL if status == LINK_OVERFLOW else 0)
             return k, done, beam
         # the endpoint rules' readings; blanks back to the commit point: the prefix's last speech decides
         v[S_TRAILING] = trailing if voiced else v[S_FRAMES] - 1 - v[S_LAST_VOICED]

@@ -55,24 +55,42 @@ def new_links(size: int, tokens: int, beam: float, interval: int) -> Links:
                  np.zeros(2, np.int64), np.zeros(2, np.int64), f32(beam), np.int64(interval))
 
 
-_LINK_FIELDS = ("src", "dst", "arc", "graph", "acoustic", "reduced")
-_STORED_FIELDS = ("alpha", "extra", "fresh")
+def typed(lat: Links) -> Links:
+    """lat with its scalars as NumPy's: a Links that compiled code returns holds Python
+    numbers, which a typed list of them (the CPU streams') would take for another type."""
+    return lat._replace(beam=np.float32(lat.beam), interval=np.int64(lat.interval))
 
 
-def with_room(lat: Links, links: int = 0, stored: int = 0, tokens: int = 0, steps: int = 0) -> Links:
+@njit(inline="always")
+def _grown(a, need):
+    if len(a) >= need:
+        return a
+    b = np.zeros(max(need, 2 * len(a)), a.dtype)
+    b[:len(a)] = a
+    return b
+
+
+@njit(nogil=True, cache=True)
+def with_room(lat, links, stored, tokens, steps):
     """`lat` (a stream's, which grows as it goes) with room for at least `links` links,
     `stored` backpointers, `tokens` tokens a frame and `steps` steps: each array too small
-    replaced by one twice as large at least, its contents kept."""
-    def grown(a, need):
-        if len(a) >= need:
-            return a
-        b = np.zeros(max(need, 2 * len(a)), a.dtype)
-        b[:len(a)] = a
-        return b
+    replaced by one twice as large at least, its contents kept (compiled: the streams'
+    search grows their lattices itself)."""
+    return Links(_grown(lat.src, links), _grown(lat.dst, links), _grown(lat.arc, links), _grown(lat.graph, links),
+                 _grown(lat.acoustic, links), _grown(lat.reduced, links), _grown(lat.alpha, stored),
+                 _grown(lat.extra, stored), _grown(lat.fresh, stored), _grown(lat.first, tokens), lat.count,
+                 _grown(lat.block, steps), lat.beam, lat.interval)
 
-    need = dict.fromkeys(_LINK_FIELDS, links) | dict.fromkeys(_STORED_FIELDS, stored) | dict(first=tokens,
-                                                                                            block=steps)
-    return lat._replace(**{f: grown(getattr(lat, f), n) for f, n in need.items()})
+
+@njit(nogil=True, cache=True)
+def room_for_chunk(lat, stored, tokens, first, frames):
+    """(lat, False), or (lat grown, True) where it lacks room for what storing `frames`
+    frames can add to a stream's lattice: from `stored` backpointers, `tokens` tokens a frame
+    at most, steps from `first` on (links grow when they fill: the search says so)."""
+    need, steps = stored + (frames + 1) * tokens, first + frames + 2
+    if len(lat.alpha) >= need and len(lat.first) >= tokens and len(lat.block) >= steps:
+        return lat, False
+    return with_room(lat, 0, need, tokens, steps), True
 
 
 @njit(inline="always")

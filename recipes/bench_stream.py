@@ -28,7 +28,8 @@ needed; 40 ms a frame.  The setups (--setups):
 The demo setups decode at beam 16, max_active 7000.  --partials follows each call with
 the partial results of its streams (Decoder.partials: a live captioning server's loop),
 timed with the call.  --batched gives each call its chunks as one (N, T, V) array and their
-lengths, as a batched acoustic model gives them.
+lengths, as a batched acoustic model gives them.  --lattice-beam keeps each stream's word
+lattice (and each offline decode's), as a server that gives N-best lists or confidences does.
 --device cuda runs them on the GPU
 (the goal there: 512 streams at 320 ms chunks within 40 ms per call).
 """
@@ -171,6 +172,8 @@ def main() -> int:
     ap.add_argument("--batched", action="store_true",
                     help="give each advance() call its chunks as one (N, T, V) array and their lengths, as a batched "
                          "acoustic model gives them (default: a list of (T_i, V) arrays)")
+    ap.add_argument("--lattice-beam", type=recipe_cli.positive, default=None,
+                    help="keep word lattices within this beam, streamed and offline (default: none)")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
     recipe_cli.check_json(ap, args.json)
@@ -187,7 +190,8 @@ def main() -> int:
         seeds = -(-need // len(texts))
         x_all, lengths_all = synthetic.from_texts_seeds(texts, g.tokens, seeds, **emission_options(token_set),
                                                         **PROFILES[profile])
-        dec = wfst.Decoder(g, **search, num_threads=args.threads, device=args.device, rescore_lm=rescore_lm)
+        dec = wfst.Decoder(g, **search, num_threads=args.threads, device=args.device, rescore_lm=rescore_lm,
+                           lattice_beam=args.lattice_beam)
         dec.decode(x_all[:2], lengths_all[:2])  # compile
         stream_loop(dec, x_all[:2], lengths_all[:2], 2, 8, batched=args.batched)
         for n in tqdm(counts, desc=f"{setup} ({profile})", unit="N", file=sys.stderr):
@@ -212,9 +216,12 @@ def main() -> int:
                                  frames=audio, stream_seconds=seconds, offline_seconds=off_seconds,
                                  stream_rtfx=rtfx(audio, seconds), offline_rtfx=rtfx(audio, off_seconds),
                                  share=off_seconds / seconds, p50_ms=p50, p95_ms=p95, p99_ms=p99,
-                                 same_words=same, partials=args.partials, batched=args.batched))
+                                 same_words=same, partials=args.partials, batched=args.batched,
+                                 lattice_beam=args.lattice_beam))
     if args.batched:
         print("Each advance() call is given its chunks as one (N, T, V) array and their lengths.\n")
+    if args.lattice_beam:
+        print(f"Streams and offline decodes keep their word lattices (lattice_beam {args.lattice_beam:g}).\n")
     if args.partials:
         print("Each advance() call is followed by the partial results of its streams (Decoder.partials), "
               "timed with it.\n")

@@ -312,6 +312,45 @@ def test_streams_count_their_context_steps_as_offline(demo, demo_graphs, monkeyp
     assert summed == {key: offline.stats.lm[key] for key in summed} and summed["lookups"] > 0
 
 
+def test_streams_that_keep_a_lattice_are_searched_together(demo, demo_graphs):
+    """Streams that keep a lattice go in the streams' shared compiled call, their links in the
+    slots' typed list (one call per stream and chunk from Python, each typed by Numba's
+    dispatcher, ran them at half the offline speed); a stream's finished links are kept for
+    the next stream, emptied.  Lattices, N-best lists and results as offline, also with
+    rescoring."""
+    path, kw = demo_graphs["char_compact"]
+    g = wfst.load_graph(path)
+    _, x, lengths = demo_emissions(demo, g, kw, count=6, seed=4)
+    for options in (dict(), dict(rescore_lm=demo / "lm.arpa")):
+        options = dict(beam=12.0, max_active=600, lattice_beam=5.0, prune_interval=6, **options)
+        want = Decoder(g, **options, num_threads=1).decode(x, lengths, nbest=3)
+        dec = Decoder(g, **options, num_threads=2)
+        backend = dec._backend
+        searched = []
+
+        class Counted:  # the kernels module, its calls of one stream's chunk from Python counted
+            def __getattr__(self, attr):
+                if attr == "advance_stream":
+                    searched.append(1)
+                return getattr(cpu_backend_kernels, attr)
+
+        cpu_backend_kernels = backend._cpu
+        backend._cpu = Counted()
+        slots = backend._slots
+        for round in range(2):
+            streams = [dec.stream() for _ in lengths]
+            assert len(slots._spare_links) == 0  # (round 1: the 6 spares of round 0 taken)
+            assert all(slots.numbers[s._state.slot, C.S_LATTICE] == 1 for s in streams)
+            for t in range(0, int(lengths.max()), 8):
+                live = [i for i in range(len(streams)) if lengths[i] > t]
+                dec.advance([streams[i] for i in live], [x[i, t:min(t + 8, int(lengths[i]))] for i in live])
+            got = dec.finish(streams, nbest=3)
+            same_results(got, want)
+            same_lattices(got, want)
+            assert len(slots._spare_links) == 6 and not any(slots._held) and not slots.numbers[:, C.S_LATTICE].any()
+        assert not searched  # (no frame overflowed: every chunk went in the shared call)
+
+
 def test_rescored_streams_open_and_finish_through_compiled_entry_points(demo, demo_graphs):
     """A stream's start and end read its context from the backend's typed list by slot: a
     Context passed from Python each time was a new argument that Numba's dispatcher typed

@@ -266,10 +266,13 @@ class CpuBackend:
         own_memo = None
         if context is not None and phrases.num_states > 1:  # phrase steps are this stream's own
             own_memo = cpu.new_memo(_PHRASE_LM_MEMO_SLOTS if rescorer is not None else _PHRASE_MEMO_SLOTS)
-        state = CpuStream(self._slots, context, own_memo, word_costs, settings, capacity.tokens,
-                          self.graph.tokens.num_columns)
+        links = None
         if lattice is not None:
-            state.links = kl.with_room(kl.new_links(capacity.lattice_links, capacity.tokens, *lattice), steps=64)
+            size = capacity.lattice_links
+            links = self._slots.spare_links(capacity.tokens) or kl.new_links(size, capacity.tokens, *lattice)
+            links = kl.with_room(links, size, size, capacity.tokens, 64)._replace(beam=lattice[0], interval=lattice[1])
+        state = CpuStream(self._slots, context, own_memo, word_costs, links, settings, capacity.tokens,
+                          self.graph.tokens.num_columns)
         plain = context is None and word_costs is None and lattice is None
         if plain and self._plain_start is not None and len(self._plain_start[0]) <= state.capacity:
             for mine, start in zip(state.tl, self._plain_start):  # (its tokens' fields, not n; the hash slots they
@@ -278,12 +281,12 @@ class CpuBackend:
             return state
         while True:
             with self._stream_memo(state) as memo, self._workspace(state.capacity) as ws:
-                if state.links is None:  # (its own memo, if any, is read from the slot)
+                if links is None:  # (its own memo, if any, is read from the slot)
                     shared = memo if memo is not None and state.memo is None else self._slots.no_memo
                     n, overflow = self._begin_slot(self.layout, ws, shared, self._slots.table(), state.slot)
                 else:
                     ws = ws._replace(tl=state.tl)
-                    n, overflow = cpu.begin(self.layout, word_costs, context, memo, ws, state.links)
+                    n, overflow = cpu.begin(self.layout, word_costs, context, memo, ws, links)
                     if not overflow:
                         cpu.release(ws, n)
                 if not overflow:
@@ -292,8 +295,8 @@ class CpuBackend:
                         self._plain_start = tuple(a[:n].copy() for a in state.tl[:6])
                     return state
                 _clean(ws)
-            if state.links is not None and state.links.count[0] == len(state.links.src):
-                state.links = kl.with_room(state.links, links=2 * len(state.links.src))
+            if links is not None and links.count[0] == len(links.src):
+                links = state.links = kl.with_room(links, 2 * len(links.src), 0, 0, 0)
             else:
                 state.grow(None)
 
@@ -301,44 +304,31 @@ class CpuBackend:
         """Decode each stream's chunk (NumPy (T, V) float32) on the thread pool.  Streams of
         one token capacity are searched by cpu.advance_streams without the GIL, one call per
         thread: the threads take them one by one, dearest first, from a shared counter.
-        Streams that keep a lattice are one call each.  Returns the tokens that survived
-        pruning, summed over the chunks' frames."""
+        Returns the tokens that survived pruning, summed over the chunks' frames."""
         if not states:
             return 0
-        if len(states) == 1 and not states[0].own_call:  # a stream alone, a server's usual call: no grouping
+        if len(states) == 1:  # a stream alone, a server's usual call: no grouping
             return self._advance_alone(states[0], chunks[0]) if len(chunks[0]) else 0
         lengths = chunk_lengths(chunks)
-        own, groups = [], []
-        if not states[0].own_call and 0 not in lengths and len(set(map(_CAPACITY, states))) == 1:
-            groups.append(_Group(states, chunks, lengths))  # the usual call: a decoder's streams share a capacity
+        if 0 not in lengths and len(set(map(_CAPACITY, states))) == 1:
+            groups = [_Group(states, chunks, lengths)]  # the usual call: a decoder's streams share a capacity
         else:
             by_capacity = {}
             for i, (state, T) in enumerate(zip(states, lengths)):
                 if T:
-                    if state.own_call:
-                        own.append(i)
-                    else:
-                        by_capacity.setdefault(state.capacity, []).append(i)
+                    by_capacity.setdefault(state.capacity, []).append(i)
             groups = [_Group([states[i] for i in group], [chunks[i] for i in group], [lengths[i] for i in group])
                       for group in by_capacity.values()]
-        if not own and not groups:  # no frames to search
+        if not groups:  # no frames to search
             return 0
         self._slots.generation += 1  # the kernels may replace any stream's arrays
-        if own:  # their log-probs, in one call
-            group = _Group([states[i] for i in own], [chunks[i] for i in own], [lengths[i] for i in own])
-            self._cpu.append_chunks(self._slots.list, group.which, group.x, group.offsets, self._slots.numbers)
-        tasks = iter([(states[i], chunks[i]) for i in own])  # shared: next() hands each to one thread
-        survivors = []  # of the streams searched one call each (and overflows), as the threads add them
-        threads = min(self.num_threads, len(own) + sum(len(g.which) for g in groups))
+        survivors = []  # of the streams whose frame overflowed, from there on, as the threads add them
+        threads = min(self.num_threads, sum(len(g.which) for g in groups))
         memos, typed_memos = self._memos_for(threads)
 
         def run(t):
             held = _Held(self)
             try:
-                for state, chunk in tasks:
-                    memo = _memo_of(state, memos[t])
-                    with self._counted(memo):
-                        survivors.append(self._advance_one(state, chunk, held.space, memo))
                 for group in groups:
                     self._advance_group(group, held.space, memos[t], survivors)
             finally:
@@ -346,7 +336,7 @@ class CpuBackend:
 
         if threads <= 1:
             run(0)
-        elif not own and numba_pool_threads() >= threads and self._pool_guard.usable():
+        elif numba_pool_threads() >= threads and self._pool_guard.usable():
             for group in groups:
                 self._advance_in_numba_pool(group, threads, memos, typed_memos, survivors)
         else:
@@ -377,7 +367,7 @@ class CpuBackend:
                     states[k].commit(self.graph, self._meeting())
 
     def _advance_alone(self, state: CpuStream, x: np.ndarray) -> int:
-        """advance() of one stream that keeps no lattice: its group of one, kept from call to call."""
+        """advance() of one stream: its group of one, kept from call to call."""
         group = state.group_for(x)
         self._slots.generation += 1
         ws = self._take_workspace(group.capacity)
@@ -498,41 +488,33 @@ class CpuBackend:
         `memo`, the memo of the group's call, or its own).  Returns the survivors of pruning
         from there on."""
         state = group.states[k]
-        state.grow(ws)
+        state.overflowed(ws, bool(group.flags[k] & C.LINKS_FULL))
         _clean(ws)
         memo = _memo_of(state, memo)
         with self._counted(memo):
             return self._advance_one(state, group.chunks[k], space, memo, done, beam)
 
-    def _advance_one(self, state: CpuStream, chunk: np.ndarray, space, memo, t: int = 0,
-                     resume_beam: float | None = None) -> int:
-        """The stream's chunk from frame t on (its log-probs appended already).  space(capacity):
-        a workspace of that capacity; memo: the stream's memo; resume_beam: frame t overflowed
-        in a smaller workspace, and its survivors were kept (CpuStream.grow) with this beam.
-        Returns the survivors of pruning over the frames searched."""
+    def _advance_one(self, state: CpuStream, chunk: np.ndarray, space, memo, t: int, beam: float) -> int:
+        """The rest of the stream's chunk (its log-probs appended already) from frame t on,
+        which overflowed: its survivors, pruned with this adaptive beam, were kept
+        (CpuStream.overflowed).  space(capacity): a workspace of that capacity; memo: the
+        stream's memo.  Returns the survivors of pruning over the frames searched."""
         from wfst.kernels import lattice as kl
 
-        cpu = self._cpu
         T = len(chunk)
         total = 0
-        resume = resume_beam is not None
-        resume_beam = np.float32(0.0 if resume_beam is None else resume_beam)
         while True:
-            ws = space(state.capacity)
-            if resume:
-                ws = state.resumed(ws)
+            ws = state.resumed(space(state.capacity))._replace(tl=state.tl)
             trace = state.trace
-            ws = ws._replace(tl=state.tl)
             lat = state.links
             if lat is not None:  # room for what storing the chunk's frames can add (links grow on overflow)
-                stored, steps = state.stored + (T - t + 1) * state.capacity, state.frames + T - t + 2
-                if len(lat.alpha) < stored or len(lat.first) < state.capacity or len(lat.block) < steps:
-                    lat = state.links = kl.with_room(lat, stored=stored, tokens=state.capacity, steps=steps)
+                lat, grown = kl.room_for_chunk(lat, state.stored, state.capacity, state.frames - state.base, T - t)
+                if grown:
+                    state.links = lat
             (status, done, n, ns, beam, prev, arc, stored, fallbacks, survivors, trailing, voiced,
-             relative, dead) = cpu.advance_stream(
+             relative, dead) = self._cpu.advance_stream(
                 self.layout, state.word_costs, state.context, memo, chunk[t:], T - t, state.settings, ws,
-                state.n, state.ns, resume_beam if resume else np.float32(-1.0), trace, state.frames - state.base,
-                state.stored, lat)
+                state.n, state.ns, np.float32(beam), trace, state.frames - state.base, state.stored, lat)
             if len(prev) != len(trace.prev):
                 state.trace = trace._replace(prev=prev, arc=arc)
             state.n, state.ns, state.stored = n, ns, stored
@@ -542,21 +524,12 @@ class CpuBackend:
             total += survivors
             if status == C.OK:
                 break
-            # a frame overflowed: go on from its survivors in a workspace twice as large, or
-            # with twice the room for links
-            if status == C.LINK_OVERFLOW:
-                if lat.count[0] < len(lat.src):  # with_room above makes storing the frames never overflow
-                    raise WfstError("internal error: a stream's lattice had no room to store a frame's tokens")
-                state.keep_survivors(ws)
-                state.links = kl.with_room(lat, links=2 * len(lat.src))
-            else:
-                state.grow(ws)
+            state.overflowed(ws, status == C.LINK_OVERFLOW)  # again: go on from its survivors
             _clean(ws)
             t += done
-            resume, resume_beam = True, beam
         state.set_endpoint_readings(trailing, voiced, relative)
         state.dead = dead
-        if state.stored >= state.next_commit and state.links is None:  # (a lattice holds every backpointer)
+        if state.stored >= state.next_commit:
             state.commit(self.graph, self._meeting())  # (this thread's scratch: overflows commit on the pool's)
         return int(total)
 
@@ -651,7 +624,7 @@ class CpuBackend:
             else:  # (room for the last step's tokens: storing them cannot overflow)
                 from wfst.kernels import lattice as kl
 
-                lat = kl.with_room(lat, stored=state.stored + state.n)
+                lat = kl.with_room(lat, 0, state.stored + state.n, 0, 0)
                 status, arcs, at, read, reached_final, final_gids, final_costs, held = \
                     self._cpu.finish_slot_lattice(self.layout, *args, lat)
         if status != C.OK:
@@ -659,10 +632,8 @@ class CpuBackend:
         raw = None if lat is None else RawLattice.of(lat, held.trace.steps[:state.frames + 2], final_gids,
                                                       final_costs, reached_final)
         path = TracedPath(arcs, at, read, bool(reached_final), state.survivors, state.fallbacks, raw, part)
-        state.links = None
         state.close()
-        if raw is None:  # (a lattice keeps a view of its steps)
-            self._slots.keep_spare(state.capacity, held)
+        self._slots.keep_spare(state.capacity, held, lat)  # (the raw lattice holds copies)
         return status, path, state.prefix
 
     @contextlib.contextmanager
@@ -685,7 +656,13 @@ class CpuBackend:
         self._memo_bytes = max(self._memo_bytes, memo.table.nbytes)
 
 
+def _nbytes(arrays) -> int:
+    """The bytes of every NumPy array in a (nested) tuple of them and of scalars."""
+    return sum(_nbytes(a) if isinstance(a, tuple) else a.nbytes for a in arrays if not np.isscalar(a))
+
+
 _NO_COSTS = np.empty(0, np.float32)  # a StreamSlot's word costs without a boost
+_NEVER = np.iinfo(np.int64).max  # a stream's next_commit where it never commits
 
 
 def _walked(head: list, numbers: list) -> bool:
@@ -824,7 +801,7 @@ class PoolGuard:
 
 
 class _Held:
-    """What one thread of CpuBackend.advance holds while it takes tasks: a workspace per
+    """What one thread of CpuBackend.advance holds while it searches: a workspace per
     capacity, given back by close()."""
 
     def __init__(self, backend: CpuBackend):
@@ -852,7 +829,8 @@ def _memo_of(state, lm_memo):
 
 class StreamSlots:
     """The arrays of every live stream (a cpu.StreamSlot each) in one Numba typed list, its
-    context and its own memo in two more (`no_context` and `no_memo` where it has none), and
+    context, its own memo and its lattice's links in three more (`no_context`, `no_memo` and
+    `no_links` where it has none), and
     its numbers in one array (`numbers[slot]`, fields constants.S_*; `relative[slot]`: its
     final relative cost), so that one cpu.advance_streams call reaches a thread's share of
     them.  A stream's slot is given back when it is finished (its arrays are dropped then) or
@@ -861,10 +839,12 @@ class StreamSlots:
 
     def __init__(self):
         from wfst.kernels import cpu
+        from wfst.kernels import lattice as kl
 
-        self.list = self.contexts = self.memos = None
+        self.list = self.contexts = self.memos = self.links = None
         self.no_context = None  # a groups.Context of the backend's streams' types (the backend makes it)
         self.no_memo = cpu.new_memo(1)
+        self.no_links = kl.new_links(0, 0, 0.0, 1)
         self.numbers = np.zeros((0, C.STREAM_FIELDS), np.int64)
         self.relative = np.zeros(0, np.float64)
         self.rows = np.zeros((0, C.P_HEAD + 2 * _PARTIAL_WORDS), np.int32)  # partials walked (constants.P_*)
@@ -872,40 +852,60 @@ class StreamSlots:
         self.contextual = False  # whether a slot ever held a context (else no call counts context steps)
         self.partials_asked = False  # whether a partial was ever asked (else no call looks for walks to do)
         self._free = queue.SimpleQueue()  # safe to put into from a finalizer
-        self._held = []  # per slot: whether its context or memo is a stream's (not no_context / no_memo)
+        self._held = []  # per slot: whether its context, memo or links are a stream's (not the no_* ones)
         self._table = None  # the cpu.StreamTable of the lists and arrays above, made again when one is replaced
-        self._spares, self._spare_capacity, self._spare_bytes = [], 0, 0  # see keep_spare
+        self._spares, self._spare_links, self._spare_capacity, self._spare_bytes = [], [], 0, 0  # see keep_spare
 
-    def keep_spare(self, capacity: int, arrays) -> None:
-        """Keep a finished stream's arrays (a cpu.StreamSlot of this token capacity) for the
-        next stream to open: fresh arrays cost page faults and the backpointers' growth, as
-        much as searching a chunk of 8 frames (a burst of 128 streams opened at once ran ~3%
-        slower with half of them fresh).  A pool, as a server's decoder keeps one: a stream
-        opened takes a spare where there is one, so live streams and spares together are
-        never more than the most streams that lived at once (whose arrays the process held
-        then); up to SPARE_BYTES in all, and of the largest capacity only: the decoder's,
-        which grows to every stream's, and which streams open at."""
+    def keep_spare(self, capacity: int, arrays, links=None) -> None:
+        """Keep a finished stream's arrays (a cpu.StreamSlot of this token capacity) and its
+        lattice's links (or None) for the next streams to open: fresh arrays cost page faults
+        and the backpointers' growth, as much as searching a chunk of 8 frames (a burst of
+        128 streams opened at once ran ~3% slower with half of them fresh; 128 streams that
+        keep lattices, whose links are megabytes each, made 26,000 page faults a wave).  A
+        pool, as a server's decoder keeps one: a stream opened takes a spare where there is
+        one, so live streams and spares together are never more than the most streams that
+        lived at once (whose arrays the process held then); up to SPARE_BYTES in all, and of
+        the largest capacity only: the decoder's, which grows to every stream's, and which
+        streams open at."""
         self._spare_for(capacity)
-        size = sum(a.nbytes for a in (*arrays.tl, *arrays.trace, arrays.logp))
-        if capacity == self._spare_capacity and self._spare_bytes + size <= SPARE_BYTES:
-            self._spares.append((arrays, size))
-            self._spare_bytes += size
+        if capacity != self._spare_capacity:
+            return
+        for kept, pool in ((arrays, self._spares), (links, self._spare_links)):
+            if kept is not None:
+                size = _nbytes(kept)
+                if self._spare_bytes + size <= SPARE_BYTES:
+                    pool.append((kept, size))
+                    self._spare_bytes += size
 
     def spare(self, capacity: int):
         """A finished stream's arrays of this token capacity (keep_spare), as a new stream's,
         or None."""
-        self._spare_for(capacity)
-        if capacity != self._spare_capacity or not self._spares:
-            return None
-        arrays, size = self._spares.pop()
-        self._spare_bytes -= size
-        arrays.trace.steps[:] = 0  # (as new_trace's)
-        arrays.trace.survivors[:] = 0
+        arrays = self._take_spare(capacity, self._spares)
+        if arrays is not None:
+            arrays.trace.steps[:] = 0  # (as new_trace's)
+            arrays.trace.survivors[:] = 0
         return arrays
+
+    def spare_links(self, capacity: int):
+        """A finished stream's lattice links (kernels.lattice.Links) of this token capacity
+        (keep_spare), emptied, or None."""
+        links = self._take_spare(capacity, self._spare_links)
+        if links is not None:
+            links.count[:] = 0
+            links.block[:] = 0  # (as new_links's)
+        return links
+
+    def _take_spare(self, capacity: int, pool: list):
+        self._spare_for(capacity)
+        if capacity != self._spare_capacity or not pool:
+            return None
+        kept, size = pool.pop()
+        self._spare_bytes -= size
+        return kept
 
     def _spare_for(self, capacity: int) -> None:
         if capacity > self._spare_capacity:  # the decoder's capacity grew: the older spares fit no stream
-            self._spares, self._spare_capacity, self._spare_bytes = [], capacity, 0
+            self._spares, self._spare_links, self._spare_capacity, self._spare_bytes = [], [], capacity, 0
 
     def table(self):
         """The cpu.StreamTable the kernels read (the same object while its parts are: a
@@ -913,35 +913,38 @@ class StreamSlots:
         if self._table is None:
             from wfst.kernels import cpu
 
-            self._table = cpu.StreamTable(self.list, self.contexts, self.memos, self.numbers, self.relative)
+            self._table = cpu.StreamTable(self.list, self.contexts, self.memos, self.links, self.numbers,
+                                          self.relative)
         return self._table
 
-    def take(self, slot, context, memo) -> int:
-        """A slot holding `slot`'s arrays, `context` (None: none) and `memo` (its own memo of
-        context steps, or None), its numbers zero but S_CONTEXT (the caller holds the decoder's
-        lock: no search runs)."""
+    def take(self, slot, context, memo, links) -> int:
+        """A slot holding `slot`'s arrays, `context` (None: none), `memo` (its own memo of
+        context steps, or None) and `links` (its lattice's, or None), its numbers zero but
+        S_CONTEXT and S_LATTICE (the caller holds the decoder's lock: no search runs)."""
         from wfst.kernels import cpu
+        from wfst.kernels import lattice as kl
 
         kind = C.NO_CONTEXT if context is None else C.SHARED_MEMO if memo is None else C.OWN_MEMO
         self.contextual = self.contextual or context is not None
         context = self.no_context if context is None else context
         memo = self.no_memo if memo is None else memo
+        owns = context is not self.no_context or memo is not self.no_memo or links is not None
+        items = (slot, context, memo, self.no_links if links is None else kl.typed(links))
         put = cpu.list_put  # (typed lists changed from Python compile their methods in each process)
         try:
             i = self._free.get_nowait()
             put(self.list, i, slot)
-            if self._held[i] or context is not self.no_context or memo is not self.no_memo:
-                put(self.contexts, i, context)  # (else already there: a typed list's set costs µs)
-                put(self.memos, i, memo)
+            if self._held[i] or owns:
+                for items_of, item in zip((self.contexts, self.memos, self.links), items[1:]):
+                    put(items_of, i, item)  # (else already there: a typed list's set costs µs)
         except queue.Empty:
             i = len(self._held)
             if self.list is None:
-                self.list, self.contexts, self.memos = map(cpu.typed_list, (slot, context, memo))
+                self.list, self.contexts, self.memos, self.links = map(cpu.typed_list, items)
                 self._table = None
             else:
-                put(self.list, i, slot)
-                put(self.contexts, i, context)
-                put(self.memos, i, memo)
+                for items_of, item in zip((self.list, self.contexts, self.memos, self.links), items):
+                    put(items_of, i, item)
             self._held.append(False)
             if i >= len(self.numbers):
                 rows = max(16, 2 * len(self.numbers))
@@ -953,9 +956,10 @@ class StreamSlots:
                 walked[:len(self.rows)] = self.rows
                 self.numbers, self.relative, self.rows = numbers, relative, walked
                 self._table = None
-        self._held[i] = context is not self.no_context or memo is not self.no_memo
+        self._held[i] = owns
         self.numbers[i] = 0
         self.numbers[i, C.S_CONTEXT] = kind
+        self.numbers[i, C.S_LATTICE] = links is not None
         self.relative[i] = np.inf
         self.rows[i, C.P_FRAMES] = -1  # (no partial walked)
         return i
@@ -967,15 +971,17 @@ class StreamSlots:
                 & (rows[:, C.P_SINCE] == numbers[:, C.S_STABLE_AT]) & (rows[:, C.P_WORDS] >= 0)
                 & (numbers[:, C.S_N] > 0) & (rows[:, C.P_STATUS] == C.PARTIAL_OK))
 
-    def drop_context(self, i: int) -> None:
-        """Slot i's context and memo let go (its stream was finished), where they were its
-        own (a typed list's item set from Python costs tens of µs: a Context is typed)."""
+    def drop_own(self, i: int) -> None:
+        """Slot i's context, memo and links let go (its stream was finished), where they were
+        its own (a typed list's item set from Python costs tens of µs: a Context is typed)."""
         from wfst.kernels import cpu
 
         if not self._held[i]:
             return
         cpu.list_put(self.contexts, i, self.no_context)
         cpu.list_put(self.memos, i, self.no_memo)
+        cpu.list_put(self.links, i, self.no_links)
+        self.numbers[i, C.S_LATTICE] = 0
         self._held[i] = False
 
     def give_back(self, i: int) -> None:
@@ -1059,7 +1065,8 @@ class CpuStream(Ledger):
     trace = _array("trace")
     logp = _array("logp")
 
-    def __init__(self, slots: StreamSlots, context, memo, word_costs, settings, capacity: int, num_columns: int):
+    def __init__(self, slots: StreamSlots, context, memo, word_costs, links, settings, capacity: int,
+                 num_columns: int):
         from wfst.kernels import cpu
 
         self.context, self.memo, self.word_costs, self.settings = context, memo, word_costs, settings
@@ -1071,18 +1078,42 @@ class CpuStream(Ledger):
                                     np.empty((0, num_columns), np.float32))
         else:
             arrays = spare._replace(word_costs=costs)
-        self.slot = slots.take(arrays, context, memo)
+        self.slot = slots.take(arrays, context, memo, links)
         self._release = weakref.finalize(self, slots.give_back, self.slot)
         self._arrays, self._generation = arrays, slots.generation  # (what the typed list holds: no read back)
         self._alone = None  # its _Group when a call advances it alone
-        self.links = None  # its lattice (kernels.lattice.Links) when it keeps one
         super().__init__(capacity)
+        if links is not None:
+            self.next_commit = _NEVER  # a lattice holds every backpointer
 
     @property
-    def own_call(self) -> bool:
-        """Whether its chunks are searched one call each (it keeps a lattice), not in a group
-        of streams."""
-        return self.links is not None
+    def links(self):
+        """Its lattice's links (kernels.lattice.Links; the search grows them), or None."""
+        from wfst.kernels import cpu
+
+        return cpu.list_get(self._slots.links, self.slot) if self._slots.numbers[self.slot, C.S_LATTICE] else None
+
+    @links.setter
+    def links(self, links) -> None:
+        from wfst.kernels import cpu
+        from wfst.kernels import lattice as kl
+
+        cpu.list_put(self._slots.links, self.slot, kl.typed(links))
+
+    def overflowed(self, ws, links_full: bool) -> None:
+        """A frame overflowed in workspace ws: its survivors are kept, and the search goes on
+        with twice the room for links (links_full: the lattice's filled) or twice the token
+        capacity."""
+        from wfst.kernels import lattice as kl
+
+        if not links_full:
+            self.grow(ws)
+            return
+        lat = self.links
+        if lat.count[0] < len(lat.src):  # (room for storing the chunk's frames is made before it)
+            raise WfstError("internal error: a stream's lattice had no room to store a frame's tokens")
+        self.keep_survivors(ws)
+        self.links = kl.with_room(lat, 2 * len(lat.src), 0, 0, 0)
 
     def group_for(self, chunk: np.ndarray) -> _Group:
         """The stream's group of one for this chunk (made once: a group costs µs, and a
@@ -1122,8 +1153,7 @@ class CpuStream(Ledger):
         """Give the slot back (the stream was finished: cpu.finish_slot took its arrays out)."""
         if self._release.detach() is not None:
             self._arrays, self._generation = None, -1
-            if self.context is not None:  # (a typed list's item set from Python costs µs)
-                self._slots.drop_context(self.slot)
+            self._slots.drop_own(self.slot)  # (where it held its own context, memo or links)
             self._slots.give_back(self.slot)
 
     def kept_log_probs(self) -> np.ndarray:

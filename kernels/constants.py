@@ -69,6 +69,14 @@ def lm_cache_slots(num_arcs: int, cap: int = 1 << 22) -> int:
 HASH_SLOT_BYTES = 28  # key 8, packed (cost, arc) 8, token 4, stamp 4, predecessor ctx 4
 TOKEN_BYTES = 24  # state, ctx, cost, prev, arc, slot: 4 bytes each
 SURVIVOR_BYTES = 40  # state, ctx, cost, gid (4 each), scan (8), mark, gid and two work lists
+CPU_LINK_BYTES = 36  # a CPU lattice's room per link and stored token (kernels.lattice.Links: 9 arrays of 4 bytes)
+
+
+def cpu_stream_bytes(capacity: int, lattice_links: int = 0) -> int:
+    """Memory a CPU stream's own arrays take when it opens: its token list, a frame of
+    backpointers and, where it keeps a lattice, its links buffer (the workspaces its chunks
+    are searched in are its thread's, shared by all the streams)."""
+    return capacity * TOKEN_BYTES + 8 * capacity + lattice_links * CPU_LINK_BYTES
 
 
 def workspace_bytes(capacity: int, max_active: int, min_active: int, num_frames: int, lattice_links: int = 0) -> int:

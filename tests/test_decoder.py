@@ -3,6 +3,7 @@ and Kaldi's FasterDecoder; plus its config, inputs and errors."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -568,6 +569,24 @@ def test_a_batch_too_big_for_memory_is_decoded_in_groups_that_fit(tiny_decoder, 
     monkeypatch.setattr(backend, "free_bytes", lambda: one // 2)
     with pytest.raises(DecoderMemoryError, match=r"utterance 0 \(6 frames\) alone needs"):
         tiny_decoder.decode(x, lengths)
+
+
+def test_a_cpu_stream_counts_its_own_arrays_against_free_memory(tiny_decoder):
+    """Opening a CPU stream checks free host memory against what the stream itself holds
+    (its token list, a frame of backpointers, its lattice's links), not a search's whole
+    workspace, which the streams of a thread share: 512 streams of the large rescoring setup
+    were refused on a 24 GiB machine that held them."""
+    from wfst.kernels import constants as C
+
+    c = tiny_decoder.config
+    tokens = tiny_decoder._capacity.tokens
+    own = C.cpu_stream_bytes(tokens)
+    assert C.workspace_bytes(tokens, c.max_active, c.min_active, 1) > 4 * own
+    tiny_decoder._opening = [math.inf, 4 * own]  # a memory reading that holds: room for 4 streams' own arrays
+    streams = [tiny_decoder.stream() for _ in range(4)]
+    with pytest.raises(DecoderMemoryError, match="a stream needs about"):
+        tiny_decoder.stream()
+    assert tiny_decoder.finish(streams)
 
 
 def test_missing_or_corrupt_graph(tmp_path, tiny):

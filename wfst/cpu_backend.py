@@ -97,6 +97,11 @@ class CpuBackend:
     def free_bytes(self) -> int | None:
         return available_host_bytes()
 
+    def stream_bytes(self, capacity, config) -> int:
+        """About what a stream opened now takes (its own arrays: the threads' workspaces are
+        shared)."""
+        return C.cpu_stream_bytes(capacity.tokens, capacity.lattice_links if config.lattice_beam is not None else 0)
+
     def concurrent(self, batch: int) -> int:
         """Utterances searched at once (each needs its own workspace)."""
         return max(min(batch, self.num_threads), 1)

@@ -126,6 +126,10 @@ class CudaBackend:
     def input_faults(self, x, lengths):
         return input_faults(self.xp, x, lengths)
 
+    def stream_bytes(self, capacity, config) -> int:
+        """About what a stream opened now takes: its lane's share of the lanes' search arrays."""
+        return C.workspace_bytes(capacity.tokens, config.max_active, config.min_active, 1, 0)
+
     def free_bytes(self) -> int | None:
         if SIMULATOR:
             return None

@@ -188,7 +188,7 @@ class Decoder:
             raise OptionError(f"endpoint must be a wfst.EndpointConfig or None; got {type(endpoint).__name__}")
         boosts = boost_tables(None if boost is None else [boost], 1, self.graph.words, self.config.beam, stream=True)
         c = self.config
-        need = C.workspace_bytes(self._capacity.tokens, c.max_active, c.min_active, 1, 0)
+        need = self._backend.stream_bytes(self._capacity, c)
         available = self._room_to_open(need)
         if available is not None and need > available:  # as decode() says it, not numpy's MemoryError
             raise DecoderMemoryError(f"a stream needs about {need / 2**30:.2f} GiB of {self._backend.memory} memory "

@@ -57,7 +57,8 @@ def new_links(size: int, tokens: int, beam: float, interval: int) -> Links:
 
 def typed(lat: Links) -> Links:
     """lat with its scalars as NumPy's: a Links that compiled code returns holds Python
-    numbers, which a typed list of them (the CPU streams') would take for another type."""
+    numbers, which Numba would type as float64 (another type for a typed list of them, and
+    another compiled search, pruning with a float64 beam)."""
     return lat._replace(beam=np.float32(lat.beam), interval=np.int64(lat.interval))
 
 

@@ -275,7 +275,8 @@ class CpuBackend:
         if lattice is not None:
             size = capacity.lattice_links
             links = self._slots.spare_links(capacity.tokens) or kl.new_links(size, capacity.tokens, *lattice)
-            links = kl.with_room(links, size, size, capacity.tokens, 64)._replace(beam=lattice[0], interval=lattice[1])
+            links = kl.typed(kl.with_room(links, size, size, capacity.tokens, 64)._replace(beam=lattice[0],
+                                                                                         interval=lattice[1]))
         state = CpuStream(self._slots, context, own_memo, word_costs, links, settings, capacity.tokens,
                           self.graph.tokens.num_columns)
         plain = context is None and word_costs is None and lattice is None
@@ -301,7 +302,7 @@ class CpuBackend:
                     return state
                 _clean(ws)
             if links is not None and links.count[0] == len(links.src):
-                links = state.links = kl.with_room(links, 2 * len(links.src), 0, 0, 0)
+                links = state.links = kl.typed(kl.with_room(links, 2 * len(links.src), 0, 0, 0))
             else:
                 state.grow(None)
 
@@ -514,6 +515,7 @@ class CpuBackend:
             lat = state.links
             if lat is not None:  # room for what storing the chunk's frames can add (links grow on overflow)
                 lat, grown = kl.room_for_chunk(lat, state.stored, state.capacity, state.frames - state.base, T - t)
+                lat = kl.typed(lat)
                 if grown:
                     state.links = lat
             (status, done, n, ns, beam, prev, arc, stored, fallbacks, survivors, trailing, voiced,
@@ -629,7 +631,7 @@ class CpuBackend:
             else:  # (room for the last step's tokens: storing them cannot overflow)
                 from wfst.kernels import lattice as kl
 
-                lat = kl.with_room(lat, 0, state.stored + state.n, 0, 0)
+                lat = kl.typed(kl.with_room(lat, 0, state.stored + state.n, 0, 0))
                 status, arcs, at, read, reached_final, final_gids, final_costs, held = \
                     self._cpu.finish_slot_lattice(self.layout, *args, lat)
         if status != C.OK:
@@ -1095,8 +1097,11 @@ class CpuStream(Ledger):
     def links(self):
         """Its lattice's links (kernels.lattice.Links; the search grows them), or None."""
         from wfst.kernels import cpu
+        from wfst.kernels import lattice as kl
 
-        return cpu.list_get(self._slots.links, self.slot) if self._slots.numbers[self.slot, C.S_LATTICE] else None
+        if not self._slots.numbers[self.slot, C.S_LATTICE]:
+            return None
+        return kl.typed(cpu.list_get(self._slots.links, self.slot))
 
     @links.setter
     def links(self, links) -> None:

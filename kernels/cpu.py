@@ -77,6 +77,7 @@ from .constants import (
     NO_TOKEN,
     OK,
     OVERFLOWED,
+    OWN_MEMO,
     P_BASE,
     P_FRAMES,
     P_HEAD,
@@ -1822,7 +1823,7 @@ def advance_streams(graph, settings, ws, memo, table, which, chunks, offsets, or
         v = numbers[i]
         w = Workspace(ws.ht, s.tl, ws.sv, ws.gid, ws.mark, ws.stack, ws.hist, ws.sg)
         first = v[S_FRAMES] - v[S_BASE]
-        m = memo if v[S_CONTEXT] == SHARED_MEMO else table.memos[i]  # (read with a context only)
+        m = table.memos[i] if v[S_CONTEXT] == OWN_MEMO else memo  # (read with a context only)
         if v[S_CONTEXT] != NO_CONTEXT:
             before[:] = m.counts
         if v[S_LATTICE]:  # room for what storing the chunk's frames can add (links grow on overflow)

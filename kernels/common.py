@@ -441,8 +441,28 @@ def automaton_costs(a, row, label, out):
 
 # ---------------------------------------------------------------------- contexts
 
-EXCEPTED = 8  # words per big-LM state that keep its full gain bound (lm_gain_bounds)
-TOP_EXCEPTED = 2  # of them, the state's own largest gains (the rest come from its backoff chain)
+GAIN_BUCKETS = 32  # per big-LM state, bounds of the words by id modulo this (lm_gain_bounds); a power of 2
+_BUCKET_SCALE = np.float32(8.0)  # a bucket bound is stored in eighths of a nat, rounded up, offset by 128
+BUCKET_NONE = 255  # the code of no bound (a bucket with it is never skipped)
+
+
+@njit(inline="always", cache=True)
+def bucket_code(x):
+    """The uint8 code of gain bound x, rounded up so that bucket_bound(code) >= x: bounds
+    at or below -16 nats read as -16, above 15.75 as none."""
+    if not x <= np.float32(BUCKET_NONE - 129) / _BUCKET_SCALE:  # (NaN and +inf too)
+        return np.uint8(BUCKET_NONE)
+    if x <= np.float32(-128.0) / _BUCKET_SCALE:
+        return np.uint8(0)
+    return np.uint8(np.int32(np.ceil(x * _BUCKET_SCALE)) + 128)
+
+
+@njit(inline="always", cache=True)
+def bucket_bound(code):
+    """The gain bound that uint8 code stands for (+inf: none)."""
+    if code == BUCKET_NONE:
+        return np.float32(np.inf)
+    return np.float32(np.int32(code) - 128) / _BUCKET_SCALE
 
 
 @njit(cache=True)
@@ -456,97 +476,63 @@ def lm_gain_bounds(big, small, small_of, big_depth, small_depth, big_to_small, s
     At the root the bound is exact over all words.  A search may skip the LM lookups of a
     word arc whose cost before them, minus this bound, is already out of the beam.
 
-    The bound is set by a few words (the 4-grams the big LM favours most): a second bound
-    holds for every word but the `excepted` ones, the state's TOP_EXCEPTED largest gains
-    and its backoff state's excepted words (its own gains may reach b by backoff).  On a
-    12.6k-word 4-gram the median bound falls from 6.0 to 2.2 nats.
+    The bound is set by a few words (the n-grams the big LM favours most), so the same
+    bound per bucket of words (big word id modulo GAIN_BUCKETS, by the same recursion) is
+    tighter for most: on a 12.6k-word 4-gram, ExpandArcs looks up 37% fewer steps with it.
+    Stored as uint8 codes (bucket_code), one row of 32 bytes a state (a token's word arcs
+    read one cache line).
 
     big_to_small: big word id -> the small LM's id for it; small_to_big: (offsets, ids), the
-    big words each small word stands for (several for a small <unk>).  Returns (bound,
-    bound of the other words, excepted big word ids (states, EXCEPTED), -1 padded)."""
+    big words each small word stands for (several for a small <unk>).  Returns (bound
+    float32 (states,), bucket codes uint8 (states, GAIN_BUCKETS))."""
     inv_offsets, inv_ids = small_to_big
     n = big_depth.shape[0]
     out = np.empty(n, np.float32)
-    rest = np.empty(n, np.float32)
-    excepted = np.full((n, EXCEPTED), -1, np.int32)
+    buckets = np.empty((n, GAIN_BUCKETS), np.uint8)
     for b in range(n):
         s = small_of[b]
         bb = big.backoff[0, b]
         same = small_depth[s] == big_depth[b]
         if bb < 0:
             g = -np.inf
-            r = -np.inf
+            buckets[b] = 0  # (the lowest code: the root has every word explicit, whose gains raise it)
         else:
             d = (small.bo_weight[0, s] if same else np.float32(0.0)) - big.bo_weight[0, b]
             g = out[bb] + d
-            r = rest[bb] + d
+            for j in range(GAIN_BUCKETS):
+                buckets[b, j] = bucket_code(bucket_bound(buckets[bb, j]) + d)
         # the words explicit here and their exact gains
-        k = big.offsets[0, b + 1] - big.offsets[0, b]
-        if same:
-            for a in range(small.offsets[0, s], small.offsets[0, s + 1]):
-                w = small.labels[0, a]
-                k += inv_offsets[w + 1] - inv_offsets[w]
-        words = np.empty(k, np.int32)
-        gains = np.empty(k, np.float32)
-        k = 0
         for a in range(big.offsets[0, b], big.offsets[0, b + 1]):
             w = big.labels[0, a]
-            words[k] = w
-            gains[k] = automaton_step(small, 0, s, big_to_small[w])[0] - payload_weight(big.payload[0, a])
-            k += 1
+            gain = automaton_step(small, 0, s, big_to_small[w])[0] - payload_weight(big.payload[0, a])
+            g = _raise(buckets[b], w, gain, g)
         if same:
             for a in range(small.offsets[0, s], small.offsets[0, s + 1]):
                 w = small.labels[0, a]
                 for i in range(inv_offsets[w], inv_offsets[w + 1]):
-                    words[k] = inv_ids[i]
-                    gains[k] = payload_weight(small.payload[0, a]) - automaton_step(big, 0, b, inv_ids[i])[0]
-                    k += 1
-        for i in range(k):
-            g = max(g, gains[i])
+                    g = _raise(buckets[b], inv_ids[i],
+                               payload_weight(small.payload[0, a]) - automaton_step(big, 0, b, inv_ids[i])[0], g)
         out[b] = g
-        # excepted: the backoff state's, then this state's largest gains
-        m = 0
-        if bb >= 0:
-            for j in range(EXCEPTED):
-                if excepted[bb, j] >= 0:
-                    excepted[b, m] = excepted[bb, j]
-                    m += 1
-        order = np.argsort(-gains)
-        taken = 0
-        for t in range(k):
-            if taken == TOP_EXCEPTED or m == EXCEPTED:
-                break
-            w = words[order[t]]
-            if not _listed(excepted[b], m, w):
-                excepted[b, m] = w
-                m += 1
-                taken += 1
-        for i in range(k):
-            if not _listed(excepted[b], m, words[i]):
-                r = max(r, gains[i])
-        rest[b] = r
-    return out, rest, excepted
+    return out, buckets
 
 
 @njit(inline="always", cache=True)
-def _listed(row, m, w):
-    for j in range(m):
-        if row[j] == w:
-            return True
-    return False
+def _raise(row, w, gain, bound):
+    """Word w's exact gain into its bucket of a state's row; returns the state's bound with it."""
+    j = w & (GAIN_BUCKETS - 1)
+    row[j] = max(row[j], bucket_code(gain))
+    return max(bound, gain)
 
 
 @njit(inline="always", cache=True)
-def lm_rest_reach(context, row, ctx, word):
-    """What the context step of word arc `word` can give back at most: the big-LM state's
-    bound for the words it excepts (lm_gain_bounds), the lower bound of the rest for others.
-    Only the CPU reads it (after lm_reach's bound has let the arc through)."""
+def lm_word_reach(context, row, ctx, word):
+    """What the context step of word arc `word` can give back at most: the bound of its
+    bucket at the big-LM state (lm_gain_bounds).  Only the CPU reads it (after lm_reach's
+    bound has let the arc through)."""
     if not context.rescoring or context.phrase_states[row] > 1:
         return np.float32(np.inf)
     bw = context.lm_map[word]
-    if _listed(context.excepted[ctx], context.excepted.shape[1], bw):
-        return context.gain[ctx]
-    return context.rest[ctx]
+    return bucket_bound(context.buckets[ctx, bw & (GAIN_BUCKETS - 1)])
 
 
 @njit(inline="always", cache=True)

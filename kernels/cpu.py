@@ -54,7 +54,7 @@ from .common import (
     in_frame,
     in_frame_prev,
     lm_reach,
-    lm_rest_reach,
+    lm_word_reach,
     mark_ancestors,
     order_statistics_needed,
     out_of_reach,
@@ -476,8 +476,8 @@ def _word_arc(c, w, nc, floor, reach, limit, ctx, word, context, memo):
     the context step, floor the cheapest acoustic cost it could add (0 in the closure).
     Returns (_CUT: this and every later word arc of the state, in order of weight, stays
     above `limit` whatever their steps give back, as their cost is at least
-    c + (w - context.spread) + floor; _SKIP: this arc does, by the state's bound or by the lower
-    bound of the words it does not except (common.lm_rest_reach); _LOOKED: its step was
+    c + (w - context.spread) + floor; _SKIP: this arc does, by the state's bound or by the
+    bound of its word's bucket (common.lm_word_reach); _LOOKED: its step was
     looked up), and the cost and context after the step."""
     step = _word_reach(c, w, nc, floor, reach, limit, ctx, word, context)
     if step != _LOOKED:
@@ -491,7 +491,7 @@ def _word_reach(c, w, nc, floor, reach, limit, ctx, word, context):
     """_word_arc's verdict without the step: _CUT, _SKIP or _LOOKED (the step is needed)."""
     if out_of_reach(expanded_cost(c, np.float32(w - context.spread), floor), reach, limit):
         return _CUT
-    if nc == INF or out_of_reach(nc, reach, limit) or out_of_reach(nc, lm_rest_reach(context, 0, ctx, word), limit):
+    if nc == INF or out_of_reach(nc, reach, limit) or out_of_reach(nc, lm_word_reach(context, 0, ctx, word), limit):
         return _SKIP
     return _LOOKED
 

@@ -138,8 +138,7 @@ class Context(NamedTuple):
     gain: np.ndarray  # float32 per big-LM state: common.lm_gain_bounds (+inf: no bound; one entry without rescoring)
     spread: float  # how far single-word boosts may put a word arc's weight below an earlier arc's in its
                    # state's order of unboosted weights (cpu.interleave_graph): a reward plus a penalty
-    rest: np.ndarray  # float32 per big-LM state: the gain bound of all words but the excepted (CPU only)
-    excepted: np.ndarray  # int32 (states, common.EXCEPTED): big-LM word ids that keep `gain` (-1: none)
+    buckets: np.ndarray  # uint8 (states, common.GAIN_BUCKETS): `gain` per bucket of words, coded (CPU only)
 
 
 class WordBoosts(NamedTuple):

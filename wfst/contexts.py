@@ -67,15 +67,15 @@ def context(rescorer, phrase_automata, spread: float = 0.0) -> Context:
         lm = no_lm()
         zero = np.zeros(1, np.int32)
         return Context(False, sizes, lm, lm, zero, zero, zero, phrases, np.zeros(len(sizes), np.int32),
-                       np.zeros(1, np.float32), np.float32(spread), *no_rest())
+                       np.zeros(1, np.float32), np.float32(spread), no_buckets())
     big, small = rescorer.automata()
     return Context(True, sizes, big, small, rescorer.small_of, rescorer.lm_map, rescorer.lm0_map, phrases,
-                   (sizes * rescorer.big.start).astype(np.int32), rescorer.gain, np.float32(spread), rescorer.rest,
-                   rescorer.excepted)
+                   (sizes * rescorer.big.start).astype(np.int32), rescorer.gain, np.float32(spread),
+                   rescorer.buckets)
 
 
-def no_rest():
-    """Context.rest and .excepted where they are not read (no rescoring; the GPU)."""
-    from wfst.kernels.common import EXCEPTED
+def no_buckets():
+    """Context.buckets where they are not read (no rescoring; the GPU)."""
+    from wfst.kernels.common import BUCKET_NONE, GAIN_BUCKETS
 
-    return np.full(1, np.inf, np.float32), np.full((1, EXCEPTED), -1, np.int32)
+    return np.full((1, GAIN_BUCKETS), BUCKET_NONE, np.uint8)

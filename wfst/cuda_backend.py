@@ -285,7 +285,7 @@ class CudaBackend:
             boosts = WordBoosts(d_keys, d_costs, d_bits, boosting)
             # spread 0: only the CPU's arc order reads it, and a captured step would hold its value
             context = Context(rescorer is not None, d_sizes, *lm[:2], *lm[2:5], Automata(*d_phrases), d_start, lm[5],
-                              np.float32(0.0), *(self.to_device(a) for a in contexts.no_rest()))
+                              np.float32(0.0), self.to_device(contexts.no_buckets()))
             bound = _Bound(key, frames, ws, fills, dev, boosts, context, with_contexts, cache,
                            self.xp.empty((B, frames, V), np.float32), self._zeros((B, V + 1), np.float32), lat)
             self._bound = bound

@@ -168,7 +168,7 @@ class StreamLanes:
         lm = self.backend._lm_parts(self.rescorer)
         self.context = Context(self.rescorer is not None, dev(sizes), *lm[:2], *lm[2:5],
                                Automata(*(dev(a) for a in host.phrases)), dev(start), lm[5], np.float32(0.0),
-                               *(dev(a) for a in contexts.no_rest()))
+                               dev(contexts.no_buckets()))
         self.with_contexts = self.rescorer is not None or bool((sizes > 1).any())
         self._boosted = [s is not None and self._boosting(s) for s in streams]
 

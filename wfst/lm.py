@@ -381,7 +381,7 @@ class Rescorer:
         self.lm0_map, _ = _word_map(small, graph_words, "the graph's LM")
         self.small_of = _small_states(big, small)
         self.automata()  # built now: a decode should not pay for it
-        self.gain, self.rest, self.excepted = _gain_bounds(self, graph_words)
+        self.gain, self.buckets = _gain_bounds(self, graph_words)
         self._context = self._path_cost = None  # (path_cost's, made at its first call)
 
     def automata(self):
@@ -394,7 +394,7 @@ class Rescorer:
         (the store files' pages on top of it are the page cache's, shared and reclaimable;
         summed once: every rescored advance() call reports it)."""
         arrays = [*self.automata()[0], *self.automata()[1], self.lm_map, self.lm0_map, self.small_of, self.gain,
-                  self.rest, self.excepted]
+                  self.buckets]
         return sum(int(a.nbytes) for a in arrays)
 
     def path_cost(self, word_ids, final: bool = True) -> float:
@@ -449,10 +449,10 @@ def _word_map(store: LmStore, graph_words, what: str):
 
 def _gain_bounds(rescorer: Rescorer, graph_words):
     """kernels.common.lm_gain_bounds for the rescorer's LMs: per big-LM state, the most a word
-    arc's rescoring can lower its cost, the most for all but a few excepted words, and those
-    words.  +inf everywhere (no skipping) when some graph word is not read as the same word
-    by both LMs, which the bound's word map assumes."""
-    from wfst.kernels.common import EXCEPTED, lm_gain_bounds
+    arc's rescoring can lower its cost, and the same per bucket of words.  None at all (no
+    skipping) when some graph word is not read as the same word by both LMs, which the
+    bound's word map assumes."""
+    from wfst.kernels.common import BUCKET_NONE, GAIN_BUCKETS, lm_gain_bounds
 
     big, small = rescorer.big, rescorer.small
     small_ids = small.word_ids()
@@ -461,8 +461,8 @@ def _gain_bounds(rescorer: Rescorer, graph_words):
     graph = np.array([w for w in range(1, len(graph_words)) if not _never_scored(graph_words[w])], np.int64)
     if len(graph) and np.any(np.where(rescorer.lm_map[graph] >= 0, big_to_small[rescorer.lm_map[graph]], -2)
                              != rescorer.lm0_map[graph]):
-        unbounded = np.full(big.num_states, np.inf, np.float32)
-        return unbounded, unbounded, np.full((big.num_states, EXCEPTED), -1, np.int32)
+        none = np.full((big.num_states, GAIN_BUCKETS), BUCKET_NONE, np.uint8)
+        return np.full(big.num_states, np.inf, np.float32), none
     known = big_to_small >= 0
     order = np.argsort(big_to_small[known], kind="stable")
     inv_ids = np.flatnonzero(known)[order].astype(np.int32)

@@ -420,3 +420,28 @@ def test_bucket_codes_round_gain_bounds_up():
     assert (back[inside] - x[inside] < 0.125).all()
     assert (back[x <= -16] == -16).all() and np.isinf(back[x > 15.75]).all()
     assert (np.diff(codes[:4001].astype(int)) >= 0).all()
+
+
+def test_no_gain_bounds_where_the_lms_read_a_graph_word_differently(tiny, tmp_path):
+    """A graph word the big LM lacks (read as its <unk>) but the graph's LM has: the bounds'
+    word map would pair the wrong words, so there are none (no lookup is skipped), and the
+    decode is still the exact composition."""
+    base = TINY_ARPA.replace("\ta\t-0.30", "\ta").replace("-0.45\ta cab\n", "").replace("ngram 2=7", "ngram 2=6")
+    small = truncate_arpa(_written(tmp_path / "base.arpa", base), tmp_path / "small.arpa", 2)
+    big = _written(tmp_path / "big.arpa", base.replace("-1.6\tcab\n", "").replace("ngram 1=8", "ngram 1=7"))
+    r = compile_graph(tmp_path / "g", tokens=tiny / "tokens.txt", lm=small, lexicon=tiny / "lexicon.txt",
+                      word_boundary="|", topology="compact")
+    g = wfst.load_graph(r.directory)
+    with pytest.warns(UserWarning, match="'cab'"):
+        dec = Decoder(g, rescore_lm=big, **WIDE)
+    assert np.isinf(dec.rescorer.gain).all() and (dec.rescorer.buckets == BUCKET_NONE).all()
+    composed = fst.compose(read_fst(r.directory / "TLG.fst").arcsort("olabel"), rescoring_fst(dec))
+    x = random_log_probs(6, batch=4, frames=12, columns=5, sharpness=1.5)
+    for b, got in enumerate(dec.decode(x)):
+        words, cost = shortest_decode(composed, x[b])
+        assert got.word_ids == tuple(words) and got.cost == pytest.approx(cost, abs=1e-4)
+
+
+def _written(path, text: str):
+    path.write_text(text)
+    return path

@@ -351,6 +351,32 @@ def test_streams_that_keep_a_lattice_are_searched_together(demo, demo_graphs):
         assert not searched  # (no frame overflowed: every chunk went in the shared call)
 
 
+def test_finished_streams_lattice_links_count_as_what_they_hold(demo, demo_graphs, monkeypatch):
+    """A finished stream's links join the spare pool counted as what its lattice filled, not
+    as their buffer (room for the widest frames, mostly never touched): a pool of SPARE_BYTES
+    with room for the streams' arrays and filled links keeps every stream's, where counting
+    the buffers whole it kept a few; the next wave takes them all."""
+    path, kw = demo_graphs["char_compact"]
+    g = wfst.load_graph(path)
+    _, x, lengths = demo_emissions(demo, g, kw, count=6, seed=4)
+    dec = Decoder(g, beam=12.0, max_active=600, lattice_beam=5.0, num_threads=1)
+
+    def wave():
+        streams = [dec.stream() for _ in lengths]
+        for t in range(0, int(lengths.max()), 8):
+            live = [i for i in range(len(streams)) if lengths[i] > t]
+            dec.advance([streams[i] for i in live], [x[i, t:min(t + 8, int(lengths[i]))] for i in live])
+        return dec.finish(streams)
+
+    slots = dec._backend._slots
+    first = wave()
+    held = sum(size for pool in (slots._spares, slots._spare_links) for _, size in pool)
+    whole = sum(cpu_backend._nbytes(kept) for pool in (slots._spares, slots._spare_links) for kept, _ in pool)
+    assert len(slots._spare_links) == 6 and 2 * held < whole  # (the buffers: mostly room)
+    monkeypatch.setattr(cpu_backend, "SPARE_BYTES", held * 5 // 4)  # (another wave's streams fill a little more)
+    assert wave() == first and len(slots._spare_links) == 6 and len(slots._spares) == 6
+
+
 def test_rescored_streams_open_and_finish_through_compiled_entry_points(demo, demo_graphs):
     """A stream's start and end read its context from the backend's typed list by slot: a
     Context passed from Python each time was a new argument that Numba's dispatcher typed

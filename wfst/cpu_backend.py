@@ -640,7 +640,7 @@ class CpuBackend:
                                                       final_costs, reached_final)
         path = TracedPath(arcs, at, read, bool(reached_final), state.survivors, state.fallbacks, raw, part)
         state.close()
-        self._slots.keep_spare(state.capacity, held, lat)  # (the raw lattice holds copies)
+        self._slots.keep_spare(state.capacity, held, lat, state.stored)  # (the raw lattice holds copies)
         return status, path, state.prefix
 
     @contextlib.contextmanager
@@ -666,6 +666,15 @@ class CpuBackend:
 def _nbytes(arrays) -> int:
     """The bytes of every NumPy array in a (nested) tuple of them and of scalars."""
     return sum(_nbytes(a) if isinstance(a, tuple) else a.nbytes for a in arrays if not np.isscalar(a))
+
+
+def _links_bytes(links, stored: int) -> int:
+    """The bytes of a finished stream's lattice links (kernels.lattice.Links) that its lattice
+    filled: its links (6 arrays), its stored backpointers (3) and the per-token and per-step
+    rows; the pages it touched, but for the unpruned links of its widest frame.  (Its
+    buffer has room for 16 links a token slot: ~16 MiB of address space at max_active
+    7,000, of which a demo utterance fills ~60 KiB.)"""
+    return 24 * int(links.count[0]) + 12 * stored + links.first.nbytes + links.block.nbytes
 
 
 _NO_COSTS = np.empty(0, np.float32)  # a StreamSlot's word costs without a boost
@@ -863,23 +872,26 @@ class StreamSlots:
         self._table = None  # the cpu.StreamTable of the lists and arrays above, made again when one is replaced
         self._spares, self._spare_links, self._spare_capacity, self._spare_bytes = [], [], 0, 0  # see keep_spare
 
-    def keep_spare(self, capacity: int, arrays, links=None) -> None:
+    def keep_spare(self, capacity: int, arrays, links=None, stored: int = 0) -> None:
         """Keep a finished stream's arrays (a cpu.StreamSlot of this token capacity) and its
-        lattice's links (or None) for the next streams to open: fresh arrays cost page faults
-        and the backpointers' growth, as much as searching a chunk of 8 frames (a burst of
-        128 streams opened at once ran ~3% slower with half of them fresh; 128 streams that
-        keep lattices, whose links are megabytes each, made 26,000 page faults a wave).  A
-        pool, as a server's decoder keeps one: a stream opened takes a spare where there is
-        one, so live streams and spares together are never more than the most streams that
-        lived at once (whose arrays the process held then); up to SPARE_BYTES in all, and of
-        the largest capacity only: the decoder's, which grows to every stream's, and which
-        streams open at."""
+        lattice's links (or None; stored: the stream's backpointers) for the next streams to
+        open: fresh arrays cost page faults and the backpointers' growth, as much as
+        searching a chunk of 8 frames (a burst of 128 streams opened at once ran ~3% slower
+        with half of them fresh; 128 streams that keep lattices, whose links are megabytes
+        each, made 26,000 page faults a wave).  A pool, as a server's decoder keeps one: a
+        stream opened takes a spare where there is one, so live streams and spares together
+        are never more than the most streams that lived at once (whose arrays the process
+        held then); up to SPARE_BYTES in all, and of the largest capacity only: the
+        decoder's, which grows to every stream's, and which streams open at.  Links count
+        as what the stream's lattice held (_links_bytes): their buffer is sized for the
+        widest frames, and counted whole it kept the links and arrays of only 61 of 512
+        character streams, the others made fresh by the next wave (~130,000 page faults)."""
         self._spare_for(capacity)
         if capacity != self._spare_capacity:
             return
         for kept, pool in ((arrays, self._spares), (links, self._spare_links)):
             if kept is not None:
-                size = _nbytes(kept)
+                size = _nbytes(kept) if kept is arrays else _links_bytes(kept, stored)
                 if self._spare_bytes + size <= SPARE_BYTES:
                     pool.append((kept, size))
                     self._spare_bytes += size

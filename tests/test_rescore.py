@@ -427,8 +427,10 @@ def test_no_gain_bounds_where_the_lms_read_a_graph_word_differently(tiny, tmp_pa
     word map would pair the wrong words, so there are none (no lookup is skipped), and the
     decode is still the exact composition."""
     base = TINY_ARPA.replace("\ta\t-0.30", "\ta").replace("-0.45\ta cab\n", "").replace("ngram 2=7", "ngram 2=6")
-    small = truncate_arpa(_written(tmp_path / "base.arpa", base), tmp_path / "small.arpa", 2)
-    big = _written(tmp_path / "big.arpa", base.replace("-1.6\tcab\n", "").replace("ngram 1=8", "ngram 1=7"))
+    (tmp_path / "base.arpa").write_text(base)
+    small = truncate_arpa(tmp_path / "base.arpa", tmp_path / "small.arpa", 2)
+    big = tmp_path / "big.arpa"
+    big.write_text(base.replace("-1.6\tcab\n", "").replace("ngram 1=8", "ngram 1=7"))
     r = compile_graph(tmp_path / "g", tokens=tiny / "tokens.txt", lm=small, lexicon=tiny / "lexicon.txt",
                       word_boundary="|", topology="compact")
     g = wfst.load_graph(r.directory)
@@ -440,8 +442,3 @@ def test_no_gain_bounds_where_the_lms_read_a_graph_word_differently(tiny, tmp_pa
     for b, got in enumerate(dec.decode(x)):
         words, cost = shortest_decode(composed, x[b])
         assert got.word_ids == tuple(words) and got.cost == pytest.approx(cost, abs=1e-4)
-
-
-def _written(path, text: str):
-    path.write_text(text)
-    return path

@@ -497,7 +497,7 @@ def _word_reach(c, w, nc, floor, reach, limit, ctx, word, context):
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl, sg, lat):
+def _expand_arcs(sv, ns, ac, adaptive_beam, context_beam, graph, boosts, context, memo, ht, tl, sg, lat):
     """ExpandArcs: the survivors' emitting arcs (ac: acoustic cost by input label).  The
     best new cost + adaptive_beam bounds the frame; new tokens below it are recombined into
     the emptied token list.  Returns (n, the best new cost (+inf: no arc has a finite
@@ -507,6 +507,7 @@ def _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl
     an arc without a word costs each of them its cost + the same amount: the cheapest of
     them (the group's best) follows every arc, the others only the arcs without a word
     that kept the best within the bound (never the best new cost), and their word arcs.
+    Those more than context_beam dearer than their group's best are not expanded.
     A word arc's context step (an LM lookup) is skipped when the arc stays out of the beam
     whatever the step gives back (common.out_of_reach), and a state's word arcs, in order
     of weight, are left at the first whose cheapest possible cost is out of reach
@@ -529,9 +530,12 @@ def _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl
         s = sv.state[i]
         first = states[s, 0]
         if context is not None:
+            g = sg.best[sg.slot[i]]
+            if c > sv.cost[g] + context_beam:
+                continue
             reach = lm_reach(context, 0, sv.ctx[i])
             word_arcs += states[s, 2] - states[s, 1]
-            if sg.best[sg.slot[i]] != i:
+            if g != i:
                 first = states[s, 1]  # the best's arcs without a word cost no more than this one's
         for p in range(first, states[s, 2]):
             w = _arc_weight(arcs, p, boosts)
@@ -559,7 +563,7 @@ def _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl
             g = i
             if context is not None:
                 g = sg.best[sg.slot[i]]
-                if (g == i) != (sweep == 0):
+                if (g == i) != (sweep == 0) or c > sv.cost[g] + context_beam:
                     continue
                 reach = lm_reach(context, 0, ctx)
                 word_arcs += states[s, 2] - states[s, 1]
@@ -1013,14 +1017,15 @@ def frames(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n,
                     prune_at_frontier(lat, trace.steps, first + t, stored)
         # ExpandArcs (again without FLToP if it left no arc a finite cost), then the closure
         frame_acoustic_costs(log_probs, t, settings, pruning, ac, ws.hist)
-        n, best, overflow = _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl, sg, lat)
+        n, best, overflow = _expand_arcs(sv, ns, ac, adaptive_beam, settings.context_beam, graph, boosts, context,
+                                         memo, ht, tl, sg, lat)
         if pruning and ns > 0 and not overflow and best == INF:
             fell_back = 1
             if lat is not None:
                 lat.count[0] = lat.count[1]
             frame_acoustic_costs(log_probs, t, settings, False, ac, ws.hist)
-            n, best, overflow = _expand_arcs(sv, ns, ac, adaptive_beam, graph, boosts, context, memo, ht, tl, sg,
-                                             lat)
+            n, best, overflow = _expand_arcs(sv, ns, ac, adaptive_beam, settings.context_beam, graph, boosts,
+                                             context, memo, ht, tl, sg, lat)
         if not overflow:
             n, overflow = _closure(np.float32(best + adaptive_beam), n, graph, boosts, context, memo, ht, tl,
                                    ws.stack, lat, sg)

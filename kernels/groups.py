@@ -29,6 +29,7 @@ class Settings(NamedTuple):
     blank_penalty: np.float32
     top_n: np.int64  # FLToP: columns kept per frame (V: all)
     log_rel: np.float32  # FLToP: log R, columns kept within it of the best (-inf: all)
+    context_beam: np.float32  # survivors expanded within it of their graph state's cheapest (+inf: all)
 
 
 class CsrGraph(NamedTuple):
@@ -237,4 +238,4 @@ def settings_of(config, blank_ilabel: int, num_columns: int) -> Settings:
     f32 = np.float32
     return Settings(f32(config.beam), np.int64(config.max_active), np.int64(config.min_active), f32(config.beam_delta),
                     f32(config.acoustic_scale), np.int64(blank_ilabel), f32(config.blank_penalty), np.int64(top_n),
-                    f32(log_rel))
+                    f32(log_rel), f32(np.inf if config.context_beam is None else config.context_beam))

@@ -355,7 +355,8 @@ def test_config_is_frozen_and_validated():
                       (dict(token_capacity=0), "token_capacity"), (dict(max_active=2.5), "max_active"),
                       (dict(blank_penalty=float("inf")), "blank_penalty"), (dict(token_top_n=0), "token_top_n"),
                       (dict(token_rel_threshold=1.5), "token_rel_threshold"),
-                      (dict(cuda_graphs="yes"), "cuda_graphs")]:
+                      (dict(cuda_graphs="yes"), "cuda_graphs"), (dict(context_beam=-0.5), "context_beam"),
+                      (dict(context_beam=float("inf")), "context_beam")]:
         with pytest.raises(ValueError, match=word):
             DecoderConfig(**bad)
 
@@ -367,6 +368,8 @@ def test_decoder_takes_a_config_and_overrides(tiny):
     assert d.config.beam == 9.0 and d.config.max_active == 50
     with pytest.raises(ValueError, match="device"):
         Decoder(r.directory, device="tpu")
+    with pytest.raises(ValueError, match="context_beam=4.0: the CPU backend's only"):
+        Decoder(r.directory, device="cuda", context_beam=4.0)
 
 
 @pytest.fixture

@@ -186,6 +186,31 @@ def test_rescoring_equals_exact_composition(small_graph):
     assert dec.decode(x[::-1].copy()) == results[::-1]
 
 
+def test_context_beam_expands_only_the_cheapest_contexts_of_a_state(small_graph):
+    """context_beam: of the tokens at one graph state (they differ in the big LM's history),
+    only those within it of the cheapest are expanded.  As wide as the beam, it is the exact
+    search; at 0 one history goes on per state: fewer tokens, each result still scored as its
+    words say, never cheaper than the exact composition's best, and some dearer (the big LM
+    here finds "ab ba" a dear end of a sentence, which the bigram in the graph cannot see)."""
+    g, tlg, _, small = small_graph
+    big = small.parent / "big.arpa"
+    dear_end = "-0.05\tab ba abc\n-3.0\tab ba </s>\n"
+    big.write_text(TINY_ARPA.lstrip().replace("ngram 3=2", "ngram 3=3").replace("-0.05\tab ba abc\n", dear_end))
+    x = random_log_probs(2, batch=8, frames=12, columns=5, sharpness=1.0)
+    exact = Decoder(g, rescore_lm=big, graph_lm=small, **WIDE)
+    want = exact.decode(x)
+    assert Decoder(g, rescore_lm=big, graph_lm=small, context_beam=WIDE["beam"], **WIDE).decode(x) == want
+    dec = Decoder(g, rescore_lm=big, graph_lm=small, context_beam=0.0, **WIDE)
+    got = dec.decode(x)
+    assert dec.stats.tokens_per_frame < 0.8 * exact.stats.tokens_per_frame
+    for r, w in zip(got, want):
+        assert r.cost >= w.cost - 1e-4
+        assert r.acoustic_cost + r.graph_cost + r.rescore_cost == pytest.approx(r.cost)
+        expected = dec.rescorer.big.score(r.words) - dec.rescorer.small.score(r.words)
+        assert r.rescore_cost == pytest.approx(expected, abs=1e-4)
+    assert sum(r.cost > w.cost + 1e-4 for r, w in zip(got, want)) >= 1
+
+
 def test_graph_lm_is_found_through_graph_json(small_graph):
     g, _, big, small = small_graph
     x = random_log_probs(2, batch=2, frames=8, columns=5)

@@ -127,6 +127,10 @@ def decode_main(argv: list[str] | None = None) -> int:
                        help="a bigger LM (ARPA file or LM store) whose scores replace the graph LM's on the fly")
     graph.add_argument("--graph-lm", metavar="ARPA",
                        help="with --rescore-lm: the LM the graph was built with (default: the one graph.json names)")
+    graph.add_argument("--context-beam", type=float, default=defaults.context_beam,
+                       help="with --rescore-lm or --phrases: expand only the tokens within this of the cheapest "
+                            "token at their graph state (they differ in their LM history or phrase; default: all, "
+                            "exact)")
     graph.add_argument("--token-top-n", type=int, default=defaults.token_top_n,
                        help="FLToP: expand only each frame's N most likely tokens (default: all)")
     graph.add_argument("--token-rel-threshold", type=float, default=defaults.token_rel_threshold,
@@ -157,7 +161,7 @@ def decode_main(argv: list[str] | None = None) -> int:
                                acoustic_scale=args.acoustic_scale, blank_penalty=args.blank_penalty,
                                num_threads=args.threads, lattice_beam=args.lattice_beam,
                                confidence_calibration=args.confidence_calibration, token_top_n=args.token_top_n,
-                               token_rel_threshold=args.token_rel_threshold)
+                               token_rel_threshold=args.token_rel_threshold, context_beam=args.context_beam)
     except WfstError as e:  # say it with the option's name
         message = str(e).replace("num_threads", "threads")
         for field in dataclasses.fields(DecoderConfig):
@@ -169,6 +173,8 @@ def decode_main(argv: list[str] | None = None) -> int:
     if args.stream and args.lattice_beam is not None and args.device == "cuda":
         ap.error("argument --lattice-beam: streams on --device cuda keep the best path only so far (leave out "
                  "--stream, or stream on the CPU)")
+    if args.context_beam is not None and args.device == "cuda":
+        ap.error("argument --context-beam: the CPU backend's only (leave it out, or decode on --device cpu)")
     if not (args.chunk_ms >= args.frame_ms and math.isfinite(args.chunk_ms / args.frame_ms)):
         ap.error(f"argument --chunk-ms: must be a finite number of ms, at least one frame ({args.frame_ms:g} ms), "
                  f"got {args.chunk_ms}")
@@ -204,7 +210,7 @@ def _beam_search_main(ap, args) -> int:
         if given:
             ap.error(f"argument {option}: not available with --beam-search yet")
     for option in ("beam", "max_active", "min_active", "acoustic_scale", "blank_penalty", "confidence_calibration",
-                   "rescore_lm", "graph_lm", "token_top_n", "token_rel_threshold"):
+                   "rescore_lm", "graph_lm", "token_top_n", "token_rel_threshold", "context_beam"):
         if getattr(args, option) != ap.get_default(option):  # silently ignored otherwise
             ap.error(f"argument --{option.replace('_', '-')}: is for the graph search, not --beam-search")
     if args.threads is not None and args.threads < 1:

@@ -794,15 +794,15 @@ def test_a_stream_finished_by_another_thread_meanwhile_is_refused(demo, demo_gra
     s = dec.stream()
     dec.advance([s], [x[0, :20]])
     taker = []
-    real = wfst.decoder.chunk_faults
+    real = wfst.decoder.joined_chunks
 
-    def finished_meanwhile(arrays):  # the other thread's turn, while this one checked its chunks
+    def finished_meanwhile(chunks, num_columns):  # the other thread's turn, while this one checked its chunks
         if not taker:
             dec.finish([s])
             taker.append(dec.stream())  # may reuse s's state
-        return real(arrays)
+        return real(chunks, num_columns)
 
-    monkeypatch.setattr(wfst.decoder, "chunk_faults", finished_meanwhile)
+    monkeypatch.setattr(wfst.decoder, "joined_chunks", finished_meanwhile)
     with pytest.raises(DecodeInputError, match="stream 0 was finished"):
         dec.advance([s], [x[0, 20:30]])
     monkeypatch.undo()
@@ -855,7 +855,10 @@ def test_joined_chunks_read_as_the_list_of_their_chunks():
         assert all(a.shape == b.shape and (a == b).all() for a, b in zip(got, chunks, strict=True))
     with pytest.raises(IndexError):
         joined[4]
-    assert joined_chunks(chunks[:1], 4) is None  # (one stream: searched as it is)
+    alone = joined_chunks(chunks[:1], 4)  # one stream's chunk: checked, not copied
+    assert alone.x is chunks[0] and chunk_lengths(alone) == [2]
+    assert joined_chunks([chunks[0][:, :3]], 4) is None and joined_chunks([np.asfortranarray(chunks[2])], 4) is None
+    assert joined_chunks([], 4) is None
     assert joined_chunks(chunks, 5) is None and joined_chunks([*chunks, chunks[0] + 1.0], 4) is None
 
 

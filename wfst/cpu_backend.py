@@ -314,7 +314,8 @@ class CpuBackend:
         if not states:
             return 0
         if len(states) == 1:  # a stream alone, a server's usual call: no grouping
-            return self._advance_alone(states[0], chunks[0]) if len(chunks[0]) else 0
+            x = chunks.x if isinstance(chunks, JoinedChunks) else chunks[0]
+            return self._advance_alone(states[0], x) if len(x) else 0
         lengths = chunk_lengths(chunks)
         if 0 not in lengths and len(set(map(_CAPACITY, states))) == 1:
             groups = [_Group(states, chunks, lengths)]  # the usual call: a decoder's streams share a capacity

@@ -333,8 +333,12 @@ class Decoder:
         streams = list(streams)
         # the usual call, in passes of map (no Python frame a stream: this runs on one core
         # while the others wait, ~1 µs a stream in a loop); a fault is then found one by one
-        if not (set(map(type, streams)) - {Stream} or set(map(_DECODER, streams)) - {self}
-                or any(map(_FINISHED, streams)) or len(set(map(id, streams))) < len(streams)):
+        if len(streams) == 1:  # (a stream alone: its checks at once)
+            s = streams[0]
+            if type(s) is Stream and s._decoder is self and not s.finished:
+                return streams
+        elif not (set(map(type, streams)) - {Stream} or set(map(_DECODER, streams)) - {self}
+                  or any(map(_FINISHED, streams)) or len(set(map(id, streams))) < len(streams)):
             return streams
         seen = set()
         for i, s in enumerate(streams):

@@ -163,13 +163,18 @@ def joined_chunks(chunks: list, num_columns: int) -> JoinedChunks | None:
     value v has -inf < v <= LOG_PROB_SLACK, else None (chunk_faults then names what is
     not so).  One copy and one compiled pass over all of them: with a hundred streams,
     checking chunk by chunk cost ~0.6 µs each in calls, and the CPU search joins them
-    anyway."""
-    if len(chunks) < 2 or set(map(type, chunks)) != {np.ndarray} or set(map(_DTYPE, chunks)) != {_FLOAT32}:
+    anyway.  A chunk alone (a stream advanced by itself) is not copied."""
+    if len(chunks) == 1:
+        x = chunks[0]
+        if type(x) is not np.ndarray or x.dtype != _FLOAT32 or not x.flags.c_contiguous:
+            return None
+    elif not chunks or set(map(type, chunks)) != {np.ndarray} or set(map(_DTYPE, chunks)) != {_FLOAT32}:
         return None
-    try:
-        x = np.concatenate(chunks)
-    except ValueError:  # (shapes that do not line up: said chunk by chunk)
-        return None
+    else:
+        try:
+            x = np.concatenate(chunks)
+        except ValueError:  # (shapes that do not line up: said chunk by chunk)
+            return None
     if x.ndim != 2 or x.shape[1] != num_columns:
         return None
     if not _range_check()(x, LOG_PROB_SLACK):

@@ -186,6 +186,15 @@ def _insert(ht, b, base, mask, capacity, key, tl, listed):
     return -1
 
 
+@cuda.jit(device=True)
+def _arcs_to_expand(b, i, graph, sv, beamed):
+    """Survivor i's emitting arcs to expand (beamed: as prune_store_kernel left them in sv.scan)."""
+    if beamed:
+        return sv.scan[b, i] & int64(0xFFFFFFFF)
+    st = sv.state[b, i]
+    return graph.e_indptr[st + 1] - graph.e_indptr[st]
+
+
 # ---------------------------------------------------------------------- block-wide helpers
 
 @cuda.jit(device=True)
@@ -583,22 +592,46 @@ def prune_store_kernel(clock, u, settings, graph, context, cur, nxt, nxt_ht, sv,
         nxt.n[b] = 0
         nxt_ht.count[b] = 0
 
+    # ---- with a context beam, as the CPU's ExpandArcs: a survivor more than it dearer than its
+    # graph state's cheapest expands no arc.  The states' least costs go in the emptied table,
+    # each survivor's (slot << 32 | arcs to expand) in sv.scan until the prefix sum
+    beamed = settings.context_beam < np.inf and contextual(context, b)
+    if beamed:
+        for i in range(tid, ns, nthreads):
+            slot = _insert(nxt_ht, b, base, mask, H, token_key(sv.state[b, i], 0), nxt, False)
+            cuda.atomic.min(nxt_ht.val, base + slot, uint64(cost_key(sv.cost[b, i])))
+        cuda.syncthreads()
+        for i in range(tid, ns, nthreads):
+            st = sv.state[b, i]
+            slot = _find_slot(nxt_ht, base, mask, token_key(st, 0))
+            arcs = graph.e_indptr[st + 1] - graph.e_indptr[st]
+            if sv.cost[b, i] > float32(key_cost(uint32(nxt_ht.val[base + slot])) + settings.context_beam):
+                arcs = 0
+            sv.scan[b, i] = (int64(slot) << 32) | arcs
+        cuda.syncthreads()
+        for i in range(tid, ns, nthreads):  # (no lookups meanwhile: emptying slots would cut their probes)
+            slot = sv.scan[b, i] >> 32
+            nxt_ht.key[base + slot] = EMPTY_KEY
+            nxt_ht.val[base + slot] = MAX_PACKED
+        if tid == 0:
+            nxt_ht.count[b] = 0
+        cuda.syncthreads()
+
     # ---- prefix sum of the survivors' emitting-arc counts
     chunk = (ns + nthreads - 1) // nthreads
     lo = min(tid * chunk, ns)
     hi = min(lo + chunk, ns)
     arcs = int64(0)
     for i in range(lo, hi):
-        st = sv.state[b, i]
-        arcs += graph.e_indptr[st + 1] - graph.e_indptr[st]
+        arcs += _arcs_to_expand(b, i, graph, sv, beamed)
     counts[tid] = arcs
     cuda.syncthreads()
     _block_exclusive_scan(counts, nthreads, sh_i64, 2)
     offset = counts[tid]
     for i in range(lo, hi):
+        arcs = _arcs_to_expand(b, i, graph, sv, beamed)
         sv.scan[b, i] = offset
-        st = sv.state[b, i]
-        offset += graph.e_indptr[st + 1] - graph.e_indptr[st]
+        offset += arcs
     if tid == 0:
         sv.scan[b, ns] = sh_i64[2]
         u.arcs[b] = sh_i64[2]

@@ -577,7 +577,9 @@ def rescoring(report, scale, setup: str, g, texts, profile: str, rescore_lm, gra
               n: int) -> dict:
     """A BPE compact graph rescored on the fly with a bigger LM: the GPU (batch 64, and all n
     utterances in one batch) against our CPU backend on one thread, the same n utterances,
-    the WERs."""
+    the WERs; and with make bench-rescore's context beam, all n in one batch."""
+    from bench_rescore import CONTEXT_BEAM
+
     import wfst
     from wfst.scoring import word_errors
 
@@ -600,6 +602,15 @@ def rescoring(report, scale, setup: str, g, texts, profile: str, rescore_lm, gra
         out |= {f"GPU (batch {batch}) RTFx": f"{FRAME_SECONDS * frames / gpu_wall:,.0f}",
                 f"GPU (batch {batch}) / CPU": f"{cpu_wall / gpu_wall:.1f}x",
                 f"WER GPU (batch {batch})": f"{100 * word_errors(refs, [r.words for r in gpu_res]).rate:.2f}%"}
+    # the context beam (make bench-rescore's fourth row): the same survivors left on both
+    beamed = dict(config, context_beam=CONTEXT_BEAM)
+    cpu_wall, _, _, cpu_res = timed(wfst.Decoder(g, device="cpu", num_threads=1, **beamed), x, lengths, n)
+    gpu_wall, _, _, gpu_res = timed(wfst.Decoder(g, device="cuda", **beamed), xp.asarray(x), lengths, n)
+    same = sum(not differences(a, b) for a, b in zip(gpu_res, cpu_res))
+    report.check(f"{setup}, context_beam {CONTEXT_BEAM:g}: GPU (batch {n}) == CPU", same == n, f"{same}/{n} identical")
+    out |= {f"context_beam {CONTEXT_BEAM:g}: CPU (1 thread) RTFx": f"{FRAME_SECONDS * frames / cpu_wall:,.0f}",
+            f"context_beam {CONTEXT_BEAM:g}: GPU (batch {n}) / CPU": f"{cpu_wall / gpu_wall:.1f}x",
+            f"context_beam {CONTEXT_BEAM:g}: WER": f"{100 * word_errors(refs, [r.words for r in gpu_res]).rate:.2f}%"}
     return out | {"big LM on the GPU": f"{gpu.stats.lm.get('gpu_bytes', 0) / 2**20:.1f} MiB"}
 
 

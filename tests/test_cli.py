@@ -197,7 +197,6 @@ def test_detokenize_inverts_tokenize(demo):
     (["--token-rel-threshold", "2"], "--token-rel-threshold=2.0: must be a number in [0, 1]"),
     (["--spm", "bpe.model"], "--spm: is for --beam-search"),
     (["--context-beam", "-1"], "--context-beam=-1.0: must be None (every context expanded) or a finite number >= 0"),
-    (["--context-beam", "4", "--device", "cuda"], "--context-beam: the CPU backend's only"),
     (["--lattice-beam", "8", "--confidence-calibration", "/no/cal.json"],
      "cannot read confidence calibration /no/cal.json: not found"),
 ])

@@ -270,6 +270,33 @@ def test_rescoring_cuda_skips_lookups_out_of_reach(small_graph):
     assert 0 < gpu.stats.lm["lookups"] < unbounded.stats.lm["lookups"]
 
 
+def test_context_beam_cuda_equals_cpu(small_graph, tmp_path):
+    """A context beam on the GPU leaves unexpanded the survivors the CPU leaves (more than
+    it dearer than their graph state's cheapest): the same results and lattices, with a
+    phrase as part of the context too, offline and in streams; and fewer LM lookups than
+    the exact search (a big LM for which "ab ba" is a dear end, so that the histories differ)."""
+    from conftest import TINY_ARPA
+
+    g, lms = small_graph
+    big = tmp_path / "big.arpa"
+    big.write_text(TINY_ARPA.lstrip().replace("ngram 3=2", "ngram 3=3")
+                   .replace("-0.05\tab ba abc\n", "-0.05\tab ba abc\n-3.0\tab ba </s>\n"))
+    lms = dict(lms, rescore_lm=big)
+    x = random_log_probs(2, batch=2, frames=7, columns=5, sharpness=1.0)
+    lengths = np.array([7, 6])
+    boost = [None, {"ab ba": 2.0}]
+    config = dict(beam=20.0, max_active=40, min_active=1, token_capacity=128, **lms)
+    exact = Decoder(g, device="cpu", **config)
+    exact.decode(x, lengths, boost=boost)
+    cpu, gpu = (Decoder(g, device=d, context_beam=0.0, lattice_beam=2.0, **config) for d in ("cpu", "cuda"))
+    want, got = cpu.decode(x, lengths, boost=boost, nbest=3), gpu.decode(x, lengths, boost=boost, nbest=3)
+    assert got == want
+    assert [canonical_lattice(r.lattice) for r in got] == [canonical_lattice(r.lattice) for r in want]
+    assert gpu.stats.tokens_per_frame == pytest.approx(cpu.stats.tokens_per_frame)
+    assert cpu.stats.lm["lookups"] < exact.stats.lm["lookups"]
+    assert_streams_same(g, x, lengths, boost=boost, seed=4, context_beam=0.0, **config)
+
+
 def test_rescoring_with_a_tiny_lm_cache_cuda_equals_cpu(small_graph):
     """A cache of 8 slots: frames fill it (the utterance is decoded again with a larger
     cache) and it is cleared when half full; results stay exact."""

@@ -368,8 +368,6 @@ def test_decoder_takes_a_config_and_overrides(tiny):
     assert d.config.beam == 9.0 and d.config.max_active == 50
     with pytest.raises(ValueError, match="device"):
         Decoder(r.directory, device="tpu")
-    with pytest.raises(ValueError, match="context_beam=4.0: the CPU backend's only"):
-        Decoder(r.directory, device="cuda", context_beam=4.0)
 
 
 @pytest.fixture

@@ -106,10 +106,6 @@ class Decoder:
                               f"penalise")
         self._settings = settings_of(config, blank_label(graph), graph.tokens.num_columns)
         if device == "cuda":
-            if config.context_beam is not None:
-                raise OptionError(f"context_beam={config.context_beam}: the CPU backend's only (the CUDA kernels "
-                                  f"do not group a frame's tokens by graph state); use device='cpu' or "
-                                  f"context_beam=None")
             from .cuda_backend import CudaBackend
 
             self._backend = CudaBackend(graph, cuda_graphs=config.cuda_graphs)

@@ -79,8 +79,8 @@ def test_decode_cli_streams_print_partials_then_the_offline_finals(tiny_setup, t
 
 
 def test_decode_cli_boosts_rescores_and_prunes_tokens_as_the_api_does(tiny, tiny_setup, tmp_path, capsys):
-    """--phrases (words and phrases, with a reward or the default one), --rescore-lm and
-    FLToP's options give the words Decoder gives with the same settings, offline and as
+    """--phrases (words and phrases, with a reward or the default one), --rescore-lm (with
+    a --context-beam) and FLToP's options give the words Decoder gives with the same settings, offline and as
     streams; the summary says what was on."""
     from wfst.config import PHRASE_REWARD
     from wfst.lm import truncate_arpa
@@ -114,6 +114,9 @@ def test_decode_cli_boosts_rescores_and_prunes_tokens_as_the_api_does(tiny, tiny
     assert cli("--graph", str(small), "--rescore-lm", str(tiny / "lm.arpa"), "--graph-lm", str(unigram),
                "--stream") == want
     assert f"rescored on the fly with {tiny / 'lm.arpa'}" in capsys.readouterr().out
+    want = api(small, rescore_lm=tiny / "lm.arpa", context_beam=0.0)
+    assert cli("--graph", str(small), "--rescore-lm", str(tiny / "lm.arpa"), "--context-beam", "0") == want
+    assert "context_beam=0" in capsys.readouterr().out
 
     want = api(graph, token_top_n=2, token_rel_threshold=0.5)
     assert cli("--graph", str(graph), "--token-top-n", "2", "--token-rel-threshold", "0.5") == want

@@ -300,6 +300,8 @@ def _decode(args, config: DecoderConfig | None, beam_decoder=None, phrases=None)
         search += f", FLToP top_n={args.token_top_n}, rel_threshold={args.token_rel_threshold:g}"
     if phrases:
         search += f", {len(phrases)} boosted words or phrases"
+    if args.context_beam is not None:
+        search += f", context_beam={args.context_beam:g}"
     print(f"\n{B} utterances, {frames} frames ({frames * args.frame_ms / 1000:.1f} s of audio at "
           f"{args.frame_ms:g} ms/frame){label}; device={args.device}, {search}")
     if refs is not None:

@@ -43,6 +43,10 @@ ngram 3=2
 
 \\end\\
 """
+# the same with a trigram that makes "ab ba" a dear end of a sentence, which a bigram cut from
+# it cannot see: rescoring's histories at one graph state then differ (context beam tests)
+TINY_ARPA_DEAR_END = TINY_ARPA.replace("ngram 3=2", "ngram 3=3").replace("-0.05\tab ba abc\n",
+                                                                       "-0.05\tab ba abc\n-3.0\tab ba </s>\n")
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import pywrapfst as fst
-from conftest import TINY_ARPA
+from conftest import TINY_ARPA, TINY_ARPA_DEAR_END
 from decoding import random_log_probs
 from fst_paths import shortest_decode
 from wfst.graphs import compile_graph
@@ -194,8 +194,7 @@ def test_context_beam_expands_only_the_cheapest_contexts_of_a_state(small_graph)
     here finds "ab ba" a dear end of a sentence, which the bigram in the graph cannot see)."""
     g, tlg, _, small = small_graph
     big = small.parent / "big.arpa"
-    dear_end = "-0.05\tab ba abc\n-3.0\tab ba </s>\n"
-    big.write_text(TINY_ARPA.lstrip().replace("ngram 3=2", "ngram 3=3").replace("-0.05\tab ba abc\n", dear_end))
+    big.write_text(TINY_ARPA_DEAR_END.lstrip())
     x = random_log_probs(2, batch=8, frames=12, columns=5, sharpness=1.0)
     exact = Decoder(g, rescore_lm=big, graph_lm=small, **WIDE)
     want = exact.decode(x)

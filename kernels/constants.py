@@ -105,8 +105,7 @@ P_WORDS, P_STABLE, P_MEET, P_STATUS, P_FRAMES, P_BASE, P_SINCE, P_HEAD = range(8
 # a stream's S_CONTEXT: none, a context whose steps go in its thread's memo (the rescoring LM's
 # alone: they depend on the LM only), or one with its own memo (phrases)
 NO_CONTEXT, SHARED_MEMO, OWN_MEMO = 0, 1, 2
-# advance_streams' counts: streams taken, survivors, streams flagged COMMIT_DUE or DIED, then
-# the context steps' counters (STEP_*) of its streams
+# advance_streams' counts: streams taken, survivors, streams flagged COMMIT_DUE or DIED
 GROUP_COUNTS = 3
 # advance_streams' flags per stream: bits (LINKS_FULL: with OVERFLOWED, the lattice's links filled, not
 # the tokens)

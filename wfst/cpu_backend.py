@@ -68,7 +68,7 @@ class CpuBackend:
         self._counts_lock = threading.Lock()
         self._memo_bytes = 0  # of the largest memo in use
         self._pool = None  # the streams' thread pool, made on first use
-        self._slots = StreamSlots()  # the live streams' arrays
+        self._slots = StreamSlots(self._counts)  # the live streams' arrays
         self._local = threading.local()  # .meeting: this thread's MeetingScratch (partials, commits)
         self._cpu = cpu  # the kernels module (imported here: importing wfst compiles nothing)
         self._advance_streams = DirectCall(cpu.advance_streams, fixed=5, checked=(6,))  # 6: the chunks
@@ -84,7 +84,7 @@ class CpuBackend:
         self._partial_scratch = None  # the pool's meeting_point scratch for partials (_walk_scratch)
         self._no_walks = np.empty((2, 256, 0), np.int32)  # a thread's scratch with no room: no partial walked
         self._rescoring = False  # whether the streams' contexts have the rescoring LM (set when the first opens)
-        self._plain_start = None  # the start's closure, which every stream without boosts or a context begins with
+        self._plain_start = None  # the start closure of every stream without boosts, lattice or phrases
 
     # ------------------------------------------------------------------ the Backend interface
 
@@ -138,9 +138,8 @@ class CpuBackend:
                 if status != C.OK:
                     _clean(ws)
                 if memo is not None:
-                    with self._counts_lock:
-                        self._counts += memo.counts - before
-                        self._memo_bytes = max(self._memo_bytes, memo.table.nbytes)
+                    self._count_steps(memo.counts - before)
+                    self._memo_bytes = max(self._memo_bytes, memo.table.nbytes)
             if status != 0:
                 return Outcome(int(status))
             frames, columns = emitting_reads(self.graph, arcs, steps)
@@ -279,7 +278,8 @@ class CpuBackend:
                                                                                          interval=lattice[1]))
         state = CpuStream(self._slots, context, own_memo, word_costs, links, settings, capacity.tokens,
                           self.graph.tokens.num_columns)
-        plain = context is None and word_costs is None and lattice is None
+        # (rescored alone, a stream's context is the one every slot holds: it starts as the others do)
+        plain = (context is None or context is self._slots.no_context) and word_costs is None and lattice is None
         if plain and self._plain_start is not None and len(self._plain_start[0]) <= state.capacity:
             for mine, start in zip(state.tl, self._plain_start):  # (its tokens' fields, not n; the hash slots they
                 mine[:len(start)] = start  # name were emptied after the first: the next frame empties them anyway)
@@ -297,7 +297,7 @@ class CpuBackend:
                         cpu.release(ws, n)
                 if not overflow:
                     state.n = n
-                    if plain:  # every stream without boosts or a context starts with these tokens
+                    if plain:
                         self._plain_start = tuple(a[:n].copy() for a in state.tl[:6])
                     return state
                 _clean(ws)
@@ -358,8 +358,6 @@ class CpuBackend:
                 for future in futures:
                     future.result()
         for group in groups:
-            if self._slots.contextual:
-                self._count_steps(group.counts[C.GROUP_COUNTS:])
             self._flagged(group, group.states)
         return sum(survivors) + sum(int(g.counts[1]) for g in groups)
 
@@ -391,8 +389,6 @@ class CpuBackend:
         finally:
             self._workspaces[group.capacity].put(ws)
             group.states = group.chunks = group.x = None  # (the stream holds the group)
-        if state.context is not None:
-            self._count_steps(group.counts[C.GROUP_COUNTS:])
         self._flagged(group, [state])
         return survivors + int(group.counts[1])
 
@@ -425,10 +421,10 @@ class CpuBackend:
         return typed
 
     def _count_steps(self, gained: np.ndarray) -> None:
-        """Add what a search's memos' counters gained to the backend's."""
-        if gained.any():
-            with self._counts_lock:
-                self._counts += gained
+        """Add what a search's memos' counters gained to the backend's (in atomic steps: the
+        streams' searches add to them in place, cpu.StreamTable.steps)."""
+        with self._counts_lock:
+            self._cpu.add_steps(self._counts, gained)
 
     def _advance_in_numba_pool(self, group: _Group, threads: int, memos, typed_memos, survivors: list) -> None:
         """The group's streams on `threads` threads of Numba's pool (cpu.advance_streams_parallel),
@@ -664,9 +660,13 @@ class CpuBackend:
         self._memo_bytes = max(self._memo_bytes, memo.table.nbytes)
 
 
-def _nbytes(arrays) -> int:
-    """The bytes of every NumPy array in a (nested) tuple of them and of scalars."""
-    return sum(_nbytes(a) if isinstance(a, tuple) else a.nbytes for a in arrays if not np.isscalar(a))
+def _nbytes(slot) -> int:
+    """The bytes of a cpu.StreamSlot's arrays (field by field: a generic walk of its nested
+    tuples took ~40 µs of a stream's finish)."""
+    return sum(map(_NBYTES, slot.tl)) + sum(map(_NBYTES, slot.trace)) + slot.word_costs.nbytes + slot.logp.nbytes
+
+
+_NBYTES = operator.attrgetter("nbytes")
 
 
 def _links_bytes(links, stored: int) -> int:
@@ -847,17 +847,18 @@ def _memo_of(state, lm_memo):
 class StreamSlots:
     """The arrays of every live stream (a cpu.StreamSlot each) in one Numba typed list, its
     context, its own memo and its lattice's links in three more (`no_context`, `no_memo` and
-    `no_links` where it has none), and
-    its numbers in one array (`numbers[slot]`, fields constants.S_*; `relative[slot]`: its
-    final relative cost), so that one cpu.advance_streams call reaches a thread's share of
-    them.  A stream's slot is given back when it is finished (its arrays are dropped then) or
+    `no_links` where it has none), and its numbers in one array (`numbers[slot]`, fields
+    constants.S_*; `relative[slot]`: its final relative cost), with `steps`, the backend's
+    counters of context steps, so that one cpu.advance_streams call reaches a thread's share
+    of them.  A stream's slot is given back when it is finished (its arrays are dropped then) or
     garbage-collected (they are dropped when the slot is taken again: the lists never hold
     more than the most streams that lived at once)."""
 
-    def __init__(self):
+    def __init__(self, steps: np.ndarray):
         from wfst.kernels import cpu
         from wfst.kernels import lattice as kl
 
+        self.steps = steps
         self.list = self.contexts = self.memos = self.links = None
         self.no_context = None  # a groups.Context of the backend's streams' types (the backend makes it)
         self.no_memo = cpu.new_memo(1)
@@ -866,7 +867,6 @@ class StreamSlots:
         self.relative = np.zeros(0, np.float64)
         self.rows = np.zeros((0, C.P_HEAD + 2 * _PARTIAL_WORDS), np.int32)  # partials walked (constants.P_*)
         self.generation = 0  # advanced before each kernel call that may replace a slot's arrays
-        self.contextual = False  # whether a slot ever held a context (else no call counts context steps)
         self.partials_asked = False  # whether a partial was ever asked (else no call looks for walks to do)
         self._free = queue.SimpleQueue()  # safe to put into from a finalizer
         self._held = []  # per slot: whether its context, memo or links are a stream's (not the no_* ones)
@@ -934,7 +934,7 @@ class StreamSlots:
             from wfst.kernels import cpu
 
             self._table = cpu.StreamTable(self.list, self.contexts, self.memos, self.links, self.numbers,
-                                          self.relative)
+                                          self.relative, self.steps)
         return self._table
 
     def take(self, slot, context, memo, links) -> int:
@@ -945,7 +945,6 @@ class StreamSlots:
         from wfst.kernels import lattice as kl
 
         kind = C.NO_CONTEXT if context is None else C.SHARED_MEMO if memo is None else C.OWN_MEMO
-        self.contextual = self.contextual or context is not None
         context = self.no_context if context is None else context
         memo = self.no_memo if memo is None else memo
         owns = context is not self.no_context or memo is not self.no_memo or links is not None
@@ -1019,10 +1018,10 @@ class _Group:
         self.capacity, self.settings = states[0].capacity, states[0].settings
         self.x = chunks.x if isinstance(chunks, JoinedChunks) else chunks[0] if k == 1 else np.concatenate(chunks)
         # one array (a µs each saved on a chunk of one stream)
-        ints = np.zeros(4 * k + 1 + C.GROUP_COUNTS + C.STEP_COUNTERS, np.int64)
+        ints = np.zeros(4 * k + 1 + C.GROUP_COUNTS, np.int64)
         self.offsets, self.which = ints[:k + 1], ints[k + 1:2 * k + 1]
         self.flags, self.order = ints[2 * k + 1:3 * k + 1], ints[3 * k + 1:4 * k + 1]
-        self.counts = ints[4 * k + 1:]  # streams taken, survivors, streams flagged COMMIT_DUE, step counters
+        self.counts = ints[4 * k + 1:]  # streams taken, survivors, streams flagged COMMIT_DUE or DIED
         if k == 1:
             self.offsets[1], self.which[0] = len(chunks[0]), states[0].slot
             return

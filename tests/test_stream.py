@@ -388,8 +388,9 @@ def test_rescored_streams_open_and_finish_through_compiled_entry_points(demo, de
     Context passed from Python each time was a new argument that Numba's dispatcher typed
     (~0.8 ms a finish, 60 µs a start with rescoring).  After the first, no stream's open or
     finish goes through the dispatcher; rescored streams without phrases or word boosts
-    share one Context, so their slots' contexts are never written, and a phrase-boosted
-    stream's own Context is let go when it finishes.  Results as offline."""
+    share one Context, so their slots' contexts are never written, and start from a copy
+    of the first one's start closure (no search), and a phrase-boosted stream's own Context
+    is let go when it finishes.  Results as offline."""
     path, kw = demo_graphs["char_compact"]
     g = wfst.load_graph(path)
     texts, x, lengths = demo_emissions(demo, g, kw, count=6, seed=5)
@@ -415,6 +416,9 @@ def test_rescored_streams_open_and_finish_through_compiled_entry_points(demo, de
                 return getattr(self.real, attr)
 
         call.dispatcher = Counted(real, name)
+    begun = []  # begin_slot's calls, through the entry point or the dispatcher
+    begin = backend._begin_slot
+    backend._begin_slot = lambda *args: begun.append(args[-1]) or begin(*args)
     slots = backend._slots
     for round in range(2):
         streams = [dec.stream(boost=b) for b in boosts]
@@ -428,6 +432,7 @@ def test_rescored_streams_open_and_finish_through_compiled_entry_points(demo, de
     # 12 streams opened and finished: the dispatcher typed the arguments once for each
     # workspace and memo of the pool that a call met (then the entry point takes them)
     assert 0 < typed["begin"] <= 4 and 0 < typed["finish"] <= 4, typed
+    assert len(begun) == 3  # the first rescored stream's start and the phrase-boosted one's in each round
 
 
 def test_streams_and_decodes_share_the_rescoring_memos(demo, demo_graphs):

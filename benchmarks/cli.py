@@ -23,7 +23,7 @@ import numpy as np
 
 import wfst
 from wfst.cli import CliParser, command, fail
-from wfst.config import usable_cores
+from wfst.config import MIN_ACTIVE, usable_cores
 from wfst.files import read_lines, why_unwritable
 from wfst.scoring import FRAME_SECONDS, rtfx, word_errors
 from wfst.synthetic import from_texts_seeds, load_npz
@@ -121,7 +121,7 @@ def _parse(argv) -> argparse.Namespace:
     ap.add_argument("--decoders", default=",".join(DECODERS), help=f"comma-separated, of: {', '.join(DECODERS)}")
     ap.add_argument("--beam", type=float, default=d.beam)
     ap.add_argument("--max-active", type=int, default=d.max_active)
-    ap.add_argument("--min-active", type=int, default=d.min_active)
+    ap.add_argument("--min-active", type=int, default=None, help=f"default: {MIN_ACTIVE}, or --max-active if fewer")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=1,
                     help="decode everything this many times, the decoders taking turns; keep each one's fastest")
@@ -141,7 +141,8 @@ def _parse(argv) -> argparse.Namespace:
     if args.json and (problem := why_unwritable(args.json)):
         ap.error(f"argument --json: cannot write {args.json}: {problem}")
     try:
-        wfst.DecoderConfig(beam=args.beam, max_active=args.max_active, min_active=args.min_active)
+        args.min_active = wfst.DecoderConfig(beam=args.beam, max_active=args.max_active,
+                                             min_active=args.min_active).min_active  # (None: the default's)
     except ValueError as e:
         ap.error(str(e))
     return args

@@ -27,6 +27,9 @@ def test_decode_cli_prints_hypotheses_wer_rtfx(tiny_setup, tmp_path, capsys):
     assert decode_main(["--graph", str(graph), "--emissions", str(em), "--output", str(out), "--batch-size", "3"]) == 0
     text = capsys.readouterr().out
     assert "0\tab ba" in text and "WER 0.00% (0/7" in text and "RTFx" in text and "SYNTHETIC" in text
+    # a max_active below the default min_active alone is taken (min_active follows it)
+    assert decode_main(["--graph", str(graph), "--emissions", str(em), "--max-active", "5"]) == 0
+    assert "0\tab ba" in capsys.readouterr().out
     assert out.read_text().splitlines() == texts
 
 

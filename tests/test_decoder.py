@@ -361,6 +361,13 @@ def test_config_is_frozen_and_validated():
             DecoderConfig(**bad)
 
 
+def test_min_active_defaults_to_kaldi_s_or_max_active_where_fewer():
+    """max_active=5 alone is not refused for a min_active of 20 no one gave."""
+    assert (DecoderConfig().min_active, DecoderConfig(max_active=5).min_active) == (20, 5)
+    assert DecoderConfig(max_active=5, min_active=0).min_active == 0
+    assert dataclasses.replace(DecoderConfig(max_active=5), beam=3.0).min_active == 5
+
+
 def test_decoder_takes_a_config_and_overrides(tiny):
     r = compile_graph(tiny / "g", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=tiny / "lexicon.txt",
                       word_boundary="|")

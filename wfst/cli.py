@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import PHRASE_REWARD, DecoderConfig
+from .config import MIN_ACTIVE, PHRASE_REWARD, DecoderConfig
 from .decoder import Decoder
 from .errors import InputFileError, WfstError
 from .files import read_lines, why_unwritable, write_text_atomic
@@ -97,7 +97,8 @@ def decode_main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--beam", type=float, default=defaults.beam, help="prune tokens worse than best + beam")
     ap.add_argument("--max-active", type=int, default=defaults.max_active, help="at most this many tokens a frame")
-    ap.add_argument("--min-active", type=int, default=defaults.min_active, help="at least this many tokens a frame")
+    ap.add_argument("--min-active", type=int, default=None,
+                    help=f"at least this many tokens a frame (default: {MIN_ACTIVE}, or --max-active if fewer)")
     ap.add_argument("--acoustic-scale", type=float, default=defaults.acoustic_scale)
     ap.add_argument("--blank-penalty", type=float, default=defaults.blank_penalty)
     ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")

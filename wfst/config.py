@@ -10,6 +10,7 @@ import numpy as np
 from .errors import OptionError
 
 MIN_LATTICE_BEAM = 0.1
+MIN_ACTIVE = 20  # Kaldi's FasterDecoder keeps at least this many tokens a frame, beam or not
 
 
 def usable_cores() -> int:
@@ -28,7 +29,7 @@ class DecoderConfig:
 
     beam: float = 16.0  # keep tokens within `beam` of the frame's best cost
     max_active: int = 7000  # and at most this many per frame (exact, by radix select)
-    min_active: int = 20  # but at least this many, beam or not (Kaldi's min_active)
+    min_active: int | None = None  # but at least this many, beam or not (None: MIN_ACTIVE, or max_active if fewer)
     beam_delta: float = 0.5  # slack added to the adaptive beam when max/min_active bind (Kaldi)
     acoustic_scale: float = 1.0  # multiplies -logp
     blank_penalty: float = 0.0  # cost added on every frame that emits blank (> 0: fewer blanks)
@@ -58,6 +59,8 @@ class DecoderConfig:
 
         check(_finite32(self.beam) and self.beam > 0, "beam", "a finite number > 0 in float32's range")
         check(_int(self.max_active) and self.max_active >= 1, "max_active", "an integer >= 1")
+        if self.min_active is None:  # (so that max_active=10 alone is not refused for a min_active no one gave)
+            object.__setattr__(self, "min_active", min(MIN_ACTIVE, self.max_active))
         check(_int(self.min_active) and 0 <= self.min_active <= self.max_active, "min_active",
               f"an integer in [0, max_active={self.max_active}]")
         check(_finite32(self.beam_delta) and self.beam_delta >= 0, "beam_delta",

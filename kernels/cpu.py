@@ -213,12 +213,12 @@ class StateGroups(NamedTuple):
     lo: np.ndarray  # int32 (C,): per best survivor, its kept arcs are arcs[lo:hi] (hi -1: not recorded)
     hi: np.ndarray  # int32 (C,)
     least: np.ndarray  # float32 (C,): per best survivor, the least `adds` of its kept arcs
-    arcs: np.ndarray  # int32 (4C,): arc positions
-    adds: np.ndarray  # float32 (4C,): each kept arc's weight + acoustic cost
-    step_token: np.ndarray  # int32 (C,): word arcs whose context step _expand_arcs deferred: the survivor,
-    step_arc: np.ndarray  # int32 (C,): the arc,
-    step_cost: np.ndarray  # float32 (C,): and the cost before the step (_closure: the token's cost)
-    step_stamp: np.ndarray  # int32 (C,): _closure's: the token's lattice.Links.first then
+    arcs: np.ndarray  # int32 (KEPT_ARCS_ROOM,): arc positions
+    adds: np.ndarray  # float32 (KEPT_ARCS_ROOM,): each kept arc's weight + acoustic cost
+    step_token: np.ndarray  # int32 (STEP_ROOM,): word arcs whose context step _expand_arcs deferred: the survivor,
+    step_arc: np.ndarray  # int32 (STEP_ROOM,): the arc,
+    step_cost: np.ndarray  # float32 (STEP_ROOM,): and the cost before the step (_closure: the token's cost)
+    step_stamp: np.ndarray  # int32 (STEP_ROOM,): _closure's: the token's lattice.Links.first then
 
 
 def new_tokens(capacity: int) -> Tokens:
@@ -228,18 +228,28 @@ def new_tokens(capacity: int) -> Tokens:
                   np.empty(C, i32), np.empty(1, i32))
 
 
+# ExpandArcs' and the closure's room for deferred context steps, and for the arcs a state
+# group's best kept: where they fill (the steps done at once, the others following every arc)
+# decides the order tokens come in, so their backpointers' numbers and a lattice's states.
+# Fixed, not the token capacity's, so that an utterance gets the same lattice whatever capacity
+# its decoder has grown to (and a stream the offline one); 2^17 kept arcs are ~5x what the
+# large rescoring setup keeps in a frame.
+STEP_ROOM, KEPT_ARCS_ROOM = 1 << 12, 1 << 17
+
+
 def new_workspace(capacity: int) -> Workspace:
     """A workspace of `capacity` token slots (the unused GPU-only fields have one entry; the
     hash table's stamp and count serve the CPU's table sizing, _table_for)."""
     C, H, i32 = capacity, hash_slots(capacity), np.int32
+    K, S = KEPT_ARCS_ROOM, STEP_ROOM
     ht = HashTable(np.full(H, EMPTY_KEY, np.int64), np.empty(H, np.uint64), np.empty(H, i32), np.empty(H, i32),
                    np.empty(C, i32), np.full(1, H - 1, np.int64))
     tl = new_tokens(C)
     sv = Survivors(np.empty(C, i32), np.empty(C, i32), np.empty(C, np.float32), np.empty(C, i32),
                    np.empty(1, np.int64), np.empty(1, i32))
     sg = StateGroups(np.full(H, EMPTY_KEY, i32), np.empty(H, i32), np.empty(C, i32), np.empty(C, i32),
-                     np.empty(C, i32), np.empty(C, np.float32), np.empty(4 * C, i32), np.empty(4 * C, np.float32),
-                     np.empty(C, i32), np.empty(C, i32), np.empty(C, np.float32), np.empty(C, i32))
+                     np.empty(C, i32), np.empty(C, np.float32), np.empty(K, i32), np.empty(K, np.float32),
+                     np.empty(S, i32), np.empty(S, i32), np.empty(S, np.float32), np.empty(S, i32))
     return Workspace(ht, tl, sv, np.empty(C, i32), np.zeros(C, np.uint8), np.empty(4 * C, i32),
                      np.zeros(RADIX_BINS, np.int64), sg)
 

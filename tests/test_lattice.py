@@ -152,6 +152,24 @@ def test_periodic_pruning_and_regrowth_give_the_same_lattice(noisy):
     assert small.stats.regrowths > 0
 
 
+def test_a_lattice_does_not_depend_on_the_token_capacity(demo, demo_graphs):
+    """Where ExpandArcs' and the closure's deferred context steps fill their room decides the
+    order tokens come in, so the numbers of their backpointers and a lattice's states. That
+    room is fixed, not the token capacity's: an utterance decoded with phrase boosts at
+    capacity 1,024 and 4,096 (a decoder grown by another utterance) gets the same lattice,
+    state numbers and all (with room sized by the capacity the two were numbered apart)."""
+    path, kw = demo_graphs["bpe_compact"]
+    g = wfst.load_graph(path)
+    text = [t for t in (demo / "test.txt").read_text().splitlines() if t.strip()][8]
+    x, lengths = synthetic.from_texts([text], g.tokens, spm=kw["spm"], seed=1)
+    boost = {" ".join(text.split()[:2]): 3.0, text.split()[-1]: 1.0}  # a phrase: the search has a context
+    config = dict(beam=10.0, max_active=200, num_threads=1, lattice_beam=2.0)
+    (small,), (large,) = (Decoder(g, token_capacity=c, **config).decode(x, lengths, boost=boost) for c in (1024, 4096))
+    assert small == large
+    for field in small.lattice._raw._fields:
+        assert np.array_equal(getattr(small.lattice._raw, field), getattr(large.lattice._raw, field)), field
+
+
 def test_oracle_is_at_most_the_best_path_errors(noisy):
     kaldialign = pytest.importorskip("kaldialign")
     _, texts, _, _, _, results = noisy

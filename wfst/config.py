@@ -10,7 +10,7 @@ import numpy as np
 from .errors import OptionError
 
 MIN_LATTICE_BEAM = 0.1
-MIN_ACTIVE = 20  # Kaldi's FasterDecoder keeps at least this many tokens a frame, beam or not
+MIN_ACTIVE = 20  # min_active's default where max_active allows it (Kaldi FasterDecoder's default)
 
 
 def usable_cores() -> int:

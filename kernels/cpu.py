@@ -232,9 +232,9 @@ def new_tokens(capacity: int) -> Tokens:
 # group's best kept: where they fill (the steps done at once, the others following every arc)
 # decides the order tokens come in, so their backpointers' numbers and a lattice's states.
 # Fixed, not the token capacity's, so that an utterance gets the same lattice whatever capacity
-# its decoder has grown to (and a stream the offline one); 2^17 kept arcs are ~5x what the
-# large rescoring setup keeps in a frame.
-STEP_ROOM, KEPT_ARCS_ROOM = 1 << 12, 1 << 17
+# its decoder has grown to (and a stream the offline one); at least what the default capacity
+# of max_active up to 16,384 had (C and 4C), so that they fill no sooner than they did.
+STEP_ROOM, KEPT_ARCS_ROOM = 1 << 16, 1 << 18
 
 
 def new_workspace(capacity: int) -> Workspace:

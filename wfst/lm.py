@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .arpa import ArpaReader, check_sentence_marks, parse_ngram
+from .arpa import ArpaReader, check_sentence_marks, is_gzip, parse_ngram
 from .config import _int
 from .errors import (
     InputFileError,
@@ -114,93 +114,216 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def read_arpa(path: str | os.PathLike, *, progress: bool = False) -> LmStore:
+def read_arpa(path: str | os.PathLike, *, progress: bool = False, sha256: str | None = None) -> LmStore:
     """Parse an ARPA file (plain or .gz) into an LmStore held in memory (the structure is
-    checked by wfst.arpa.ArpaReader, the n-gram lines here)."""
+    checked by wfst.arpa.ArpaReader, the n-gram lines here).  The unigrams are read in
+    Python; higher orders in batches by kernels.lmbuild (a line it does not take goes to
+    parse_ngram), into arrays sized by the header's counts: ~30 bytes an n-gram while
+    building, where tuples in dicts took ~350."""
+    from wfst.kernels import lmbuild
+
     path = Path(path)
     reader = ArpaReader(path, progress=progress)
-    ngrams: dict[int, dict] = {}  # ngrams[k]: word-id tuple -> (log10 p, log10 backoff)
     words: list[str] = []
     ids: dict[str, int] = {}
-    orphans, first_orphan, unknown, first_unknown = 0, None, 0, None
+    grams: dict[int, _Rows] = {}  # by order
+    unknown, first_unknown = 0, None
+    batch: list[str] = []
+    numbers: list[int] = []
+    vocabulary = None  # (text, offsets, table) of the unigrams, for lmbuild
+
+    def flush(k):
+        nonlocal unknown, first_unknown
+        rows = grams[k]
+        if not batch or not rows.room(len(batch)):  # more lines than the header says: the reader refuses
+            batch.clear()                            # the file at its end
+            numbers.clear()
+            return
+        outcome = np.empty(len(batch), np.uint8)
+        rows.at = lmbuild.parse_lines(np.frombuffer("\n".join(batch).encode(), np.uint8),
+                                      np.array(numbers, np.int64), k, k == len(reader.counts), *vocabulary,
+                                      rows.ids, rows.costs, rows.bos, rows.lines, rows.at, outcome)
+        for j in np.flatnonzero(outcome != lmbuild.LINE_OK):
+            if outcome[j] == lmbuild.LINE_SLOW:  # Python's float() reads it, or parse_ngram words the fault
+                logp, gram, bo = parse_ngram(path, numbers[j], k, batch[j], top=k == len(reader.counts))
+                if all(w in ids for w in gram):
+                    rows.add([ids[w] for w in gram], logp, bo, numbers[j])
+                    continue
+            unknown += 1  # skipped, as the graph compiler (kaldilm) skips it
+            first_unknown = min(first_unknown or numbers[j], numbers[j])
+        batch.clear()
+        numbers.clear()
+
+    order = 0
     for no, k, line in reader:
-        logp, gram, bo = parse_ngram(path, no, k, line, top=k == len(reader.counts))
-        if k == 1 and gram[0] not in ids:
+        if k == 1:
+            logp, gram, bo = parse_ngram(path, no, k, line, top=len(reader.counts) == 1)
+            if gram[0] in ids:
+                raise InputFileError(path, no, f"1-gram {gram[0]!r} listed twice")
             ids[gram[0]] = len(words)
             words.append(gram[0])
-        try:
-            key = tuple(ids[w] for w in gram)
-        except KeyError:  # skipped, as the graph compiler (kaldilm) skips it
-            unknown += 1
-            first_unknown = first_unknown or no
+            if not grams:
+                grams[1] = _Rows(reader.counts[1], 1, path)
+            grams[1].add([ids[gram[0]]], logp, bo, no)
             continue
-        table = ngrams.setdefault(k, {})
-        if key in table:
-            raise InputFileError(path, no, f"{k}-gram {' '.join(gram)!r} listed twice")
-        if k > 2 and key[:-1] not in ngrams.get(k - 1, ()):  # no history state leads to it: skipped, as arpa2fst does
-            orphans += 1
-            first_orphan = first_orphan or no
-            continue
-        table[key] = (logp, bo)
+        if k != order:
+            if order > 1:
+                flush(order)
+            order = k
+            grams[k] = _Rows(reader.counts[k], k, path)
+            if vocabulary is None:
+                vocabulary = _vocabulary(words)
+        batch.append(line)
+        numbers.append(no)
+        if len(batch) == 1 << 16:
+            flush(k)
+    if order > 1:
+        flush(order)
     check_sentence_marks(path, ids)
-    if orphans:
-        warnings.warn(f"{path}: {orphans} n-grams skipped whose history is not an n-gram of the file (the first "
-                      f"on line {first_orphan}), as Kaldi's arpa2fst skips them", stacklevel=2)
     if unknown:
         warnings.warn(f"{path}: {unknown} n-grams skipped with a word that is not a unigram of the file (the first "
                       f"on line {first_unknown}), as the graph compiler skips them", stacklevel=2)
-    order = len(reader.counts)
-    return _build(words, [None] + [ngrams.get(k, {}) for k in range(1, order + 1)], order,
-                  {"path": str(path.resolve()), "sha256": _sha256(path), "bytes": path.stat().st_size})
+    source = {"path": str(path.resolve()), "sha256": sha256 or _sha256(path), "bytes": path.stat().st_size}
+    return _build(path, words, [grams.get(k) or _Rows(0, k, path) for k in range(1, len(reader.counts) + 1)],
+                  source)
 
 
-def _build(words, ngrams, order, source) -> LmStore:
-    # states: the root, then every history that some n-gram continues, by length
-    histories = [()]
-    for k in range(2, order + 1):
-        histories += sorted({g[:-1] for g in ngrams[k]})
-    state_of = {h: i for i, h in enumerate(dict.fromkeys(histories))}
-    histories = list(state_of)
+class _Rows:
+    """One order's n-grams as read: word ids, costs (-log10 x ln 10, float32, as the store
+    keeps them), backoff costs and line numbers, in arrays of the header's count."""
 
-    def longest_state(h):
-        while h not in state_of:
-            h = h[1:]
-        return state_of[h]
+    def __init__(self, count: int, k: int, path: Path):
+        # the header's count, up to what the file could hold (a plain file: a line of at least
+        # 2k + 2 bytes; gzip: as if compressed 64 times), so that a wrong count allocates nothing
+        # huge; grown if a file does hold more
+        self.count, self.at = count, 0
+        self.ids = np.empty((0, k), np.int32)
+        self.costs, self.bos, self.lines = np.empty(0, np.float32), np.empty(0, np.float32), np.empty(0, np.int64)
+        size = path.stat().st_size * (64 if is_gzip(path) else 1)
+        self._grow(min(count, size // (2 * k + 2) + 1))
 
-    N = len(histories)
-    out: list[list] = [[] for _ in range(N)]
-    for k in range(1, order + 1):
-        for g, (logp, _) in ngrams[k].items():
-            h = g[:-1]
-            s = state_of.get(h)
-            if s is None:
-                continue  # an n-gram no history leads to (cannot be used)
-            out[s].append((g[-1], -logp * LN10, longest_state(g[-(order - 1):] if order > 1 else ())))
-    offsets = np.zeros(N + 1, np.int64)
-    offsets[1:] = np.cumsum([len(o) for o in out])
-    A = int(offsets[-1])
-    labels = np.empty(A, np.int32)
-    weights = np.empty(A, np.float32)
-    nexts = np.empty(A, np.int32)
-    for s, o in enumerate(out):
-        o.sort()
-        lo = offsets[s]
-        for i, (w, c, nx) in enumerate(o):
-            labels[lo + i] = w
-            weights[lo + i] = c
-            nexts[lo + i] = nx
+    def _grow(self, capacity: int) -> None:
+        for name in ("ids", "costs", "bos", "lines"):
+            old = getattr(self, name)
+            new = np.empty((capacity, *old.shape[1:]), old.dtype)
+            new[:self.at] = old[:self.at]
+            setattr(self, name, new)
+
+    def room(self, n: int) -> bool:
+        """Room for n more rows; False beyond the header's count."""
+        if self.at + n > self.count:
+            return False
+        if self.at + n > len(self.lines):
+            self._grow(min(self.count, max(2 * len(self.lines), self.at + n)))
+        return True
+
+    def add(self, word_ids, logp: float, bo: float, no: int) -> None:
+        if self.room(1):  # (more lines than the header says: the reader refuses the file)
+            self.ids[self.at] = word_ids
+            self.costs[self.at], self.bos[self.at], self.lines[self.at] = -logp * LN10, -bo * LN10, no
+            self.at += 1
+
+    def release(self) -> None:
+        self.ids = self.costs = self.bos = self.lines = None
+
+    def kept(self, mask=None):
+        """(ids, costs, bos, lines) of the rows read, where `mask` (over them) is True."""
+        n = self.at
+        arrays = (self.ids[:n], self.costs[:n], self.bos[:n], self.lines[:n])
+        return arrays if mask is None else tuple(a[mask] for a in arrays)
+
+
+def _vocabulary(words):
+    from wfst.kernels import lmbuild
+
+    encoded = [w.encode() for w in words]
+    offsets = np.zeros(len(words) + 1, np.int64)
+    offsets[1:] = np.cumsum([len(b) for b in encoded])
+    text = np.frombuffer(b"".join(encoded), np.uint8) if offsets[-1] else np.zeros(0, np.uint8)
+    return text, offsets, lmbuild.vocabulary_table(text, offsets)
+
+
+def _build(path, words, rows, source) -> LmStore:
+    """The store from each order's rows (_Rows).  States: the root, then every history that
+    some n-gram continues, by length, each length in the order of its word-id tuples; a
+    state's arcs sorted by word (see kernels.lmbuild for the trie that numbers them)."""
+    from wfst.kernels import lmbuild
+
+    order, V = len(rows), len(words)
+    total = sum(r.at for r in rows)
+    keys, values = lmbuild.new_table(total)
+    labels = np.empty(total, np.int32)  # the arcs, one an n-gram, in node order (node - 1); orphans cut at the end
+    weights = np.empty(total, np.float32)
+    per_order = []  # (ids, backoff costs, parent nodes) in node order
+    base, orphans, first_orphan = 1, 0, None
+    for k, r in enumerate(rows, start=1):
+        ids, costs, bos, lines = r.kept()
+        parent = np.zeros(len(ids), np.int64) if k == 1 else lmbuild.parents(ids, V, keys, values)
+        if k > 2 and (parent < 0).any():  # no history state leads to it: skipped, as arpa2fst does
+            bad = parent < 0
+            _refuse_repeats(path, words, ids[bad], lines[bad], k)
+            orphans += int(bad.sum())
+            first_orphan = min(first_orphan or int(lines[bad].min()), int(lines[bad].min()))
+            ids, costs, bos, lines = r.kept(~bad)
+            parent = parent[~bad]
+        key = parent * V + ids[:, -1]
+        rank = np.argsort(key, kind="stable")
+        key = key[rank]
+        if len(key) > 1 and (key[1:] == key[:-1]).any():
+            _refuse_repeats(path, words, ids, lines, k)
+        lmbuild.add_nodes(key, base, keys, values)
+        ids = ids[rank]
+        labels[base - 1:base - 1 + len(ids)] = ids[:, -1]
+        weights[base - 1:base - 1 + len(ids)] = costs[rank]
+        per_order.append((ids, bos[rank], parent[rank].astype(np.int32)))
+        base += len(key)
+        r.release()
+        del ids, costs, bos, lines, parent, key, rank
+    if orphans:
+        warnings.warn(f"{path}: {orphans} n-grams skipped whose history is not an n-gram of the file (the first "
+                      f"on line {first_orphan}), as Kaldi's arpa2fst skips them", stacklevel=3)
+    # states: the nodes some n-gram continues (histories), numbered by length, then rank
+    has_child = np.zeros(base, bool)
+    has_child[0] = True
+    for _, _, parent in per_order[1:]:
+        has_child[parent] = True
+    N = int(has_child.sum())
+    state_of = np.full(base, -1, np.int32)
+    state_of[has_child] = np.arange(N, dtype=np.int32)
+    del has_child
+    nexts = np.empty(base - 1, np.int32)
+    src = np.empty(base - 1, np.int32)
     backoff = np.full(N, -1, np.int32)
     bo_weight = np.zeros(N, np.float32)
-    for s, h in enumerate(histories):
-        if h:
-            backoff[s] = longest_state(h[1:])
-            entry = ngrams[len(h)].get(h)
-            bo_weight[s] = -entry[1] * LN10 if entry else 0.0
-    start = state_of.get((words.index("<s>"),), 0)
-    counts = tuple(len(ngrams[k]) for k in range(1, order + 1))
-    depth = np.array([len(h) for h in histories], np.int32)
-    return LmStore(tuple(words), order, counts, start, offsets, labels, weights, nexts, backoff, bo_weight, depth,
-                   source)
+    depth = np.zeros(N, np.int32)
+    node = 1
+    for k, (ids, bos, parent) in enumerate(per_order, start=1):
+        lmbuild.order_arcs(ids, node, order, V, keys, values, state_of, nexts, backoff)
+        src[node - 1:node - 1 + len(ids)] = state_of[parent]
+        states = state_of[node:node + len(ids)]
+        is_state = states >= 0
+        bo_weight[states[is_state]] = bos[is_state]
+        depth[states[is_state]] = k
+        node += len(ids)
+    del keys, values
+    offsets = np.zeros(N + 1, np.int64)
+    offsets[1:] = np.cumsum(np.bincount(src, minlength=N))
+    start = int(max(state_of[1 + words.index("<s>")], 0))
+    counts = tuple(len(ids) for ids, _, _ in per_order)
+    del per_order
+    return LmStore(tuple(words), order, counts, start, offsets, labels[:base - 1], weights[:base - 1], nexts,
+                   backoff, bo_weight, depth, source)
+
+
+def _refuse_repeats(path, words, ids, lines, k) -> None:
+    """An InputFileError at the first line (in file order) that repeats an earlier n-gram
+    of `ids`, if any."""
+    rows = np.unique(ids, axis=0, return_inverse=True)[1].reshape(-1)
+    order = np.lexsort((lines, rows))
+    again = np.flatnonzero(rows[order][1:] == rows[order][:-1]) + 1
+    if len(again):
+        j = order[again[np.argmin(lines[order][again])]]
+        raise InputFileError(path, int(lines[j]), f"{k}-gram {' '.join(words[w] for w in ids[j])!r} listed twice")
 
 
 # ---------------------------------------------------------------------- store file
@@ -319,7 +442,7 @@ def prepare_lm(arpa: str | os.PathLike, out: str | os.PathLike | None = None, *,
                     return place
             except (LmStoreError, MissingFileError):
                 pass  # damaged or stale: made again
-    store = read_arpa(arpa, progress=progress)
+    store = read_arpa(arpa, progress=progress, sha256=sha)
     for place in places:
         try:
             place.parent.mkdir(parents=True, exist_ok=True)
@@ -474,33 +597,27 @@ def _gain_bounds(rescorer: Rescorer, graph_words):
 def _small_states(big: LmStore, small: LmStore) -> np.ndarray:
     """For each big-LM state, the small-LM state of the same history (its longest suffix
     that is a small-LM state); every small-LM history must be a big-LM history."""
-    def histories(store):
-        # a state of depth d + 1 is reached from its history's first d words by its last word
-        h = [None] * store.num_states
-        h[0] = ()
-        src = np.repeat(np.arange(store.num_states), np.diff(store.offsets))
-        grows = np.flatnonzero(store.depth[store.nexts] == store.depth[src] + 1)
-        for a in grows[np.argsort(store.depth[src[grows]], kind="stable")]:
-            parent = h[src[a]]
-            if parent is not None:
-                h[store.nexts[a]] = (*parent, store.words[store.labels[a]])
-        return h
+    from wfst.kernels import lmbuild
 
-    hb, hs = histories(big), histories(small)
-    if any(x is None for x in hb) or any(x is None for x in hs):
-        damaged = big if any(x is None for x in hb) else small
-        raise LmStoreError(f"the LM store made from {damaged.source.get('path', 'an unknown ARPA file')} is damaged: "
-                           f"an LM state cannot be reached from the root; prepare it again")
-    small_state = {h: i for i, h in enumerate(hs)}
-    big_set = set(hb)
-    missing = [h for h in hs if h not in big_set]
-    if missing:
+    trees = []
+    for store in (big, small):
+        parent, last = lmbuild.history_tree(store.offsets, store.labels, store.nexts, store.depth)
+        if store.num_states and (parent[1:] < 0).any():
+            raise LmStoreError(f"the LM store made from {store.source.get('path', 'an unknown ARPA file')} is "
+                               f"damaged: an LM state cannot be reached from the root; prepare it again")
+        trees.append((np.argsort(store.depth, kind="stable"), parent, last))
+    small_ids, big_ids = small.word_ids(), big.word_ids()
+    to_small = np.array([small_ids.get(w, -1) for w in big.words], np.int32)
+    to_big = np.array([big_ids.get(w, -1) for w in small.words], np.int32)
+    in_big = lmbuild.same_histories(*trees[1], to_big, big.offsets, big.labels, big.nexts, big.depth)
+    missing = np.flatnonzero(in_big < 0)
+    if len(missing):
+        _, parent, last = trees[1]
+        words, s = [], int(missing[0])
+        while parent[s] >= 0:
+            words.insert(0, small.words[last[s]])
+            s = parent[s]
         raise VocabularyError(f"{len(missing)} histories of the graph's LM are not histories of the big LM (e.g. "
-                              f"{' '.join(missing[0])!r}); rescoring needs a big LM that contains the graph LM's "
+                              f"{' '.join(words)!r}); rescoring needs a big LM that contains the graph LM's "
                               f"contexts, such as the unpruned LM the graph's LM was pruned from")
-    out = np.empty(big.num_states, np.int32)
-    for i, h in enumerate(hb):
-        while h not in small_state:
-            h = h[1:]
-        out[i] = small_state[h]
-    return out
+    return lmbuild.suffix_states(*trees[0], to_small, small.offsets, small.labels, small.nexts, small.backoff)

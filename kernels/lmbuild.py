@@ -1,0 +1,351 @@
+"""Building an LM store from ARPA text (wfst.lm.read_arpa) in time and memory that scale
+to LMs of a hundred million n-grams: n-gram lines parsed in batches, and the CSR
+automaton assembled from arrays through one hash table of the n-gram trie.
+
+The trie: every n-gram is a node; node 0 is the empty history, node 1 + w the unigram of
+word w, and the k-grams of order k follow, ranked by their key, parent node x V + last
+word.  Ranking by that key sorts each order's n-grams as word-id tuples, so a history's
+state id (its rank among the histories of its length) and the arcs' CSR order come out of
+the ranks.  A line this parser does not read exactly as Python's float() and
+wfst.arpa.parse_ngram do (an unusual number, anything faulty) is handed back to the
+caller to parse in Python, which also words the errors.
+"""
+import math
+
+import numpy as np
+from numba import njit
+
+from .common import hash_slot
+
+LINE_OK, LINE_UNKNOWN, LINE_SLOW = 0, 1, 2  # a line's outcome: stored; a word not in the unigrams; for Python
+MAX_LOG10 = 1e4  # wfst.arpa.MAX_LOG10 (a larger value is a fault that Python words)
+LN10 = math.log(10.0)
+_POW10 = np.array([10.0 ** i for i in range(23)])  # exact in float64
+_FNV_OFFSET, _FNV_PRIME = np.uint64(0xCBF29CE484222325), np.uint64(0x100000001B3)
+
+
+@njit(cache=True, nogil=True)
+def _number(buf, lo, hi, pow10):
+    """(value, ok) of the ASCII decimal buf[lo:hi] as Python's float() reads it, for plain
+    decimals of at most 15 significant digits and a power of ten within 22: one correctly
+    rounded multiply or divide of two exact doubles (Clinger's fast path), so the same
+    double.  ok is False for anything else (more digits, inf, nan, underscores, faults)."""
+    i = lo
+    neg = False
+    if i < hi and (buf[i] == 45 or buf[i] == 43):  # - +
+        neg = buf[i] == 45
+        i += 1
+    m = np.int64(0)
+    digits = 0  # significant digits in m
+    seen = 0  # digits of the mantissa
+    frac = 0  # of them after the point
+    point = False
+    while i < hi:
+        c = buf[i]
+        if 48 <= c <= 57:
+            if digits > 0 or c != 48:
+                digits += 1
+                m = m * 10 + (c - 48)
+            seen += 1
+            if point:
+                frac += 1
+        elif c == 46 and not point:  # .
+            point = True
+        else:
+            break
+        i += 1
+    if seen == 0 or digits > 15:
+        return 0.0, False
+    e = 0
+    if i < hi and (buf[i] == 101 or buf[i] == 69):  # e E
+        i += 1
+        negative_e = False
+        if i < hi and (buf[i] == 45 or buf[i] == 43):
+            negative_e = buf[i] == 45
+            i += 1
+        e_digits = 0
+        while i < hi and 48 <= buf[i] <= 57 and e_digits < 5:
+            e = e * 10 + (buf[i] - 48)
+            e_digits += 1
+            i += 1
+        if e_digits == 0:
+            return 0.0, False
+        if negative_e:
+            e = -e
+    if i != hi:
+        return 0.0, False
+    e -= frac
+    v = 0.0
+    if m != 0:
+        if e > 22 or e < -22:
+            return 0.0, False
+        v = float(m)  # exact: m < 10^15 < 2^53
+        v = v * pow10[e] if e >= 0 else v / pow10[-e]
+    return (-v if neg else v), True
+
+
+@njit(cache=True, nogil=True)
+def _bytes_hash(buf, lo, hi):
+    h = _FNV_OFFSET
+    for i in range(lo, hi):
+        h = (h ^ np.uint64(buf[i])) * _FNV_PRIME
+    return np.int64(h & np.uint64(0x7FFFFFFFFFFFFFFF))
+
+
+@njit(cache=True, nogil=True)
+def vocabulary_table(text, offsets):
+    """An open-addressing table of the words text[offsets[w]:offsets[w + 1]] (UTF-8) -> w."""
+    V = offsets.shape[0] - 1
+    size = 16
+    while size < 2 * V:
+        size *= 2
+    table = np.full(size, -1, np.int32)
+    for w in range(V):
+        slot = hash_slot(_bytes_hash(text, offsets[w], offsets[w + 1]), size - 1)
+        while table[slot] >= 0:
+            slot = (slot + 1) & (size - 1)
+        table[slot] = w
+    return table
+
+
+@njit(cache=True, nogil=True)
+def _word_id(buf, lo, hi, text, offsets, table):
+    mask = table.shape[0] - 1
+    slot = hash_slot(_bytes_hash(buf, lo, hi), mask)
+    while True:
+        w = table[slot]
+        if w < 0:
+            return -1
+        a, b = offsets[w], offsets[w + 1]
+        if b - a == hi - lo:
+            same = True
+            for j in range(hi - lo):
+                if text[a + j] != buf[lo + j]:
+                    same = False
+                    break
+            if same:
+                return w
+        slot = (slot + 1) & mask
+
+
+@njit(cache=True, nogil=True)
+def parse_lines(buf, numbers, k, top, text, offsets, table, ids, costs, bos, lines, at, outcome):
+    """Parse the k-gram lines of buf (stripped lines joined by newlines; numbers: their line
+    numbers) into rows at, at + 1, ... of ids (word ids), costs and bos (-log10 value x ln 10
+    as float32, 0's backoff giving -0.0 as Python's does) and lines; outcome[j]: line j's
+    LINE_*.  Returns the next free row."""
+    n = buf.shape[0]
+    start = 0
+    j = 0
+    while start <= n and j < numbers.shape[0]:
+        end = start
+        while end < n and buf[end] != 10:
+            end += 1
+        outcome[j] = LINE_SLOW
+        fields = 0
+        p = start
+        logp = 0.0
+        bo = 0.0
+        ok = True
+        unknown = False
+        while p < end and ok:
+            q = p
+            while q < end and buf[q] != 32 and buf[q] != 9:
+                q += 1
+            if fields == 0:
+                logp, ok = _number(buf, p, q, _POW10)
+            elif fields <= k:
+                w = _word_id(buf, p, q, text, offsets, table)
+                if w < 0:
+                    unknown = True
+                else:
+                    ids[at, fields - 1] = w
+            elif fields == k + 1 and not top:
+                bo, ok = _number(buf, p, q, _POW10)
+            else:
+                ok = False
+            fields += 1
+            p = q
+            while p < end and (buf[p] == 32 or buf[p] == 9):
+                p += 1
+        if ok and fields >= k + 1 and logp <= 0.0 and -logp <= MAX_LOG10 and abs(bo) <= MAX_LOG10:
+            if unknown:
+                outcome[j] = LINE_UNKNOWN
+            else:
+                outcome[j] = LINE_OK
+                costs[at] = np.float32(-logp * LN10)
+                bos[at] = np.float32(-bo * LN10)
+                lines[at] = numbers[j]
+                at += 1
+        start = end + 1
+        j += 1
+    return at
+
+
+# ---------------------------------------------------------------------- the trie
+
+@njit(cache=True, nogil=True)
+def _find(keys, values, key):
+    """The node of `key` in the trie's table, or -1."""
+    mask = keys.shape[0] - 1
+    slot = hash_slot(key, mask)
+    while True:
+        k = keys[slot]
+        if k == key:
+            return values[slot]
+        if k == -1:
+            return -1
+        slot = (slot + 1) & mask
+
+
+@njit(cache=True, nogil=True)
+def _insert(keys, values, key, value):
+    mask = keys.shape[0] - 1
+    slot = hash_slot(key, mask)
+    while keys[slot] != -1:
+        slot = (slot + 1) & mask
+    keys[slot] = key
+    values[slot] = value
+
+
+def new_table(nodes: int):
+    """An empty trie table for `nodes` keys (load at most two thirds: the lookups of a build
+    mostly find their key, a few probes at that load)."""
+    size = 16
+    while 2 * size < 3 * nodes:
+        size *= 2
+    return np.full(size, -1, np.int64), np.full(size, -1, np.int32)
+
+
+@njit(cache=True, nogil=True)
+def parents(ids, V, keys, values):
+    """The parent node of each k-gram (rows of ids, k >= 2): its first k - 1 words walked
+    down the trie; -1 where that history is not an n-gram (an orphan)."""
+    n, k = ids.shape
+    out = np.empty(n, np.int64)
+    for r in range(n):
+        node = np.int64(1 + ids[r, 0])
+        for i in range(1, k - 1):
+            node = _find(keys, values, node * V + ids[r, i])
+            if node < 0:
+                break
+        out[r] = node
+    return out
+
+
+@njit(cache=True, nogil=True)
+def add_nodes(sorted_keys, base, keys, values):
+    """Insert one order's nodes, ranked: sorted_keys[i] becomes node base + i."""
+    for i in range(sorted_keys.shape[0]):
+        _insert(keys, values, sorted_keys[i], np.int32(base + i))
+
+
+@njit(cache=True, nogil=True)
+def _suffix_state(ids, r, first, V, keys, values, state_of):
+    """The state of the longest suffix ids[r, s:] (s >= first) that is a state (0: the root)."""
+    k = ids.shape[1]
+    for s in range(first, k):
+        node = np.int64(1 + ids[r, s])
+        for i in range(s + 1, k):
+            node = _find(keys, values, node * V + ids[r, i])
+            if node < 0:
+                break
+        if node >= 0 and state_of[node] >= 0:
+            return state_of[node]
+    return np.int32(0)
+
+
+@njit(cache=True, nogil=True)
+def order_arcs(ids, first, order, V, keys, values, state_of, nexts, backoff):
+    """For one order's n-grams (rows of ids, nodes first, first + 1, ...): the next state of
+    each as an arc (its longest suffix, up to order - 1 words, that is a state) into
+    nexts[node - 1], and the backoff state of each that is a state (its longest proper
+    suffix that is a state) into backoff[state]."""
+    k = ids.shape[1]
+    for r in range(ids.shape[0]):
+        node = first + r
+        s = state_of[node]
+        if k < order and s >= 0:
+            nexts[node - 1] = s
+        else:
+            nexts[node - 1] = _suffix_state(ids, r, max(1, k - (order - 1)), V, keys, values, state_of)
+        if s >= 0:
+            backoff[s] = _suffix_state(ids, r, 1, V, keys, values, state_of)
+
+
+# ---------------------------------------------------------------------- a store's histories
+
+@njit(cache=True, nogil=True)
+def history_tree(offsets, labels, nexts, depth):
+    """(parent, last) of each state of a store: the state of its history less its last word,
+    and that word, read from the arcs that lengthen a history by one word; parent -1 where
+    none does (the root, or a damaged store)."""
+    N = depth.shape[0]
+    parent = np.full(N, -1, np.int32)
+    last = np.full(N, -1, np.int32)
+    for s in range(N):
+        for a in range(offsets[s], offsets[s + 1]):
+            t = nexts[a]
+            if depth[t] == depth[s] + 1:
+                parent[t] = s
+                last[t] = labels[a]
+    return parent, last
+
+
+@njit(cache=True, nogil=True)
+def _arc(offsets, labels, s, w):
+    """The arc of state s that reads w, or -1 (labels sorted within a state)."""
+    lo = offsets[s]
+    end = offsets[s + 1]
+    hi = end
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if labels[mid] < w:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo if lo < end and labels[lo] == w else -1
+
+
+@njit(cache=True, nogil=True)
+def suffix_states(by_depth, parent, last, word_map, offsets, labels, nexts, backoff):
+    """For each state of one store (parent, last: its history_tree; by_depth: its states,
+    shorter histories first), the state of another store (offsets, labels, nexts, backoff)
+    whose history is the longest suffix of the state's history that is a state there: the
+    other's step from the parent's state by the last word (word_map: word ids of the one ->
+    the other's, -1 where it lacks the word), which backs off to the longest suffix that
+    has the word and goes to the longest suffix of that + word that is a state."""
+    out = np.zeros(by_depth.shape[0], np.int32)
+    for s in by_depth:
+        p = parent[s]
+        if p < 0:
+            continue
+        w = word_map[last[s]]
+        q = out[p]
+        a = -1
+        while w >= 0:
+            a = _arc(offsets, labels, q, w)
+            if a >= 0 or backoff[q] < 0:
+                break
+            q = backoff[q]
+        out[s] = nexts[a] if a >= 0 else 0
+    return out
+
+
+@njit(cache=True, nogil=True)
+def same_histories(by_depth, parent, last, word_map, offsets, labels, nexts, depth):
+    """For each state of one store (as in suffix_states), the state of another store with
+    the same history, or -1."""
+    out = np.full(by_depth.shape[0], -1, np.int32)
+    for s in by_depth:
+        p = parent[s]
+        if p < 0:
+            out[s] = 0 if s == 0 else -1
+            continue
+        q = out[p]
+        w = word_map[last[s]]
+        if q >= 0 and w >= 0:
+            a = _arc(offsets, labels, q, w)
+            if a >= 0 and depth[nexts[a]] == depth[q] + 1:
+                out[s] = nexts[a]
+    return out

@@ -18,7 +18,7 @@ GRAPH_ARGS = --tokens '$(TOKENS)' --lm '$(LM)' --topo '$(TOPO)' --out '$(GRAPH_D
 	$(if $(SPM),--spm '$(SPM)') $(if $(BOUNDARY),--word-boundary '$(BOUNDARY)') \
 	$(if $(BLANK),--blank '$(BLANK)') $(if $(EPSILON_FREE),--epsilon-free)
 
-.PHONY: demo test gpu-check gpu-kit graph bench-graph bench-decode bench-fltop bench-boost bench-rescore bench-stream bench-lattice bench-beam-search install install-test \
+.PHONY: demo test gpu-check gpu-kit graph bench-graph bench-decode bench-fltop bench-boost bench-rescore bench-lm-store bench-stream bench-lattice bench-beam-search install install-test \
 	install-bench clean
 
 $(VENV)/.installed: setup.py pyproject.toml
@@ -131,6 +131,11 @@ bench-beam-search: install-bench
 bench-rescore: install-bench
 	$(PY) recipes/demo.py --graphs-only > /dev/null
 	$(PY) recipes/bench_rescore.py --json build/rescore/bench.json
+
+# The rescoring LM's store made from ARPA files of 1M to 30M n-grams (generated once in
+# build/lm-store/) and a Rescorer built on it: seconds and peak memory, each in a fresh process.
+bench-lm-store: install-bench
+	$(PY) recipes/bench_lm_store.py --json build/lm-store/bench.json
 
 # Numba's on-disk cache keys each function by its own file: after editing kernels/common.py the
 # cached code of functions in other files that inline it is stale.  make clean drops it too.

@@ -17,7 +17,8 @@ from numba import njit
 
 from .common import hash_slot
 
-LINE_OK, LINE_UNKNOWN, LINE_SLOW = 0, 1, 2  # a line's outcome: stored; a word not in the unigrams; for Python
+# a line's outcome: stored; a word not in the unigrams; for Python; blank
+LINE_OK, LINE_UNKNOWN, LINE_SLOW, LINE_BLANK = 0, 1, 2, 3
 MAX_LOG10 = 1e4  # wfst.arpa.MAX_LOG10 (a larger value is a fault that Python words)
 LN10 = math.log(10.0)
 _POW10 = np.array([10.0 ** i for i in range(23)])  # exact in float64
@@ -129,21 +130,28 @@ def _word_id(buf, lo, hi, text, offsets, table):
 
 
 @njit(cache=True, nogil=True)
-def parse_lines(buf, numbers, k, top, text, offsets, table, ids, costs, bos, lines, at, outcome):
-    """Parse the k-gram lines of buf (stripped lines joined by newlines; numbers: their line
-    numbers) into rows at, at + 1, ... of ids (word ids), costs and bos (-log10 value x ln 10
-    as float32, 0's backoff giving -0.0 as Python's does) and lines; outcome[j]: line j's
-    LINE_*.  Returns the next free row."""
+def parse_lines(buf, first, k, top, text, offsets, table, ids, costs, bos, lines, at, outcome):
+    """Parse a block of k-gram lines (UTF-8, each line ending in a newline, blank lines
+    among them; `first`: the first's line number) into rows at, at + 1, ... of ids (word
+    ids), costs and bos (-log10 value x ln 10 as float32, an absent backoff 0 giving -0.0
+    as Python's does) and lines; outcome[j]: line j's LINE_*.  Returns the next free row."""
     n = buf.shape[0]
     start = 0
     j = 0
-    while start <= n and j < numbers.shape[0]:
+    while start < n:
         end = start
-        while end < n and buf[end] != 10:
+        while buf[end] != 10:
             end += 1
+        p = start
+        while p < end and (buf[p] == 32 or buf[p] == 9):
+            p += 1
+        if p == end:
+            outcome[j] = LINE_BLANK
+            start = end + 1
+            j += 1
+            continue
         outcome[j] = LINE_SLOW
         fields = 0
-        p = start
         logp = 0.0
         bo = 0.0
         ok = True
@@ -175,7 +183,7 @@ def parse_lines(buf, numbers, k, top, text, offsets, table, ids, costs, bos, lin
                 outcome[j] = LINE_OK
                 costs[at] = np.float32(-logp * LN10)
                 bos[at] = np.float32(-bo * LN10)
-                lines[at] = numbers[j]
+                lines[at] = first + j
                 at += 1
         start = end + 1
         j += 1

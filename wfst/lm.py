@@ -117,9 +117,9 @@ def _sha256(path: Path) -> str:
 def read_arpa(path: str | os.PathLike, *, progress: bool = False, sha256: str | None = None) -> LmStore:
     """Parse an ARPA file (plain or .gz) into an LmStore held in memory (the structure is
     checked by wfst.arpa.ArpaReader, the n-gram lines here).  The unigrams are read in
-    Python; higher orders in batches by kernels.lmbuild (a line it does not take goes to
-    parse_ngram), into arrays sized by the header's counts: ~30 bytes an n-gram while
-    building, where tuples in dicts took ~350."""
+    Python; higher orders a block of lines at a time by kernels.lmbuild (a line it does not
+    take goes to parse_ngram), into arrays sized by the header's counts: ~30 bytes an n-gram
+    while reading, where tuples in dicts took ~350."""
     from wfst.kernels import lmbuild
 
     path = Path(path)
@@ -128,57 +128,40 @@ def read_arpa(path: str | os.PathLike, *, progress: bool = False, sha256: str | 
     ids: dict[str, int] = {}
     grams: dict[int, _Rows] = {}  # by order
     unknown, first_unknown = 0, None
-    batch: list[str] = []
-    numbers: list[int] = []
     vocabulary = None  # (text, offsets, table) of the unigrams, for lmbuild
-
-    def flush(k):
-        nonlocal unknown, first_unknown
+    for first, k, block, kept in reader.blocks():
+        top = k == len(reader.counts)
+        if k not in grams:
+            grams[k] = _Rows(reader.counts[k], k, path)
         rows = grams[k]
-        if not batch or not rows.room(len(batch)):  # more lines than the header says: the reader refuses
-            batch.clear()                            # the file at its end
-            numbers.clear()
-            return
-        outcome = np.empty(len(batch), np.uint8)
-        rows.at = lmbuild.parse_lines(np.frombuffer("\n".join(batch).encode(), np.uint8),
-                                      np.array(numbers, np.int64), k, k == len(reader.counts), *vocabulary,
+        if k == 1:
+            for i, raw in enumerate(block.split("\n")[:-1]):
+                line = raw.strip(" \t\r\n")
+                if line:
+                    logp, gram, bo = parse_ngram(path, first + i, k, line, top=top)
+                    if gram[0] in ids:
+                        raise InputFileError(path, first + i, f"1-gram {gram[0]!r} listed twice")
+                    ids[gram[0]] = len(words)
+                    words.append(gram[0])
+                    rows.add([ids[gram[0]]], logp, bo, first + i)
+            continue
+        if vocabulary is None:
+            vocabulary = _vocabulary(words)
+        outcome = np.empty(block.count("\n"), np.uint8)
+        rows.room(kept)
+        rows.at = lmbuild.parse_lines(np.frombuffer(block.encode(), np.uint8), first, k, top, *vocabulary,
                                       rows.ids, rows.costs, rows.bos, rows.lines, rows.at, outcome)
-        for j in np.flatnonzero(outcome != lmbuild.LINE_OK):
+        odd = np.flatnonzero((outcome != lmbuild.LINE_OK) & (outcome != lmbuild.LINE_BLANK))
+        lines = block.split("\n") if len(odd) else None
+        for j in odd:
+            no = first + int(j)
             if outcome[j] == lmbuild.LINE_SLOW:  # Python's float() reads it, or parse_ngram words the fault
-                logp, gram, bo = parse_ngram(path, numbers[j], k, batch[j], top=k == len(reader.counts))
+                logp, gram, bo = parse_ngram(path, no, k, lines[j].strip(" \t\r\n"), top=top)
                 if all(w in ids for w in gram):
-                    rows.add([ids[w] for w in gram], logp, bo, numbers[j])
+                    rows.add([ids[w] for w in gram], logp, bo, no)
                     continue
             unknown += 1  # skipped, as the graph compiler (kaldilm) skips it
-            first_unknown = min(first_unknown or numbers[j], numbers[j])
-        batch.clear()
-        numbers.clear()
-
-    order = 0
-    for no, k, line in reader:
-        if k == 1:
-            logp, gram, bo = parse_ngram(path, no, k, line, top=len(reader.counts) == 1)
-            if gram[0] in ids:
-                raise InputFileError(path, no, f"1-gram {gram[0]!r} listed twice")
-            ids[gram[0]] = len(words)
-            words.append(gram[0])
-            if not grams:
-                grams[1] = _Rows(reader.counts[1], 1, path)
-            grams[1].add([ids[gram[0]]], logp, bo, no)
-            continue
-        if k != order:
-            if order > 1:
-                flush(order)
-            order = k
-            grams[k] = _Rows(reader.counts[k], k, path)
-            if vocabulary is None:
-                vocabulary = _vocabulary(words)
-        batch.append(line)
-        numbers.append(no)
-        if len(batch) == 1 << 16:
-            flush(k)
-    if order > 1:
-        flush(order)
+            first_unknown = min(first_unknown or no, no)
     check_sentence_marks(path, ids)
     if unknown:
         warnings.warn(f"{path}: {unknown} n-grams skipped with a word that is not a unigram of the file (the first "
@@ -209,19 +192,17 @@ class _Rows:
             new[:self.at] = old[:self.at]
             setattr(self, name, new)
 
-    def room(self, n: int) -> bool:
-        """Room for n more rows; False beyond the header's count."""
-        if self.at + n > self.count:
-            return False
+    def room(self, n: int) -> None:
+        """Room for n more rows (beyond the header's count too: the reader refuses such a file
+        at its end)."""
         if self.at + n > len(self.lines):
-            self._grow(min(self.count, max(2 * len(self.lines), self.at + n)))
-        return True
+            self._grow(max(2 * len(self.lines), self.at + n))
 
     def add(self, word_ids, logp: float, bo: float, no: int) -> None:
-        if self.room(1):  # (more lines than the header says: the reader refuses the file)
-            self.ids[self.at] = word_ids
-            self.costs[self.at], self.bos[self.at], self.lines[self.at] = -logp * LN10, -bo * LN10, no
-            self.at += 1
+        self.room(1)
+        self.ids[self.at] = word_ids
+        self.costs[self.at], self.bos[self.at], self.lines[self.at] = -logp * LN10, -bo * LN10, no
+        self.at += 1
 
     def release(self) -> None:
         self.ids = self.costs = self.bos = self.lines = None

@@ -130,6 +130,17 @@ def _word_id(buf, lo, hi, text, offsets, table):
 
 
 @njit(cache=True, nogil=True)
+def _same(buf, lo, hi, lo2, hi2):
+    """Whether buf[lo:hi] and buf[lo2:hi2] hold the same bytes."""
+    if hi - lo != hi2 - lo2:
+        return False
+    for i in range(hi - lo):
+        if buf[lo + i] != buf[lo2 + i]:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
 def parse_lines(buf, first, k, top, text, offsets, table, ids, costs, bos, lines, at, outcome):
     """Parse a block of k-gram lines (UTF-8, each line ending in a newline, blank lines
     among them; `first`: the first's line number) into rows at, at + 1, ... of ids (word
@@ -138,6 +149,12 @@ def parse_lines(buf, first, k, top, text, offsets, table, ids, costs, bos, lines
     n = buf.shape[0]
     start = 0
     j = 0
+    # the previous line's words (where in buf, their ids): ARPA writers group the n-grams of a
+    # history, so most words are the previous line's at the same place, and a compare of bytes
+    # in cache saves the table's probe and its cache misses
+    prev_lo = np.zeros(k, np.int64)
+    prev_hi = np.zeros(k, np.int64)
+    prev_id = np.full(k, -1, np.int64)
     while start < n:
         end = start
         while buf[end] != 10:
@@ -163,7 +180,11 @@ def parse_lines(buf, first, k, top, text, offsets, table, ids, costs, bos, lines
             if fields == 0:
                 logp, ok = _number(buf, p, q, _POW10)
             elif fields <= k:
-                w = _word_id(buf, p, q, text, offsets, table)
+                f = fields - 1
+                w = prev_id[f]
+                if w < 0 or not _same(buf, p, q, prev_lo[f], prev_hi[f]):
+                    w = _word_id(buf, p, q, text, offsets, table)
+                    prev_lo[f], prev_hi[f], prev_id[f] = p, q, w
                 if w < 0:
                     unknown = True
                 else:

@@ -431,14 +431,6 @@ def automaton_step(a, row, state, label):
     return automaton_arrive(cost, pos, s, payload)
 
 
-@njit(cache=True)
-def automaton_costs(a, row, label, out):
-    """out[s] = the cost of reading `label` in every state s of automaton `row` (an LM's
-    final costs: the cost of </s>)."""
-    for s in range(out.shape[0]):
-        out[s] = automaton_step(a, row, s, label)[0]
-
-
 # ---------------------------------------------------------------------- contexts
 
 GAIN_BUCKETS = 32  # per big-LM state, bounds of the words by id modulo this (lm_gain_bounds); a power of 2

@@ -10,6 +10,7 @@ import warnings
 import numpy as np
 import pytest
 from wfst.kernels import lmbuild
+from wfst.kernels.common import automaton_step
 
 from wfst.arpa import ArpaReader
 from wfst.lm import _small_states, read_arpa, truncate_arpa
@@ -119,6 +120,10 @@ def test_store_equals_the_reference_on_random_arpa_files(tmp_path, seed, monkeyp
     for name in ARRAYS:
         got = getattr(store, name)
         assert got.dtype == expected[name].dtype and got.tobytes() == expected[name].tobytes(), name
+    # final costs: reading </s> as the search reads a word
+    a, eos = store.automaton(), words.index("</s>")
+    finals = [automaton_step(a, 0, s, eos)[0] for s in range(store.num_states)]
+    assert np.array(finals, np.float32).tobytes() == store.final.tobytes()
 
 
 def test_numbers_read_as_python_reads_them():

@@ -40,14 +40,8 @@ def automata(parts, *, labels_dtype=np.int32, offsets_dtype=np.int64, chunk: int
 
 def lm_automaton(store, **dtypes) -> Automata:
     """An LmStore as one row, its final costs the cost of reading </s> (backoffs included)."""
-    a = automata([(store.offsets, store.labels, store.weights, store.nexts, store.backoff, store.bo_weight,
-                   np.zeros(store.num_states, np.float32))], **dtypes)
-    eos = store.word_ids().get("</s>")
-    if eos is not None:
-        from wfst.kernels.common import automaton_costs
-
-        automaton_costs(a, 0, eos, a.final[0])
-    return a
+    return automata([(store.offsets, store.labels, store.weights, store.nexts, store.backoff, store.bo_weight,
+                      store.final)], **dtypes)
 
 
 def no_lm() -> Automata:

@@ -48,10 +48,10 @@ from .files import atomic_path
 
 LN10 = math.log(10.0)
 MAGIC = b"WFSTLM01"
-FORMAT = 1
+FORMAT = 2  # 2: the final costs stored (format 1 stores are made again from their ARPA)
 _ALIGN = 64
 _ARRAYS = {"offsets": np.int64, "labels": np.int32, "weights": np.float32, "nexts": np.int32,
-           "backoff": np.int32, "bo_weight": np.float32, "depth": np.int32}
+           "backoff": np.int32, "bo_weight": np.float32, "depth": np.int32, "final": np.float32}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +69,7 @@ class LmStore:
     backoff: np.ndarray  # (N,) int32; -1 at the root
     bo_weight: np.ndarray  # (N,) float32 backoff cost
     depth: np.ndarray  # (N,) int32 length of the state's history (states come by depth)
+    final: np.ndarray  # (N,) float32 the cost of </s> (its backoffs included): a sentence's end
     source: dict = dataclasses.field(default_factory=dict)  # path, sha256, bytes of the ARPA file
 
     @property
@@ -292,8 +293,10 @@ def _build(path, words, rows, source) -> LmStore:
     start = int(max(state_of[1 + words.index("<s>")], 0))
     counts = tuple(len(ids) for ids, _, _ in per_order)
     del per_order
-    return LmStore(tuple(words), order, counts, start, offsets, labels[:base - 1], weights[:base - 1], nexts,
-                   backoff, bo_weight, depth, source)
+    labels, weights = labels[:base - 1], weights[:base - 1]
+    final = lmbuild.final_costs(offsets, labels, weights, backoff, bo_weight, words.index("</s>"))
+    return LmStore(tuple(words), order, counts, start, offsets, labels, weights, nexts, backoff, bo_weight, depth,
+                   final, source)
 
 
 def _refuse_repeats(path, words, ids, lines, k) -> None:
@@ -377,7 +380,8 @@ def load_lm(path: str | os.PathLike) -> LmStore:
     problems = []
     backoff, depth = arrays["backoff"], arrays["depth"]
     if (o.shape != (N + 1,) or backoff.shape != (N,) or depth.shape != (N,) or arrays["bo_weight"].shape != (N,)
-            or arrays["labels"].shape != (A,) or arrays["weights"].shape != (A,) or arrays["nexts"].shape != (A,)):
+            or arrays["final"].shape != (N,) or arrays["labels"].shape != (A,) or arrays["weights"].shape != (A,)
+            or arrays["nexts"].shape != (A,)):
         problems.append("array sizes disagree with the header")
     elif o[0] != 0 or o[-1] != A or np.any(np.diff(o) < 0):
         problems.append("offsets are not a CSR index")
@@ -393,6 +397,8 @@ def load_lm(path: str | os.PathLike) -> LmStore:
         problems.append("NaN or negative word costs (probabilities above 1)")
     elif not np.isfinite(arrays["bo_weight"]).all():
         problems.append("NaN or infinite backoff costs")
+    elif np.isnan(arrays["final"]).any():
+        problems.append("NaN final costs")
     if problems:
         raise LmStoreError(f"{path}: damaged store: {problems[0]}; prepare it again")
     return LmStore(tuple(meta["words"]), meta["order"], tuple(meta["counts"]), meta["start"], **arrays,

@@ -404,6 +404,14 @@ def automaton_locate(a, row, state, label):
         s = b
 
 
+@njit(cache=True, nogil=True)
+def pack_payloads(weight_bits, nexts, out):
+    """out[i]: arc i's payload, its weight's float32 bits (weight_bits, a uint32 view) << 32 |
+    its next state, as payload_weight and payload_next read them."""
+    for i in range(weight_bits.shape[0]):
+        out[i] = (np.uint64(weight_bits[i]) << np.uint64(32)) | np.uint64(np.uint32(nexts[i]))
+
+
 @njit(inline="always", cache=True)
 def payload_weight(payload):
     return bits_f32(np.uint32(payload >> np.uint64(32)))

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from wfst.kernels.common import pack_payloads
 from wfst.kernels.groups import Automata, Context
 
 
-def automata(parts, *, labels_dtype=np.int32, offsets_dtype=np.int64, chunk: int = 1 << 24) -> Automata:
+def automata(parts, *, labels_dtype=np.int32, offsets_dtype=np.int64) -> Automata:
     """Rows of backoff automata, padded to the largest; each part is (offsets, labels, weights,
-    nexts, backoff, bo_weight, final) of one automaton.  Payloads are packed by chunks: an
-    LM store's arrays may be memory-mapped and large."""
+    nexts, backoff, bo_weight, final) of one automaton (an LM store's arrays may be
+    memory-mapped and large: the payloads are packed from them in one compiled pass)."""
     R = len(parts)
     N = max(len(p[4]) for p in parts)
     A = max(max(len(p[1]) for p in parts), 1)
@@ -30,10 +31,7 @@ def automata(parts, *, labels_dtype=np.int32, offsets_dtype=np.int64, chunk: int
         offsets[r, :n + 1] = o
         offsets[r, n + 1:] = o[-1]
         labels[r, :k] = lab
-        for lo in range(0, k, chunk):
-            weights = np.asarray(w[lo:lo + chunk], np.float32).view(np.uint32).astype(np.uint64)
-            payload[r, lo:lo + len(weights)] = (weights << np.uint64(32)) | np.asarray(nxt[lo:lo + chunk]).astype(
-                np.uint32)
+        pack_payloads(np.asarray(w, np.float32).view(np.uint32), np.asarray(nxt, np.int32), payload[r, :k])
         backoff[r, :n], bo_weight[r, :n], final[r, :n] = bo, bw, fin
     return Automata(offsets, labels, backoff, bo_weight, payload, final)
 

@@ -124,8 +124,8 @@ class ArpaReader:
                     if not text.endswith("\n"):
                         text += f.readline()
                         text += "" if text.endswith("\n") else "\n"  # (the file's last line)
-                    if bar is not None and plain:
-                        bar.n = f.buffer.tell()
+                    if bar is not None:  # (gzip: the compressed bytes read, as the bar's total counts them)
+                        bar.n = f.buffer.tell() if plain else f.buffer.fileobj.tell()
                         bar.refresh()
                     pos = 0
                     indented = text.startswith((" ", "\t")) or "\n " in text or "\n\t" in text

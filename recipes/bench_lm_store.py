@@ -20,12 +20,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import recipe_cli
 from tqdm import tqdm
+from wfst_bench.machine import machine
 
 OUT = Path("build/lm-store")
 LARGE = Path("build/rescore/large/big_4gram.arpa")
@@ -114,7 +114,8 @@ def measure(what: str, arpa: Path, small: Path, tiny: Path) -> dict:
 
 def main() -> int:
     ap = recipe_cli.parser(__doc__)
-    ap.add_argument("--ngrams", type=recipe_cli.listed(item=int), default=[1_000_000, 10_000_000, 30_000_000],
+    ap.add_argument("--ngrams", type=recipe_cli.listed(item=recipe_cli.whole(10_000)),
+                    default=[1_000_000, 10_000_000, 30_000_000],
                     help="sizes of the synthetic LMs, in n-grams (approximate; comma-separated)")
     ap.add_argument("--vocab", type=recipe_cli.whole(10), default=200_000, help="their vocabulary")
     ap.add_argument("--json", type=Path, help="also write the rows here")
@@ -131,6 +132,8 @@ def main() -> int:
         if not small.is_file():
             truncate_arpa(arpa, small, 3)
         setups.append((arpa, small))
+    m = machine()
+    print(f"The rescoring LM's store and Rescorer, a fresh process each; {m['cpu']}, {m['cores']} cores\n")
     rows = []
     for arpa, small in setups:
         for lm_file in (arpa, small):
@@ -150,7 +153,7 @@ def main() -> int:
               f"{r['rescorer_peak_mib']:.0f} |")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"when": time.strftime("%Y-%m-%d %H:%M"), "rows": rows}, indent=1))
+        args.json.write_text(json.dumps(dict(machine=m, rows=rows), indent=1))
     return 0
 
 

@@ -399,3 +399,46 @@ def same_histories(by_depth, parent, last, word_map, offsets, labels, nexts, dep
             if a >= 0 and depth[nexts[a]] == depth[q] + 1:
                 out[s] = nexts[a]
     return out
+
+
+# ---------------------------------------------------------------------- a store file's check
+
+STORE_OK, STORE_OFFSETS, STORE_RANGES, STORE_BACKOFF, STORE_CHAIN, STORE_WEIGHTS, STORE_BO, STORE_FINAL = range(8)
+
+
+@njit(cache=True, nogil=True)
+def store_fault(offsets, labels, nexts, backoff, depth, weights, bo_weight, final, words, start):
+    """The first of a store's faults, in this order (STORE_*): offsets that are no CSR index,
+    labels or next states out of range, backoff or start states out of range, a backoff
+    state whose history is not shorter (a chain that may not end at the root), NaN or
+    negative word costs, NaN or infinite backoff costs, NaN final costs; STORE_OK if none.
+    One pass over memory-mapped arrays, allocating nothing."""
+    N = backoff.shape[0]
+    A = labels.shape[0]
+    if offsets[0] != 0 or offsets[N] != A:
+        return STORE_OFFSETS
+    for s in range(N):
+        if offsets[s + 1] < offsets[s]:
+            return STORE_OFFSETS
+    for a in range(A):
+        if labels[a] < 0 or labels[a] >= words or nexts[a] < 0 or nexts[a] >= N:
+            return STORE_RANGES
+    if N and not 0 <= start < N:
+        return STORE_BACKOFF
+    for s in range(N):
+        if backoff[s] < -1 or backoff[s] >= N:
+            return STORE_BACKOFF
+    for s in range(N):
+        b = backoff[s]
+        if depth[s] < 0 or (depth[s] != 0 if b < 0 else depth[b] >= depth[s]):
+            return STORE_CHAIN
+    for a in range(A):
+        if not weights[a] >= 0:  # (+inf: a word of probability 0)
+            return STORE_WEIGHTS
+    for s in range(N):
+        if not np.isfinite(bo_weight[s]):
+            return STORE_BO
+    for s in range(N):
+        if np.isnan(final[s]):
+            return STORE_FINAL
+    return STORE_OK

@@ -84,7 +84,13 @@ def test_damaged_store_files_are_refused(tmp_path):
              # each would hang every walk of the chain, or give wrong words without a word of warning
              "cycle": (patched("backoff", deep, deep), "damaged store: a backoff chain that does not end at the root"),
              "nan_backoff": (patched("bo_weight", 1, np.nan), "damaged store: NaN or infinite backoff costs"),
-             "negative": (patched("weights", 0, -1e30), r"damaged store: NaN or negative word costs")}
+             "negative": (patched("weights", 0, -1e30), r"damaged store: NaN or negative word costs"),
+             "nan_weight": (patched("weights", 3, np.nan), r"damaged store: NaN or negative word costs"),
+             "label": (patched("labels", 2, 99), "damaged store: labels or next states out of range"),
+             "next": (patched("nexts", 2, -1), "damaged store: labels or next states out of range"),
+             "backoff": (patched("backoff", 1, 10**6), "damaged store: backoff or start states out of range"),
+             "root": (patched("depth", 0, 1), "damaged store: a backoff chain that does not end at the root"),
+             "final": (patched("final", 2, np.nan), "damaged store: NaN final costs")}
     def with_header(fields) -> bytes:
         """The store with a hand-edited header (its data moved to the new alignment)."""
         head = good[:8] + np.uint64(len(fields)).tobytes() + fields
@@ -94,6 +100,8 @@ def test_damaged_store_files_are_refused(tmp_path):
                          ("data_bytes", "x")):  # fields missing or of the wrong type
         cases[f"{field}_{type(value).__name__}"] = (with_header(json.dumps({**meta, field: value}).encode()),
                                                     "damaged header")
+    cases["start"] = (with_header(json.dumps({**meta, "start": meta["num_states"]}).encode()),
+                      "damaged store: backoff or start states out of range")
     labels = {**meta["arrays"]["labels"], "offset": 10**9}  # an array past the file's end
     cases["beyond"] = (with_header(json.dumps({**meta, "arrays": {**meta["arrays"], "labels": labels}}).encode()),
                        "damaged header")

@@ -383,33 +383,24 @@ def load_lm(path: str | os.PathLike) -> LmStore:
             or arrays["final"].shape != (N,) or arrays["labels"].shape != (A,) or arrays["weights"].shape != (A,)
             or arrays["nexts"].shape != (A,)):
         problems.append("array sizes disagree with the header")
-    elif o[0] != 0 or o[-1] != A or np.any(np.diff(o) < 0):
-        problems.append("offsets are not a CSR index")
-    elif A and (arrays["labels"].min() < 0 or arrays["labels"].max() >= len(meta["words"])
-                or arrays["nexts"].min() < 0 or arrays["nexts"].max() >= N):
-        problems.append("labels or next states out of range")
-    elif N and (backoff.max() >= N or backoff.min() < -1 or not 0 <= meta["start"] < N):
-        problems.append("backoff or start states out of range")
-    elif N and not _backoff_descends(backoff, depth):
-        problems.append("a backoff chain that does not end at the root (each backoff state must have a shorter "
-                        "history)")
-    elif not (arrays["weights"] >= 0).all():  # +inf: a word of probability 0
-        problems.append("NaN or negative word costs (probabilities above 1)")
-    elif not np.isfinite(arrays["bo_weight"]).all():
-        problems.append("NaN or infinite backoff costs")
-    elif np.isnan(arrays["final"]).any():
-        problems.append("NaN final costs")
+    else:
+        from wfst.kernels import lmbuild
+
+        fault = lmbuild.store_fault(o, arrays["labels"], arrays["nexts"], backoff, depth, arrays["weights"],
+                                    arrays["bo_weight"], arrays["final"], len(meta["words"]), meta["start"])
+        if fault != lmbuild.STORE_OK:
+            problems.append({lmbuild.STORE_OFFSETS: "offsets are not a CSR index",
+                             lmbuild.STORE_RANGES: "labels or next states out of range",
+                             lmbuild.STORE_BACKOFF: "backoff or start states out of range",
+                             lmbuild.STORE_CHAIN: "a backoff chain that does not end at the root (each backoff "
+                                                  "state must have a shorter history)",
+                             lmbuild.STORE_WEIGHTS: "NaN or negative word costs (probabilities above 1)",
+                             lmbuild.STORE_BO: "NaN or infinite backoff costs",
+                             lmbuild.STORE_FINAL: "NaN final costs"}[fault])
     if problems:
         raise LmStoreError(f"{path}: damaged store: {problems[0]}; prepare it again")
     return LmStore(tuple(meta["words"]), meta["order"], tuple(meta["counts"]), meta["start"], **arrays,
                    source=meta.get("source", {}))
-
-
-def _backoff_descends(backoff: np.ndarray, depth: np.ndarray) -> bool:
-    """Whether every state's backoff chain ends at a root: the history shortens at each backoff
-    (a cycle would hang every walk of the chain)."""
-    has = backoff >= 0
-    return bool((depth >= 0).all() and (depth[~has] == 0).all() and (depth[backoff[has]] < depth[has]).all())
 
 
 def prepare_lm(arpa: str | os.PathLike, out: str | os.PathLike | None = None, *, progress: bool = True) -> Path:

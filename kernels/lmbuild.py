@@ -1,6 +1,7 @@
 """Building an LM store from ARPA text (wfst.lm.read_arpa) in time and memory that scale
-to LMs of a hundred million n-grams: n-gram lines parsed in batches, and the CSR
-automaton assembled from arrays through one hash table of the n-gram trie.
+to LMs of a hundred million n-grams: n-gram lines parsed a block of text at a time, the
+CSR automaton assembled from arrays through one hash table of the n-gram trie, the maps
+between two stores' states (wfst.lm.Rescorer) and a store file's checks.
 
 The trie: every n-gram is a node; node 0 is the empty history, node 1 + w the unigram of
 word w, and the k-grams of order k follow, ranked by their key, parent node x V + last

@@ -118,25 +118,18 @@ def _word_id(buf, lo, hi, text, offsets, table):
         w = table[slot]
         if w < 0:
             return -1
-        a, b = offsets[w], offsets[w + 1]
-        if b - a == hi - lo:
-            same = True
-            for j in range(hi - lo):
-                if text[a + j] != buf[lo + j]:
-                    same = False
-                    break
-            if same:
-                return w
+        if _same(buf, lo, hi, text, offsets[w], offsets[w + 1]):
+            return w
         slot = (slot + 1) & mask
 
 
 @njit(cache=True, nogil=True)
-def _same(buf, lo, hi, lo2, hi2):
-    """Whether buf[lo:hi] and buf[lo2:hi2] hold the same bytes."""
+def _same(a, lo, hi, b, lo2, hi2):
+    """Whether a[lo:hi] and b[lo2:hi2] hold the same bytes."""
     if hi - lo != hi2 - lo2:
         return False
     for i in range(hi - lo):
-        if buf[lo + i] != buf[lo2 + i]:
+        if a[lo + i] != b[lo2 + i]:
             return False
     return True
 
@@ -183,7 +176,7 @@ def parse_lines(buf, first, k, top, text, offsets, table, ids, costs, bos, lines
             elif fields <= k:
                 f = fields - 1
                 w = prev_id[f]
-                if w < 0 or not _same(buf, p, q, prev_lo[f], prev_hi[f]):
+                if w < 0 or not _same(buf, p, q, buf, prev_lo[f], prev_hi[f]):
                     w = _word_id(buf, p, q, text, offsets, table)
                     prev_lo[f], prev_hi[f], prev_id[f] = p, q, w
                 if w < 0:
@@ -248,18 +241,25 @@ def new_table(nodes: int):
 
 
 @njit(cache=True, nogil=True)
+def _node(ids, r, lo, hi, V, keys, values):
+    """The node of the words ids[r, lo:hi] (hi > lo), walked down the trie; -1 where they are
+    no n-gram."""
+    node = np.int64(1 + ids[r, lo])
+    for i in range(lo + 1, hi):
+        node = _find(keys, values, node * V + ids[r, i])
+        if node < 0:
+            break
+    return node
+
+
+@njit(cache=True, nogil=True)
 def parents(ids, V, keys, values):
     """The parent node of each k-gram (rows of ids, k >= 2): its first k - 1 words walked
     down the trie; -1 where that history is not an n-gram (an orphan)."""
     n, k = ids.shape
     out = np.empty(n, np.int64)
     for r in range(n):
-        node = np.int64(1 + ids[r, 0])
-        for i in range(1, k - 1):
-            node = _find(keys, values, node * V + ids[r, i])
-            if node < 0:
-                break
-        out[r] = node
+        out[r] = _node(ids, r, 0, k - 1, V, keys, values)
     return out
 
 
@@ -275,11 +275,7 @@ def _suffix_state(ids, r, first, V, keys, values, state_of):
     """The state of the longest suffix ids[r, s:] (s >= first) that is a state (0: the root)."""
     k = ids.shape[1]
     for s in range(first, k):
-        node = np.int64(1 + ids[r, s])
-        for i in range(s + 1, k):
-            node = _find(keys, values, node * V + ids[r, i])
-            if node < 0:
-                break
+        node = _node(ids, r, s, k, V, keys, values)
         if node >= 0 and state_of[node] >= 0:
             return state_of[node]
     return np.int32(0)

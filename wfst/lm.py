@@ -180,7 +180,7 @@ class _Rows:
         # the header's count, up to what the file could hold (a plain file: a line of at least
         # 2k + 2 bytes; gzip: as if compressed 64 times), so that a wrong count allocates nothing
         # huge; grown if a file does hold more
-        self.count, self.at = count, 0
+        self.at = 0
         self.ids = np.empty((0, k), np.int32)
         self.costs, self.bos, self.lines = np.empty(0, np.float32), np.empty(0, np.float32), np.empty(0, np.int64)
         size = path.stat().st_size * (64 if is_gzip(path) else 1)

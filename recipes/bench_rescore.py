@@ -13,6 +13,10 @@ Emissions are SYNTHETIC (wfst.synthetic) of held-out sentences.
   `wordfreq`, an unpruned 4-gram (150k bigrams, 394k trigrams, 553k 4-grams) rescoring a
   BPE compact graph built on a 3-gram pruned from it (60k bigrams, 90k trigrams); 300 test
   sentences sampled from the 4-gram; noisy emissions, beam 17, max_active 10000.
+- wide (not run by default: --setups wide): the large setup's graphs and LMs at a wide beam,
+  22 / max_active 30000, on its first 40 sentences, every 4th with an out-of-vocabulary
+  word (OOV, spelled in BPE pieces) in its middle: where the exact search's token split
+  grows. --beam and --max-active change any setup's.
 
 With --gpu-batch B, two more rows per setup: rescoring on the GPU (device="cuda") in batches
 of B utterances, exact and with context_beam=4, each against our CPU backend's row of the
@@ -50,6 +54,8 @@ LARGE = dict(beam=17.0, max_active=10000)
 LARGE_WORDS, LARGE_SENTENCES = 12600, 300
 LARGE_COUNTS = [150_000, 394_000, 553_000]  # the 4-gram's 2-, 3- and 4-grams
 LARGE_PRUNED = [60_000, 90_000]  # the graph's 3-gram: 2- and 3-grams
+WIDE = dict(beam=22.0, max_active=30000)
+WIDE_SENTENCES, OOV, OOV_EVERY = 40, "zorblax", 4
 CONTEXT_BEAM = 4.0  # the fourth row's: tokens expanded within it of their graph state's cheapest
 BEAMED_ROW = f"small + rescoring, context_beam {CONTEXT_BEAM:g}"
 GPU_ROW = "small + rescoring, GPU"
@@ -101,6 +107,17 @@ def large_setup(out: Path, graphs=("small", "big")):
     return built, big, test.read_text().splitlines()
 
 
+def with_oov(texts):
+    """Every OOV_EVERY-th text (the first included) with the word OOV in its middle."""
+    out = []
+    for i, text in enumerate(texts):
+        words = text.split()
+        if i % OOV_EVERY == 0:
+            words.insert(len(words) // 2, OOV)
+        out.append(" ".join(words))
+    return out
+
+
 def compare(setup, name, small, big, big_lm, texts, token_set, emissions, config, repeat, gpu_batch=0):
     """Rows of the three decoders on one graph pair and emission profile; with a gpu_batch,
     a fourth: rescoring on the GPU in batches of that many utterances."""
@@ -142,7 +159,7 @@ def print_tables(rows):
     print("|---|---|---|---|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['setup']} | {r['graph']} | {r['emissions']} | {r['decoder']} | {100 * r['wer']:.2f} | "
-              f"{r['rtfx']:.0f} | {r['tokens_per_frame']:.0f} | {r['slowdown']:.2f}x | "
+              f"{r['rtfx']:.{0 if r['rtfx'] >= 100 else 1}f} | {r['tokens_per_frame']:.0f} | {r['slowdown']:.2f}x | "
               f"{100 * r['same_words_as_big']:.1f}% |")
     for r in rows:
         if r["decoder"] == BEAMED_ROW:
@@ -189,8 +206,8 @@ def memory(setup, big_lm, rescore_row):
           f"offsets, sorted labels as {on_gpu.labels.dtype}, backoff states and costs) = {100 * device / total:.1f}% "
           f"of it; arc costs, next states and final costs stay in pinned host memory "
           f"({(total - device) / 2**20:.2f} MiB).")
-    return dict(setup=setup, arpa_bytes=arpa, host_bytes=lm["lm_bytes"], memo_bytes=lm["memo_bytes"],
-                gpu_bytes=device, lm_arrays_bytes=total)
+    return dict(setup=setup, lm=str(big_lm), arpa_bytes=arpa, host_bytes=lm["lm_bytes"],
+                memo_bytes=lm["memo_bytes"], gpu_bytes=device, lm_arrays_bytes=total)
 
 
 def main() -> int:
@@ -198,8 +215,10 @@ def main() -> int:
     ap.add_argument("--graphs", default="build/demo", help="where make demo put the big-LM graphs")
     ap.add_argument("--out", default="build/rescore", help="where the small-LM graphs and the large setup go")
     ap.add_argument("--repeat", type=recipe_cli.whole(), default=2, help="best of this many timed runs per cell")
-    ap.add_argument("--setups", type=recipe_cli.listed(("demo", "large")), default="demo,large",
+    ap.add_argument("--setups", type=recipe_cli.listed(("demo", "large", "wide")), default="demo,large",
                     help="which setups to run (comma-separated)")
+    ap.add_argument("--beam", type=recipe_cli.positive, help="every setup's beam (default: its own)")
+    ap.add_argument("--max-active", type=recipe_cli.whole(), help="every setup's max_active (default: its own)")
     ap.add_argument("--json", help="also write the rows here")
     ap.add_argument("--gpu-batch", type=recipe_cli.whole(0), default=0, metavar="B",
                     help="also rescore on the GPU (device='cuda') in batches of B utterances (0: not)")
@@ -208,9 +227,10 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     setups = args.setups
+    given = {k: v for k, v in (("beam", args.beam), ("max_active", args.max_active)) if v is not None}
     m = machine()
     print(f"On-the-fly rescoring on SYNTHETIC emissions, CPU backend, 1 thread; {m['cpu']}\n")
-    rows, mem = [], []
+    rows, mem, lms = [], [], {"demo": LM}  # each setup's big LM
     if "demo" in setups:
         small_lm = truncate_arpa(LM, out / "lm_2gram.arpa", 2)
         texts = sentences("test")
@@ -220,18 +240,20 @@ def main() -> int:
                               **options)
             small, big = wfst.load_graph(r.directory), wfst.load_graph(Path(args.graphs) / name)
             for emissions in PROFILES:
-                rows += compare("demo", name, small, big, LM, texts, token_set, emissions, DEMO, args.repeat,
-                                args.gpu_batch)
-        mem.append(memory("demo", LM, next(r for r in rows if r["decoder"] == "small + rescoring")))
-    if "large" in setups:
+                rows += compare("demo", name, small, big, LM, texts, token_set, emissions, {**DEMO, **given},
+                                args.repeat, args.gpu_batch)
+    if "large" in setups or "wide" in setups:
         (small, big), big_lm, texts = large_setup(out / "large")
-        rows += compare("large", "bpe_compact", small, big, big_lm, texts, "bpe", "noisy", LARGE, args.repeat,
-                        args.gpu_batch)
-        print_tables(rows)
-        mem.append(memory("large", big_lm, next(r for r in rows if r["setup"] == "large"
-                                                and r["decoder"] == "small + rescoring")))
-    else:
-        print_tables(rows)
+        lms["large"] = lms["wide"] = big_lm
+        for setup in ("large", "wide"):
+            if setup in setups:
+                config, chosen = (LARGE, texts) if setup == "large" else (WIDE, with_oov(texts[:WIDE_SENTENCES]))
+                rows += compare(setup, "bpe_compact", small, big, big_lm, chosen, "bpe", "noisy",
+                                {**config, **given}, args.repeat, args.gpu_batch)
+    print_tables(rows)
+    for r in rows:  # each big LM's memory, once
+        if r["decoder"] == "small + rescoring" and str(lms[r["setup"]]) not in [done["lm"] for done in mem]:
+            mem.append(memory(r["setup"], lms[r["setup"]], r))
     if args.gpu_batch:
         print(f"GPU rows: {gpu_name()}, batches of {args.gpu_batch} utterances of similar lengths")
     else:

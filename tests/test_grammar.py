@@ -115,6 +115,14 @@ LINE_FAULTS = [  # wfst.arpa.parse_ngram's, n-grams twice, <s> and </s>: also th
     ("-0.8\ta\t-0.30", "-0.8", r"bad.arpa:10: a 1-gram line needs 2 or 3 fields"),
     ("-0.8\ta\t-0.30", "-0.8\ta\tnan", r"bad.arpa:10: NaN or infinite value"),
     ("-0.45\ta cab", "-0.45\tab ba", r"bad.arpa:22: 2-gram 'ab ba' listed twice"),
+    # the first fault in the file, whatever finds it: a repeat is one line more than the header says,
+    # and comes before a bad line after it (a bad line before it comes first)
+    ("-0.45\ta cab", "-0.45\ta cab\n-0.45\ta cab", r"bad.arpa:23: 2-gram 'a cab' listed twice"),
+    ("-0.45\ta cab\n-0.35\tba </s>", "-0.45\ta cab\n-0.45\ta cab\n-0.35\tba </s> x y",
+     r"bad.arpa:23: 2-gram 'a cab' listed twice"),
+    ("-0.45\ta cab\n-0.35\tba </s>", "-0.45\ta cab x y\n-0.35\tba </s>\n-0.35\tba </s>",
+     r"bad.arpa:22: a 2-gram line needs 3 or 4 fields"),
+    ("-0.05\tab ba abc", "-0.05\tab ba abc\n-0.05\tab ba abc", r"bad.arpa:\d+: 3-gram 'ab ba abc' listed twice"),
     ("-0.45\ta cab", "0.45\ta cab", r"bad.arpa:22: positive log10 probability 0.45 \(a probability above 1\)"),
     ("-0.05\tab ba abc", "-0.05\tab ba abc\t-0.1", r"bad.arpa:\d+: a backoff weight on a 3-gram, the LM's "
                                                     r"highest order"),

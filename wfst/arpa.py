@@ -68,6 +68,11 @@ def check_sentence_marks(path, unigrams) -> None:
             raise InputFileError(path, None, f"no {mark} unigram: {why}")
 
 
+class CountMismatch(InputFileError):
+    """A section whose number of lines differs from the header's count: found at the end of
+    the file, after every line was read (a line listed twice shows as one too many)."""
+
+
 class ArpaReader:
     """``for no, order, line in ArpaReader(path)``: the n-gram lines (stripped) with their
     line numbers and orders; ``blocks()``: the same a block of lines at a time.
@@ -162,8 +167,8 @@ class ArpaReader:
             raise InputFileError(path, None, "no \\end\\ line: the file is truncated")
         for order, n in counts.items():
             if found.get(order, 0) != n:
-                raise InputFileError(path, header_line[order], f"the header says {n} {order}-grams, "
-                                     f"the \\{order}-grams: section has {found.get(order, 0)}")
+                raise CountMismatch(path, header_line[order], f"the header says {n} {order}-grams, "
+                                    f"the \\{order}-grams: section has {found.get(order, 0)}")
 
     def _line(self, no: int, line: str, section, found: dict, header_line: dict):
         """One line outside the n-gram lines (stripped): the header's, a section line, a blank

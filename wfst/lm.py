@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .arpa import ArpaReader, check_sentence_marks, is_gzip, parse_ngram
+from .arpa import ArpaReader, CountMismatch, check_sentence_marks, is_gzip, parse_ngram
 from .config import _int
 from .errors import (
     InputFileError,
@@ -130,39 +130,48 @@ def read_arpa(path: str | os.PathLike, *, progress: bool = False, sha256: str | 
     grams: dict[int, _Rows] = {}  # by order
     unknown, first_unknown = 0, None
     vocabulary = None  # (text, offsets, table) of the unigrams, for lmbuild
-    for first, k, block, kept in reader.blocks():
-        top = k == len(reader.counts)
-        if k not in grams:
-            grams[k] = _Rows(reader.counts[k], k, path)
-        rows = grams[k]
-        if k == 1:
-            for i, raw in enumerate(block.split("\n")[:-1]):
-                line = raw.strip(" \t\r\n")
-                if line:
-                    logp, gram, bo = parse_ngram(path, first + i, k, line, top=top)
-                    if gram[0] in ids:
-                        raise InputFileError(path, first + i, f"1-gram {gram[0]!r} listed twice")
-                    ids[gram[0]] = len(words)
-                    words.append(gram[0])
-                    rows.add([ids[gram[0]]], logp, bo, first + i)
-            continue
-        if vocabulary is None:
-            vocabulary = _vocabulary(words)
-        outcome = np.empty(block.count("\n"), np.uint8)
-        rows.room(kept)
-        rows.at = lmbuild.parse_lines(np.frombuffer(block.encode(), np.uint8), first, k, top, *vocabulary,
-                                      rows.ids, rows.costs, rows.bos, rows.lines, rows.at, outcome)
-        odd = np.flatnonzero((outcome != lmbuild.LINE_OK) & (outcome != lmbuild.LINE_BLANK))
-        lines = block.split("\n") if len(odd) else None
-        for j in odd:
-            no = first + int(j)
-            if outcome[j] == lmbuild.LINE_SLOW:  # Python's float() reads it, or parse_ngram words the fault
-                logp, gram, bo = parse_ngram(path, no, k, lines[j].strip(" \t\r\n"), top=top)
-                if all(w in ids for w in gram):
-                    rows.add([ids[w] for w in gram], logp, bo, no)
-                    continue
-            unknown += 1  # skipped, as the graph compiler (kaldilm) skips it
-            first_unknown = min(first_unknown or no, no)
+    try:
+        for first, k, block, kept in reader.blocks():
+            top = k == len(reader.counts)
+            if k not in grams:
+                grams[k] = _Rows(reader.counts[k], k, path)
+            rows = grams[k]
+            if k == 1:
+                for i, raw in enumerate(block.split("\n")[:-1]):
+                    line = raw.strip(" \t\r\n")
+                    if line:
+                        logp, gram, bo = parse_ngram(path, first + i, k, line, top=top)
+                        if gram[0] in ids:
+                            raise InputFileError(path, first + i, f"1-gram {gram[0]!r} listed twice")
+                        ids[gram[0]] = len(words)
+                        words.append(gram[0])
+                        rows.add([ids[gram[0]]], logp, bo, first + i)
+                continue
+            if vocabulary is None:
+                vocabulary = _vocabulary(words)
+            outcome = np.empty(block.count("\n"), np.uint8)
+            rows.room(kept)
+            rows.at = lmbuild.parse_lines(np.frombuffer(block.encode(), np.uint8), first, k, top, *vocabulary,
+                                          rows.ids, rows.costs, rows.bos, rows.lines, rows.at, outcome)
+            odd = np.flatnonzero((outcome != lmbuild.LINE_OK) & (outcome != lmbuild.LINE_BLANK))
+            lines = block.split("\n") if len(odd) else None
+            for j in odd:
+                no = first + int(j)
+                if outcome[j] == lmbuild.LINE_SLOW:  # Python's float() reads it, or parse_ngram words the fault
+                    logp, gram, bo = parse_ngram(path, no, k, lines[j].strip(" \t\r\n"), top=top)
+                    if all(w in ids for w in gram):
+                        rows.add([ids[w] for w in gram], logp, bo, no)
+                        continue
+                unknown += 1  # skipped, as the graph compiler (kaldilm) skips it
+                first_unknown = min(first_unknown or no, no)
+    except InputFileError as e:  # the file's first fault, as the graph compiler reports it: a repeated
+        # n-gram before it (repeats are otherwise found in _build, and show as a count mismatch at the end)
+        for k, rows in sorted(grams.items()):
+            if k > 1:
+                read, _, _, at = rows.kept(None if e.line is None or isinstance(e, CountMismatch)
+                                           else rows.lines[:rows.at] < e.line)
+                _refuse_repeats(path, words, read, at, k)
+        raise
     check_sentence_marks(path, ids)
     if unknown:
         warnings.warn(f"{path}: {unknown} n-grams skipped with a word that is not a unigram of the file (the first "

@@ -465,9 +465,9 @@ def bucket_bound(code):
     return np.float32(np.int32(code) - 128) / _BUCKET_SCALE
 
 
-@njit(cache=True)
-def lm_gain_bounds(big, small, small_of, big_depth, small_depth, big_to_small, small_to_big):
-    """For each big-LM state b, an upper bound on what rescoring can give back at one word
+@njit(cache=True, nogil=True)
+def lm_gain_bounds(lo, hi, out, buckets, big, small, small_of, big_depth, small_depth, big_to_small, small_to_big):
+    """For each big-LM state b in [lo, hi), an upper bound on what rescoring can give back at one word
     arc: max over words w of graph-LM cost - big-LM cost = small(w | small_of[b]) - big(w | b).
 
     A word explicit at b (or at small_of[b], when it has b's history) gets its exact gain;
@@ -483,13 +483,12 @@ def lm_gain_bounds(big, small, small_of, big_depth, small_depth, big_to_small, s
     read one cache line).
 
     big_to_small: big word id -> the small LM's id for it; small_to_big: (offsets, ids), the
-    big words each small word stands for (several for a small <unk>).  Returns (bound
-    float32 (states,), bucket codes uint8 (states, GAIN_BUCKETS))."""
+    big words each small word stands for (several for a small <unk>).  Writes out[b] (the
+    bound, float32) and buckets[b] (bucket codes, uint8 (GAIN_BUCKETS,)), reading those of
+    b's backoff state, which must be written already: states of one depth can be done in
+    parallel, depth by depth."""
     inv_offsets, inv_ids = small_to_big
-    n = big_depth.shape[0]
-    out = np.empty(n, np.float32)
-    buckets = np.empty((n, GAIN_BUCKETS), np.uint8)
-    for b in range(n):
+    for b in range(lo, hi):
         s = small_of[b]
         bb = big.backoff[0, b]
         same = small_depth[s] == big_depth[b]
@@ -513,7 +512,6 @@ def lm_gain_bounds(big, small, small_of, big_depth, small_depth, big_to_small, s
                     g = _raise(buckets[b], inv_ids[i],
                                payload_weight(small.payload[0, a]) - automaton_step(big, 0, b, inv_ids[i])[0], g)
         out[b] = g
-    return out, buckets
 
 
 @njit(inline="always", cache=True)

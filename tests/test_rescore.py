@@ -367,6 +367,23 @@ def test_gain_bounds_on_the_demo_lms(demo, tmp_path):
     assert _check_gain_bounds(dec, [0, *states.tolist()]) >= 7  # the buckets are tighter on most states
 
 
+def test_gain_bounds_in_pieces_on_threads_equal_one_pass(demo, tmp_path, monkeypatch):
+    """The bounds are computed depth by depth, each depth's states in pieces on the cores: bit
+    for bit the one pass in state order (the demo LMs' pieces are cut small to have many)."""
+    import wfst.lm as lm
+
+    small = open_lm(truncate_arpa(demo / "lm.arpa", tmp_path / "lm2.arpa", 2))
+    big = open_lm(demo / "lm.arpa")
+    words = ["<eps>", *small.words, "#0"]
+    monkeypatch.setattr(lm, "usable_cores", lambda: 1)
+    one = lm.Rescorer(big, small, words)
+    monkeypatch.setattr(lm, "usable_cores", lambda: 3)
+    monkeypatch.setattr(lm, "_GAIN_PIECE", 97)
+    pieces = lm.Rescorer(big, small, words)
+    assert big.num_states > 50 * 97 and len(set(big.depth.tolist())) == 3
+    assert np.array_equal(one.gain, pieces.gain) and np.array_equal(one.buckets, pieces.buckets)
+
+
 @pytest.fixture(scope="module")
 def demo_bigram(demo, tmp_path_factory):
     """The demo's character graph on a bigram cut from its 3-gram, and 12 noisy test sentences."""

@@ -29,12 +29,15 @@ import json
 import math
 import os
 import warnings
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import MappingProxyType
 
 import numpy as np
 
 from .arpa import ArpaReader, CountMismatch, check_sentence_marks, is_gzip, parse_ngram
-from .config import _int
+from .config import _int, usable_cores
 from .errors import (
     InputFileError,
     LmStoreError,
@@ -45,6 +48,7 @@ from .errors import (
     user_stacklevel,
 )
 from .files import atomic_path
+from .symbols import WordTable
 
 LN10 = math.log(10.0)
 MAGIC = b"WFSTLM01"
@@ -80,8 +84,19 @@ class LmStore:
     def num_arcs(self) -> int:
         return len(self.labels)
 
-    def word_ids(self) -> dict[str, int]:
-        return {w: i for i, w in enumerate(self.words)}
+    def word_ids(self) -> Mapping[str, int]:
+        """Word -> id, made once (read-only)."""
+        return MappingProxyType(self._ids())
+
+    def _ids(self) -> dict[str, int]:
+        if "_word_ids" not in self.__dict__:
+            object.__setattr__(self, "_word_ids", {w: i for i, w in enumerate(self.words)})
+        return self.__dict__["_word_ids"]
+
+    def ids_of(self, words, missing: int = -1) -> np.ndarray:
+        """The ids of `words` (a sequence of strings) as int32, `missing` for those not here."""
+        get = self._ids().get
+        return np.fromiter((get(w, missing) for w in words), np.int32, len(words))
 
     def automaton(self):
         """The store as kernels.groups.Automata (one row; final costs = the cost of </s>), made once."""
@@ -487,11 +502,14 @@ class Rescorer:
 
     def __init__(self, big: LmStore, small: LmStore, graph_words):
         self.big, self.small = big, small
-        self.lm_map, self.big_report = _word_map(big, graph_words, "the big LM")
-        self.lm0_map, _ = _word_map(small, graph_words, "the graph's LM")
+        graph_words = tuple(graph_words.symbols if isinstance(graph_words, WordTable) else graph_words) or ("<eps>",)
+        scored = np.fromiter((not _never_scored(w) for w in graph_words), bool, len(graph_words))
+        scored[0] = False  # (<eps>)
+        self.lm_map, self.big_report = _word_map(big, graph_words, scored, "the big LM")
+        self.lm0_map, _ = _word_map(small, graph_words, scored, "the graph's LM")
         self.small_of = _small_states(big, small)
         self.automata()  # built now: a decode should not pay for it
-        self.gain, self.buckets = _gain_bounds(self, graph_words)
+        self.gain, self.buckets = _gain_bounds(self, scored)
         self._context = self._path_cost = None  # (path_cost's, made at its first call)
 
     def automata(self):
@@ -526,38 +544,35 @@ def _never_scored(word: str) -> bool:
     return word.startswith("#") or word in ("<eps>", "<s>", "</s>", "<unk>")
 
 
-def _word_map(store: LmStore, graph_words, what: str):
-    """Graph word id -> LM word id; graph words the LM lacks go to <unk> (counted), or fail."""
-    ids = store.word_ids()
-    unk = ids.get("<unk>")
-    n = len(graph_words)
-    m = np.full(max(n, 1), -1, np.int32)
-    missing = []
-    real = 0
-    for w in range(1, n):
-        word = graph_words[w]
-        if _never_scored(word):
-            m[w] = ids.get(word, unk if unk is not None else 0)  # never a scored word on a path
-            continue
-        real += 1
-        if word in ids:
-            m[w] = ids[word]
-        else:
-            missing.append(word)
-            m[w] = -1 if unk is None else unk
+def _word_map(store: LmStore, graph_words, scored: np.ndarray, what: str):
+    """Graph word id -> LM word id; graph words the LM lacks go to <unk> (counted), or fail.
+    scored: which graph words a path scores (not _never_scored, not <eps>)."""
+    unk = store.word_ids().get("<unk>")
+    direct = store.ids_of(graph_words)
+    direct[0] = -1
+    m = direct.copy()
+    never = ~scored
+    never[0] = False
+    m[never & (m < 0)] = unk if unk is not None else 0  # never a scored word on a path
+    lacking = np.flatnonzero(scored & (m < 0))
+    missing = [graph_words[w] for w in lacking]
     if missing and unk is None:
         shown = ", ".join(repr(w) for w in missing[:10])
-        raise VocabularyError(f"{len(missing)} of the graph's {real} words are not in {what}, which has no <unk> "
-                              f"to stand for them: {shown}{' ...' if len(missing) > 10 else ''}")
+        raise VocabularyError(f"{len(missing)} of the graph's {int(scored.sum())} words are not in {what}, which has "
+                              f"no <unk> to stand for them: {shown}{' ...' if len(missing) > 10 else ''}")
     if missing:
+        m[lacking] = unk
         warnings.warn(f"{len(missing)} of the graph's words are not in {what}; they are scored as <unk>: "
                       f"{', '.join(repr(w) for w in missing[:10])}{' ...' if len(missing) > 10 else ''}",
                       stacklevel=user_stacklevel())
-    unused = len(set(store.words) - set(graph_words[w] for w in range(1, n)) - {"<s>", "</s>", "<unk>"})
-    return m, {"graph_words_as_unk": len(missing), "examples": missing[:10], "lm_words_not_in_graph": unused}
+    unused = np.ones(len(store.words), bool)  # the LM's words no graph word is, but the marks and <unk>
+    unused[direct[direct >= 0]] = False
+    ids = store.word_ids()
+    unused[[ids[w] for w in ("<s>", "</s>", "<unk>") if w in ids]] = False
+    return m, {"graph_words_as_unk": len(missing), "examples": missing[:10], "lm_words_not_in_graph": int(unused.sum())}
 
 
-def _gain_bounds(rescorer: Rescorer, graph_words):
+def _gain_bounds(rescorer: Rescorer, scored: np.ndarray):
     """kernels.common.lm_gain_bounds for the rescorer's LMs: per big-LM state, the most a word
     arc's rescoring can lower its cost, and the same per bucket of words.  None at all (no
     skipping) when some graph word is not read as the same word by both LMs, which the
@@ -565,10 +580,8 @@ def _gain_bounds(rescorer: Rescorer, graph_words):
     from wfst.kernels.common import BUCKET_NONE, GAIN_BUCKETS, lm_gain_bounds
 
     big, small = rescorer.big, rescorer.small
-    small_ids = small.word_ids()
-    small_unk = small_ids.get("<unk>", -1)
-    big_to_small = np.array([small_ids.get(w, small_unk) for w in big.words], np.int32)
-    graph = np.array([w for w in range(1, len(graph_words)) if not _never_scored(graph_words[w])], np.int64)
+    big_to_small = small.ids_of(big.words, small.word_ids().get("<unk>", -1))
+    graph = np.flatnonzero(scored)
     if len(graph) and np.any(np.where(rescorer.lm_map[graph] >= 0, big_to_small[rescorer.lm_map[graph]], -2)
                              != rescorer.lm0_map[graph]):
         none = np.full((big.num_states, GAIN_BUCKETS), BUCKET_NONE, np.uint8)
@@ -577,8 +590,24 @@ def _gain_bounds(rescorer: Rescorer, graph_words):
     order = np.argsort(big_to_small[known], kind="stable")
     inv_ids = np.flatnonzero(known)[order].astype(np.int32)
     inv_offsets = np.searchsorted(big_to_small[known][order], np.arange(len(small.words) + 1)).astype(np.int64)
-    a, a0 = rescorer.automata()
-    return lm_gain_bounds(a, a0, rescorer.small_of, big.depth, small.depth, big_to_small, (inv_offsets, inv_ids))
+    args = (*rescorer.automata(), rescorer.small_of, big.depth, small.depth, big_to_small, (inv_offsets, inv_ids))
+    n = big.num_states
+    gain, buckets = np.empty(n, np.float32), np.empty((n, GAIN_BUCKETS), np.uint8)
+    # depth by depth (a state reads its backoff state's bounds), each depth's states in pieces on the cores
+    depth = np.asarray(big.depth)
+    ends = np.searchsorted(depth, np.arange(int(depth.max(initial=0)) + 2))
+    pieces = [[(lo, min(lo + _GAIN_PIECE, hi)) for lo in range(lo, hi, _GAIN_PIECE)] for lo, hi in zip(ends, ends[1:])]
+    threads = min(usable_cores(), max(map(len, pieces), default=1))
+    if threads == 1 or (np.diff(depth) < 0).any():  # (states not by depth: one pass in their order)
+        lm_gain_bounds(0, n, gain, buckets, *args)
+        return gain, buckets
+    with ThreadPoolExecutor(threads) as pool:
+        for level in pieces:
+            list(pool.map(lambda piece: lm_gain_bounds(*piece, gain, buckets, *args), level))
+    return gain, buckets
+
+
+_GAIN_PIECE = 1 << 16  # big-LM states a thread takes at a time (the bounds of 10M n-grams: ~1.2 s on one core)
 
 
 def _small_states(big: LmStore, small: LmStore) -> np.ndarray:
@@ -593,9 +622,7 @@ def _small_states(big: LmStore, small: LmStore) -> np.ndarray:
             raise LmStoreError(f"the LM store made from {store.source.get('path', 'an unknown ARPA file')} is "
                                f"damaged: an LM state cannot be reached from the root; prepare it again")
         trees.append((np.argsort(store.depth, kind="stable"), parent, last))
-    small_ids, big_ids = small.word_ids(), big.word_ids()
-    to_small = np.array([small_ids.get(w, -1) for w in big.words], np.int32)
-    to_big = np.array([big_ids.get(w, -1) for w in small.words], np.int32)
+    to_small, to_big = small.ids_of(big.words), big.ids_of(small.words)
     in_big = lmbuild.same_histories(*trees[1], to_big, big.offsets, big.labels, big.nexts, big.depth)
     missing = np.flatnonzero(in_big < 0)
     if len(missing):

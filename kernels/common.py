@@ -467,8 +467,9 @@ def bucket_bound(code):
 
 @njit(cache=True, nogil=True)
 def lm_gain_bounds(lo, hi, out, buckets, big, small, small_of, big_depth, small_depth, big_to_small, small_to_big):
-    """For each big-LM state b in [lo, hi), an upper bound on what rescoring can give back at one word
-    arc: max over words w of graph-LM cost - big-LM cost = small(w | small_of[b]) - big(w | b).
+    """For each big-LM state b in [lo, hi), an upper bound on what rescoring can give back at
+    one word arc: max over words w of graph-LM cost - big-LM cost = small(w | small_of[b]) -
+    big(w | b).
 
     A word explicit at b (or at small_of[b], when it has b's history) gets its exact gain;
     every other word backs off in both LMs, so its gain is the backoff costs' difference

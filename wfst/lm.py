@@ -48,7 +48,6 @@ from .errors import (
     user_stacklevel,
 )
 from .files import atomic_path
-from .symbols import WordTable
 
 LN10 = math.log(10.0)
 MAGIC = b"WFSTLM01"
@@ -502,7 +501,7 @@ class Rescorer:
 
     def __init__(self, big: LmStore, small: LmStore, graph_words):
         self.big, self.small = big, small
-        graph_words = tuple(graph_words.symbols if isinstance(graph_words, WordTable) else graph_words) or ("<eps>",)
+        graph_words = tuple(graph_words) or ("<eps>",)
         scored = np.fromiter((not _never_scored(w) for w in graph_words), bool, len(graph_words))
         scored[0] = False  # (<eps>)
         self.lm_map, self.big_report = _word_map(big, graph_words, scored, "the big LM")

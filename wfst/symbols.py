@@ -211,6 +211,9 @@ class WordTable:
     def __getitem__(self, word_id: int) -> str:
         return self.symbols[word_id]
 
+    def __iter__(self):
+        return iter(self.symbols)
+
     def ids(self) -> dict[str, int]:
         return {s: i for i, s in enumerate(self.symbols) if s}
 

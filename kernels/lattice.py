@@ -21,9 +21,10 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.typed import Dict
 
-from .common import INF, in_frame
+from .common import INF, context_final, context_step, in_frame
 
 
 class Links(NamedTuple):
@@ -319,3 +320,204 @@ def number_states(src, dst, final_gids, step_starts):
     for i in range(final_gids.shape[0]):
         finals[i] = number[final_gids[i]]
     return new_src, new_dst, finals, step
+
+
+# ---------------------------------------------------------------------- rescoring a lattice
+
+@njit(nogil=True, cache=True)
+def topological_order(src, dst, num_states):
+    """The states of an arc list (src, dst) in an order where every arc goes forward (Kahn),
+    fewer than num_states of them where arcs form a cycle; and the arcs by source state:
+    state s's arcs are out_arcs[first[s]:first[s + 1]]."""
+    indegree = np.zeros(num_states, np.int64)
+    first = np.zeros(num_states + 1, np.int64)
+    for k in range(src.shape[0]):
+        indegree[dst[k]] += 1
+        first[src[k] + 1] += 1
+    for s in range(num_states):
+        first[s + 1] += first[s]
+    out_arcs = np.empty(src.shape[0], np.int64)
+    fill = first[:-1].copy()
+    for k in range(src.shape[0]):
+        out_arcs[fill[src[k]]] = k
+        fill[src[k]] += 1
+    order = np.empty(num_states, np.int64)
+    tail = 0
+    for s in range(num_states):
+        if indegree[s] == 0:
+            order[tail] = s
+            tail += 1
+    head = 0
+    while head < tail:
+        s = order[head]
+        head += 1
+        for p in range(first[s], first[s + 1]):
+            d = dst[out_arcs[p]]
+            indegree[d] -= 1
+            if indegree[d] == 0:
+                order[tail] = d
+                tail += 1
+    return order[:tail], first, out_arcs
+
+
+@njit(inline="always")
+def _longer(a, n):
+    """a with room for n items at least (doubled), its contents kept."""
+    if n <= a.shape[0]:
+        return a
+    b = np.empty(max(n, 2 * a.shape[0]), a.dtype)
+    b[:a.shape[0]] = a
+    return b
+
+
+@njit(nogil=True, cache=True)
+def rescore_lattice(src, dst, word, cost, graph_arc, num_states, final_states, final_costs, with_final, context, beam):
+    """A lattice (arcs src -> dst with output words `word` (0: none), costs `cost` and graph
+    arcs `graph_arc`, state 0 the start) composed with a context automaton (the rescoring
+    LM's difference, as the search adds it at word arcs: common.context_step from the
+    context's start, and context_final at final states where `with_final`), then pruned to
+    the paths within `beam` of the best.  The composition's states are (lattice state,
+    context) pairs, made in topological order of the lattice's states, the Viterbi cost of
+    each along: summed in float32 as the search sums a token's cost, a tie going to the
+    smaller graph arc as in its recombination, so that paths of equal cost mostly fall as
+    they do on the fly.  The costs to the end, and the pruning, are float64.
+
+    Returns (status: 0, or 1 where the lattice's arcs form a cycle; for each state kept,
+    its lattice state (state 0 the start); for each arc kept, its source, destination,
+    lattice arc and context cost (float32); the final states kept and their final costs,
+    the lattice's + the context's (float32); the kept arcs of the best path, in order; its
+    total cost)."""
+    i64, f32 = np.int64, np.float32
+    order, first, out_arcs = topological_order(src, dst, num_states)
+    if order.shape[0] < num_states:
+        e = np.empty(0, i64)
+        return 1, e, e, e, e, np.empty(0, f32), e, np.empty(0, f32), e, INF
+    final_cost = np.full(num_states, np.inf)
+    for i in range(final_states.shape[0]):
+        final_cost[final_states[i]] = min(final_cost[final_states[i]], np.float64(final_costs[i]))
+    # the composition's states ("nodes"): lattice state, context, Viterbi cost, best arc in
+    cap = max(2 * num_states, 16)
+    n_state = np.empty(cap, i64)
+    n_ctx = np.empty(cap, np.int32)
+    alpha = np.empty(cap, f32)
+    best_in = np.empty(cap, i64)
+    chain = np.empty(cap, i64)  # the next node of the same lattice state
+    out_lo = np.empty(cap, i64)  # a node's arcs are arcs [out_lo, out_hi): made together
+    out_hi = np.empty(cap, i64)
+    head = np.full(num_states, -1, i64)
+    index = Dict.empty(key_type=types.int64, value_type=types.int64)
+    acap = max(2 * src.shape[0], 16)
+    a_src = np.empty(acap, i64)
+    a_dst = np.empty(acap, i64)
+    a_arc = np.empty(acap, i64)
+    a_cost = np.empty(acap, f32)  # the context's cost of the arc
+    n_state[0], n_ctx[0], alpha[0], best_in[0], chain[0] = 0, context.start[0], 0.0, -1, -1
+    head[0] = 0
+    index[np.int64(0) << 32 | np.int64(np.uint32(context.start[0]))] = 0
+    nodes = 1
+    arcs = 0
+    for s in order:
+        k = head[s]
+        while k >= 0:
+            out_lo[k] = arcs
+            ctx = n_ctx[k]
+            for p in range(first[s], first[s + 1]):
+                a = out_arcs[p]
+                step, nctx = f32(0.0), ctx
+                if word[a] > 0:
+                    step, nctx = context_step(context, 0, ctx, word[a])
+                d = dst[a]
+                key = np.int64(d) << 32 | np.int64(np.uint32(nctx))
+                if key in index:
+                    j = index[key]
+                else:
+                    if nodes == n_state.shape[0]:
+                        n_state, n_ctx, alpha = _longer(n_state, nodes + 1), _longer(n_ctx, nodes + 1), _longer(
+                            alpha, nodes + 1)
+                        best_in, chain = _longer(best_in, nodes + 1), _longer(chain, nodes + 1)
+                        out_lo, out_hi = _longer(out_lo, nodes + 1), _longer(out_hi, nodes + 1)
+                    j = nodes
+                    nodes += 1
+                    n_state[j], n_ctx[j], alpha[j], best_in[j] = d, nctx, np.inf, -1
+                    chain[j] = head[d]
+                    head[d] = j
+                    index[key] = j
+                if arcs == a_src.shape[0]:
+                    a_src, a_dst, a_arc, a_cost = (_longer(a_src, arcs + 1), _longer(a_dst, arcs + 1),
+                                                   _longer(a_arc, arcs + 1), _longer(a_cost, arcs + 1))
+                a_src[arcs], a_dst[arcs], a_arc[arcs], a_cost[arcs] = k, j, a, step
+                c = f32(alpha[k] + cost[a])
+                if word[a] > 0:
+                    c = f32(c + step)
+                if c < alpha[j] or (c == alpha[j] and best_in[j] >= 0 and graph_arc[a] < graph_arc[a_arc[best_in[j]]]):
+                    alpha[j] = c
+                    best_in[j] = arcs
+                arcs += 1
+            out_hi[k] = arcs
+            k = chain[k]
+    # each node's cost to the end (final: the lattice's final cost + the context's), backwards
+    end = np.full(nodes, np.inf)
+    ctx_final = np.zeros(nodes, f32)
+    best, best_node = np.inf, -1
+    for r in range(order.shape[0] - 1, -1, -1):
+        s = order[r]
+        k = head[s]
+        while k >= 0:
+            if final_cost[s] < np.inf:
+                if with_final:
+                    ctx_final[k] = context_final(context, 0, n_ctx[k])
+                end[k] = final_cost[s] + np.float64(ctx_final[k])
+                if alpha[k] + end[k] < best:
+                    best, best_node = alpha[k] + end[k], k
+            for e in range(out_lo[k], out_hi[k]):
+                end[k] = min(end[k], np.float64(cost[a_arc[e]]) + np.float64(a_cost[e]) + end[a_dst[e]])
+            k = chain[k]
+    # keep what lies within the beam of the best (the best path always: its cost is the best)
+    limit = best + beam + 1e-4 * (1.0 + abs(best))
+    number = np.full(nodes, -1, i64)
+    number[0] = 0
+    kept_nodes = 1
+    keep = np.zeros(arcs, np.bool_)
+    kept = 0
+    for e in range(arcs):
+        k, j = a_src[e], a_dst[e]
+        if alpha[k] + np.float64(cost[a_arc[e]]) + np.float64(a_cost[e]) + end[j] <= limit:
+            keep[e] = True
+            kept += 1
+            for x in (k, j):
+                if number[x] < 0:
+                    number[x] = kept_nodes
+                    kept_nodes += 1
+    state_of = np.empty(kept_nodes, i64)
+    for k in range(nodes):
+        if number[k] >= 0:
+            state_of[number[k]] = n_state[k]
+    o_src, o_dst, o_arc, o_cost = np.empty(kept, i64), np.empty(kept, i64), np.empty(kept, i64), np.empty(kept, f32)
+    renumber = np.full(arcs, -1, i64)
+    i = 0
+    for e in range(arcs):
+        if keep[e]:
+            o_src[i], o_dst[i], o_arc[i], o_cost[i] = number[a_src[e]], number[a_dst[e]], a_arc[e], a_cost[e]
+            renumber[e] = i
+            i += 1
+    finals = 0
+    for k in range(nodes):
+        finals += number[k] >= 0 and alpha[k] + end[k] <= limit and final_cost[n_state[k]] < np.inf
+    f_state, f_cost = np.empty(finals, i64), np.empty(finals, f32)
+    i = 0
+    for k in range(nodes):
+        if number[k] >= 0 and alpha[k] + end[k] <= limit and final_cost[n_state[k]] < np.inf:
+            f_state[i], f_cost[i] = number[k], f32(final_cost[n_state[k]] + np.float64(ctx_final[k]))
+            i += 1
+    length = 0
+    k = best_node
+    while k > 0:
+        length += 1
+        k = a_src[best_in[k]]
+    path = np.empty(length, i64)
+    k = best_node
+    while k > 0:
+        length -= 1
+        path[length] = renumber[best_in[k]]
+        k = a_src[best_in[k]]
+    return 0, state_of, o_src, o_dst, o_arc, o_cost, f_state, f_cost, path, best

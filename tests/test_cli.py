@@ -117,6 +117,10 @@ def test_decode_cli_boosts_rescores_and_prunes_tokens_as_the_api_does(tiny, tiny
     assert cli("--graph", str(small), "--rescore-lm", str(tiny / "lm.arpa"), "--graph-lm", str(unigram),
                "--stream") == want
     assert f"rescored on the fly with {tiny / 'lm.arpa'}" in capsys.readouterr().out
+    want = api(small, rescore_lm=tiny / "lm.arpa", rescore_mode="lattice", lattice_beam=6.0)
+    assert cli("--graph", str(small), "--rescore-lm", str(tiny / "lm.arpa"), "--rescore-mode", "lattice",
+               "--lattice-beam", "6") == want
+    assert f"lattices rescored with {tiny / 'lm.arpa'}" in capsys.readouterr().out
     want = api(small, rescore_lm=tiny / "lm.arpa", context_beam=0.0)
     assert cli("--graph", str(small), "--rescore-lm", str(tiny / "lm.arpa"), "--context-beam", "0") == want
     assert "context_beam=0" in capsys.readouterr().out
@@ -199,6 +203,10 @@ def test_detokenize_inverts_tokenize(demo):
     (["--lattice-beam", "8", "--nbest", "0"], "--nbest: must be >= 1"),
     (["--confidence-calibration", "cal.json"], "--confidence-calibration: confidences come from the lattice"),
     (["--graph-lm", "lm.arpa"], "--graph-lm: names the graph's LM for --rescore-lm; give --rescore-lm too"),
+    (["--rescore-mode", "lattice"], "--rescore-mode: says how --rescore-lm rescores; give --rescore-lm too"),
+    (["--rescore-lm", "lm.arpa", "--rescore-mode", "lattice"], "--rescore-mode: lattice rescores the search's word "
+                                                               "lattices; give --lattice-beam too"),
+    (["--rescore-lm", "lm.arpa", "--rescore-mode", "both"], "--rescore-mode: invalid choice: 'both'"),
     (["--token-top-n", "0"], "--token-top-n=0: must be None (all columns) or an integer >= 1"),
     (["--token-rel-threshold", "2"], "--token-rel-threshold=2.0: must be a number in [0, 1]"),
     (["--spm", "bpe.model"], "--spm: is for --beam-search"),

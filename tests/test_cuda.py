@@ -270,6 +270,20 @@ def test_rescoring_cuda_skips_lookups_out_of_reach(small_graph):
     assert 0 < gpu.stats.lm["lookups"] < unbounded.stats.lm["lookups"]
 
 
+def test_lattice_rescoring_cuda_equals_cpu(small_graph):
+    """rescore_mode="lattice" after a search on the GPU: the lattices the GPU keeps, rescored
+    on the host, give the CPU's results and rescored lattices."""
+    g, lms = small_graph
+    x = random_log_probs(5, batch=2, frames=7, columns=5, sharpness=1.5)  # (the big LM changes both results)
+    lengths = np.array([7, 6])
+    config = dict(beam=6.0, max_active=40, min_active=1, token_capacity=128, lattice_beam=3.0, rescore_mode="lattice",
+                  **lms)
+    cpu, gpu = (Decoder(g, device=d, **config) for d in ("cpu", "cuda"))
+    want, got = cpu.decode(x, lengths, nbest=3), gpu.decode(x, lengths, nbest=3)
+    assert got == want and any(r.rescore_cost != 0 for r in got)
+    assert [canonical_lattice(r.lattice) for r in got] == [canonical_lattice(r.lattice) for r in want]
+
+
 def test_context_beam_cuda_equals_cpu(small_graph, tmp_path):
     """A context beam on the GPU leaves unexpanded the survivors the CPU leaves (more than
     it dearer than their graph state's cheapest): the same results and lattices, with a

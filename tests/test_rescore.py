@@ -153,9 +153,9 @@ def small_graph(tiny, tmp_path):
     return wfst.load_graph(r.directory), read_fst(r.directory / "TLG.fst"), tiny / "lm.arpa", small
 
 
-def rescoring_fst(decoder: Decoder) -> fst.VectorFst:
+def rescoring_fst(decoder: Decoder, final: bool = True) -> fst.VectorFst:
     """D: one state per big-LM state, an arc per word adding big - small LM cost (what
-    context_step adds), final cost big </s> - small </s>."""
+    context_step adds), final cost big </s> - small </s> (0 unless `final`)."""
     r = decoder.rescorer
     c = contexts.context(r, [NO_PHRASES])
     d = fst.VectorFst()
@@ -164,7 +164,7 @@ def rescoring_fst(decoder: Decoder) -> fst.VectorFst:
     d.set_start(r.big.start)
     W = len(decoder.graph.words)
     for s in range(r.big.num_states):
-        d.set_final(s, fst.Weight(d.weight_type(), float(context_final(c, 0, s))))
+        d.set_final(s, fst.Weight(d.weight_type(), float(context_final(c, 0, s)) if final else 0.0))
         for w in range(1, W):
             if decoder.graph.words[w].startswith("#") or decoder.graph.words[w] in ("<s>", "</s>"):
                 continue
@@ -192,6 +192,98 @@ def test_rescoring_equals_exact_composition(small_graph):
     assert changed, "the big LM should change some result"
     # the LM's memo of steps is kept from call to call: a second batch decodes as if alone
     assert dec.decode(x[::-1].copy()) == results[::-1]
+
+
+def _sequences(f: fst.VectorFst, n: int) -> list[tuple[tuple[int, ...], float]]:
+    """The n best distinct output word sequences of an acyclic FST and their costs (OpenFST)."""
+    words = f.copy().project("output").rmepsilon()
+    best = fst.shortestpath(fst.determinize(words), nshortest=n, unique=True)
+    out = []
+    for first in best.arcs(best.start()) if best.start() >= 0 else []:
+        labels, cost, s = [first.olabel] if first.olabel else [], float(first.weight), first.nextstate
+        while float(best.final(s)) == math.inf:
+            (arc,) = list(best.arcs(s))
+            labels += [arc.olabel] if arc.olabel else []
+            cost, s = cost + float(arc.weight), arc.nextstate
+        out.append((tuple(labels), cost + float(best.final(s))))
+    if best.start() >= 0 and float(best.final(best.start())) < math.inf:
+        out.append(((), float(best.final(best.start()))))
+    return sorted(out, key=lambda p: p[1])
+
+
+@pytest.mark.parametrize("lattice_beam", [3.0, 6.0])
+def test_lattice_rescoring_equals_the_lattice_composed_with_the_big_lm(small_graph, lattice_beam):
+    """rescore_mode="lattice": the search keeps the small graph's word lattice and it is
+    rescored after it.  The result is OpenFST's shortest path of (the search's lattice ∘ D),
+    its lattice holds that composition's word sequences within the lattice beam of it (the
+    N-best lists agree, costs too), and its costs add up as on-the-fly rescoring's do."""
+    g, _, big, small = small_graph
+    config = dict(beam=8.0, max_active=200, lattice_beam=lattice_beam)
+    first = Decoder(g, **config)
+    dec = Decoder(g, rescore_lm=big, graph_lm=small, rescore_mode="lattice", **config)
+    assert dec._searched_lm is None and dec.rescorer is not None
+    x = random_log_probs(5, batch=8, frames=12, columns=5, sharpness=1.0)
+    plain, got = first.decode(x), dec.decode(x, nbest=4)
+    finals = {True: rescoring_fst(dec), False: rescoring_fst(dec, final=False)}
+    changed = 0
+    for p, r in zip(plain, got):
+        composed = fst.compose(p.lattice.to_fst().arcsort("olabel"), finals[p.reached_final])
+        want = [(w, c) for w, c in _sequences(composed, 4)]
+        assert r.word_ids == want[0][0] and r.cost == pytest.approx(want[0][1], abs=1e-4)
+        kept = [(w, c) for w, c in want if c <= want[0][1] + lattice_beam - 1e-3]
+        listed = [(h.word_ids, h.cost) for h in r.nbest]
+        assert [w for w, _ in listed[:len(kept)]] == [w for w, _ in kept]
+        assert [c for _, c in listed[:len(kept)]] == pytest.approx([c for _, c in kept], abs=1e-4)
+        assert all(c <= r.cost + lattice_beam + 1e-3 for _, c in listed)  # pruned to the beam
+        assert r.acoustic_cost + r.graph_cost + r.rescore_cost == pytest.approx(r.cost, abs=1e-4)
+        expected = dec.rescorer.big.score(r.words) - dec.rescorer.small.score(r.words) if r.reached_final else None
+        if expected is not None:
+            assert r.rescore_cost == pytest.approx(expected, abs=1e-4)
+        changed += r.words != p.words
+    assert changed, "the big LM should change some result"
+
+
+def test_lattice_rescoring_with_a_wide_lattice_is_the_exact_search(small_graph):
+    """With a lattice as wide as the search, rescoring it finds what on-the-fly rescoring
+    finds: the same words and costs."""
+    g, _, big, small = small_graph
+    x = random_log_probs(6, batch=8, frames=12, columns=5, sharpness=1.5)
+    exact = Decoder(g, rescore_lm=big, graph_lm=small, **WIDE).decode(x)
+    got = Decoder(g, rescore_lm=big, graph_lm=small, rescore_mode="lattice", lattice_beam=1e3, **WIDE).decode(x)
+    for a, b in zip(got, exact):
+        assert (a.word_ids, a.word_frames, a.reached_final) == (b.word_ids, b.word_frames, b.reached_final)
+        assert a.cost == pytest.approx(b.cost, abs=1e-4) and a.rescore_cost == pytest.approx(b.rescore_cost, abs=1e-4)
+
+
+def test_lattice_rescoring_options_are_checked(small_graph):
+    g, _, big, small = small_graph
+    with pytest.raises(wfst.WfstError, match="rescore_mode='nope': must be one of 'on_the_fly', 'lattice'"):
+        Decoder(g, rescore_lm=big, graph_lm=small, rescore_mode="nope")
+    with pytest.raises(wfst.WfstError, match="rescore_mode='lattice' rescores with a big LM: give rescore_lm="):
+        Decoder(g, rescore_mode="lattice", lattice_beam=4.0)
+    with pytest.raises(wfst.WfstError, match="set lattice_beam"):
+        Decoder(g, rescore_lm=big, graph_lm=small, rescore_mode="lattice")
+    r = Decoder(g, lattice_beam=4.0).decode(random_log_probs(1, batch=1, frames=6, columns=5))[0]
+    rescorer = Decoder(g, rescore_lm=big, graph_lm=small).rescorer
+    for beam in (-1.0, float("nan"), "4", None):
+        with pytest.raises(wfst.WfstError, match="rescored: beam=.* must be a number >= 0"):
+            r.lattice.rescored(rescorer, beam)
+    assert r.lattice.rescored(rescorer, 0.0)[1].cost == pytest.approx(r.lattice.rescored(rescorer, 4.0)[1].cost)
+
+
+def test_a_lattice_with_a_cycle_is_refused_not_looped():
+    """The composition visits the lattice's states in topological order; arcs that form a
+    cycle (a graph with an epsilon cycle) leave states unvisited: refused, status 1."""
+    from wfst.kernels.lattice import rescore_lattice, topological_order
+
+    src, dst = np.array([0, 1, 2, 2], np.int32), np.array([1, 2, 1, 3], np.int32)
+    order, first, out = topological_order(src, dst, 4)
+    assert list(order) == [0] and list(first) == [0, 1, 2, 4, 4] and sorted(out) == [0, 1, 2, 3]
+    assert list(topological_order(src[[0, 1, 3]], dst[[0, 1, 3]], 4)[0]) == [0, 1, 2, 3]
+    c = contexts.context(None, [NO_PHRASES])
+    status = rescore_lattice(src, dst, np.zeros(4, np.int32), np.zeros(4, np.float32), np.arange(4, dtype=np.int32), 4,
+                             np.array([3], np.int32), np.zeros(1, np.float32), True, c, 5.0)[0]
+    assert status == 1
 
 
 def test_context_beam_expands_only_the_cheapest_contexts_of_a_state(small_graph):

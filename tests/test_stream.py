@@ -124,10 +124,12 @@ def test_streams_take_a_call_s_chunks_as_one_array(demo, demo_graphs):
     same_results(dec.finish(streams), dec.decode(x[:3, :10]))
 
 
-@pytest.mark.parametrize("lattice_beam,context_beam", [(None, None), (4.0, None), (None, 1.0)])
-def test_streams_with_boosts_phrases_fltop_and_rescoring(demo, tmp_path, lattice_beam, context_beam):
+@pytest.mark.parametrize("lattice_beam,context_beam,rescore_mode", [(None, None, "on_the_fly"),
+                                                                    (4.0, None, "on_the_fly"),
+                                                                    (None, 1.0, "on_the_fly"), (4.0, None, "lattice")])
+def test_streams_with_boosts_phrases_fltop_and_rescoring(demo, tmp_path, lattice_beam, context_beam, rescore_mode):
     """Per-stream word boosts and phrases, FLToP and on-the-fly rescoring: as offline (with
-    their lattices; with a context beam)."""
+    their lattices; with a context beam; with the lattices rescored after the search)."""
     small = truncate_arpa(demo / "lm.arpa", tmp_path / "lm2.arpa", 2)
     r = compile_graph(tmp_path / "g", tokens=demo / "chars_tokens.txt", word_boundary="|", lm=small,
                       topology="compact")
@@ -137,7 +139,7 @@ def test_streams_with_boosts_phrases_fltop_and_rescoring(demo, tmp_path, lattice
     words = texts[0].split()
     boosts = [{words[0]: 2.0}, None, {" ".join(words[:2]): 3.0, words[-1]: 1.0}, None, {words[1]: 1.5}, None]
     dec = Decoder(g, beam=10.0, max_active=400, token_top_n=12, num_threads=2, rescore_lm=demo / "lm.arpa",
-                  lattice_beam=lattice_beam, prune_interval=5, context_beam=context_beam)
+                  lattice_beam=lattice_beam, prune_interval=5, context_beam=context_beam, rescore_mode=rescore_mode)
     lengths[3] = 0  # (the big LM's cost of the empty sentence)
     nbest = None if lattice_beam is None else 3
     want = dec.decode(x, lengths, boost=boosts, nbest=nbest)

@@ -5,6 +5,7 @@
     wfst-decode ... --lattice-beam 8 --nbest 5  # word lattices: N-best lists and word confidences
     wfst-decode ... --ctm out.ctm               # word times (and confidences with --lattice-beam) as CTM
     wfst-decode ... --rescore-lm big.arpa       # the graph's LM replaced by a bigger one on the fly
+    wfst-decode ... --rescore-lm big.arpa --rescore-mode lattice --lattice-beam 8  # the same, on word lattices
     wfst-decode ... --phrases boost.txt         # words and phrases boosted (one a line, TAB reward)
     wfst-decode --beam-search --tokens tokens.txt --lm token_lm.arpa --emissions emissions.npz
                                                 # lexicon-free CTC beam search (no graph)
@@ -32,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import MIN_ACTIVE, PHRASE_REWARD, DecoderConfig
-from .decoder import Decoder
+from .decoder import RESCORE_MODES, Decoder
 from .errors import InputFileError, WfstError
 from .files import read_lines, why_unwritable, write_text_atomic
 from .scoring import FRAME_SECONDS, rtfx, word_errors
@@ -126,6 +127,9 @@ def decode_main(argv: list[str] | None = None) -> int:
     graph = ap.add_argument_group("the graph search")
     graph.add_argument("--rescore-lm", metavar="ARPA",
                        help="a bigger LM (ARPA file or LM store) whose scores replace the graph LM's on the fly")
+    graph.add_argument("--rescore-mode", choices=RESCORE_MODES, default="on_the_fly",
+                       help="with --rescore-lm: on_the_fly (the search scores each word with the big LM) or lattice "
+                            "(the search keeps word lattices, --lattice-beam, and they are rescored after it)")
     graph.add_argument("--graph-lm", metavar="ARPA",
                        help="with --rescore-lm: the LM the graph was built with (default: the one graph.json names)")
     graph.add_argument("--context-beam", type=float, default=defaults.context_beam,
@@ -153,6 +157,11 @@ def decode_main(argv: list[str] | None = None) -> int:
     for option in ("tokens", "lm", "spm"):
         if getattr(args, option) is not None:
             ap.error(f"argument --{option}: is for --beam-search")
+    if args.rescore_mode != ap.get_default("rescore_mode") and args.rescore_lm is None:
+        ap.error("argument --rescore-mode: says how --rescore-lm rescores; give --rescore-lm too")
+    if args.rescore_mode == "lattice" and args.lattice_beam is None:
+        ap.error("argument --rescore-mode: lattice rescores the search's word lattices; give --lattice-beam too "
+                 "(e.g. 8)")
     if args.graph_lm is not None and args.rescore_lm is None:
         ap.error("argument --graph-lm: names the graph's LM for --rescore-lm; give --rescore-lm too")
     if args.confidence_calibration is not None and args.lattice_beam is None:
@@ -209,7 +218,7 @@ def _beam_search_main(ap, args) -> int:
         if given:
             ap.error(f"argument {option}: not available with --beam-search yet")
     for option in ("beam", "max_active", "min_active", "acoustic_scale", "blank_penalty", "confidence_calibration",
-                   "rescore_lm", "graph_lm", "token_top_n", "token_rel_threshold", "context_beam"):
+                   "rescore_lm", "rescore_mode", "graph_lm", "token_top_n", "token_rel_threshold", "context_beam"):
         if getattr(args, option) != ap.get_default(option):  # silently ignored otherwise
             ap.error(f"argument --{option.replace('_', '-')}: is for the graph search, not --beam-search")
     if args.threads is not None and args.threads < 1:
@@ -252,7 +261,7 @@ def _decode(args, config: DecoderConfig | None, beam_decoder=None, phrases=None)
     elif em.texts is not None:
         refs = list(em.texts)
     decoder = beam_decoder or Decoder(args.graph, config, device=args.device, rescore_lm=args.rescore_lm,
-                                      graph_lm=args.graph_lm)
+                                      graph_lm=args.graph_lm, rescore_mode=args.rescore_mode)
     if args.ctm and beam_decoder is None:
         from .align import word_aligner
 
@@ -296,7 +305,8 @@ def _decode(args, config: DecoderConfig | None, beam_decoder=None, phrases=None)
     search = (f"beam search: beam_size={args.beam_size}, lm_weight={args.lm_weight}" if beam_decoder is not None
               else f"beam={args.beam}, max_active={args.max_active}")
     if args.rescore_lm is not None:
-        search += f", rescored on the fly with {args.rescore_lm}"
+        search += (f", rescored on the fly with {args.rescore_lm}" if args.rescore_mode == "on_the_fly" else
+                   f", lattices rescored with {args.rescore_lm}")
     if args.token_top_n is not None or args.token_rel_threshold:
         search += f", FLToP top_n={args.token_top_n}, rel_threshold={args.token_rel_threshold:g}"
     if phrases:

@@ -52,6 +52,7 @@ from .stream import EndpointConfig, Partial, Stream
 _DEAD, _CAPACITY = operator.attrgetter("dead"), operator.attrgetter("capacity")
 _DECODER, _FINISHED, _STATE, _PHRASED = (operator.attrgetter(a) for a in ("_decoder", "finished", "_state", "_phrased"))
 _FLOAT32 = np.dtype(np.float32)  # (a dtype compares with a dtype at half the cost of with np.float32)
+RESCORE_MODES = ("on_the_fly", "lattice")
 
 
 class Decoder:
@@ -64,7 +65,11 @@ class Decoder:
     rescore_lm: a big LM (ARPA file, prepared once into a store file beside it, or a store
     file from wfst.lm.prepare_lm) that replaces the graph's LM score on the fly at word
     arcs; graph_lm: the LM the graph was built with (default: the ARPA file graph.json
-    names, if it is still there and unchanged).
+    names, if it is still there and unchanged).  rescore_mode="lattice" rescores after the
+    search instead: the search runs on the graph alone, keeping each utterance's word
+    lattice (lattice_beam), and the lattice's paths are rescored with the big LM (Kaldi's
+    lattice rescoring); the results are the rescored lattice's best paths, their lattices
+    the rescored ones (a stream's partial results are the search's, before rescoring).
 
     stream(), advance() and finish() decode live streams chunk by chunk (wfst.stream),
     exactly as decode() would decode each stream's whole audio.
@@ -73,7 +78,8 @@ class Decoder:
     """
 
     def __init__(self, graph: Graph | str | os.PathLike, config: DecoderConfig | None = None, *,
-                 device: str = "cpu", rescore_lm=None, graph_lm=None, **options):
+                 device: str = "cpu", rescore_lm=None, graph_lm=None, rescore_mode: str = "on_the_fly",
+                 **options):
         if not isinstance(graph, (Graph, str, os.PathLike)):
             raise OptionError(f"graph must be a wfst.Graph or the path of a graph directory or FST; got "
                               f"{type(graph).__name__}")
@@ -94,12 +100,23 @@ class Decoder:
         self.graph = graph
         self.config = config
         self.device = device
+        if rescore_mode not in RESCORE_MODES:
+            raise OptionError(f"rescore_mode={rescore_mode!r}: must be one of {', '.join(map(repr, RESCORE_MODES))}")
+        if rescore_mode == "lattice":
+            if rescore_lm is None:
+                raise OptionError("rescore_mode='lattice' rescores with a big LM: give rescore_lm=")
+            if config.lattice_beam is None:
+                raise OptionError("rescore_mode='lattice' rescores each utterance's word lattice: set lattice_beam "
+                                  "(e.g. Decoder(..., lattice_beam=8.0))")
         self.rescorer = _rescorer(graph, rescore_lm, graph_lm) if rescore_lm is not None else None
+        self.rescore_mode = rescore_mode
+        # the LM the search itself rescores with (on the fly), or None: the lattices are rescored after it
+        self._searched_lm = self.rescorer if rescore_mode == "on_the_fly" else None
         tokens = config.token_capacity or C.default_token_capacity(config.max_active)
         self._capacity = Capacity.initial(tokens, config.max_active, config.min_active)
-        if self.rescorer is not None:
+        if self._searched_lm is not None:
             self._capacity = dataclasses.replace(self._capacity,
-                                                 lm_cache=C.lm_cache_slots(self.rescorer.big.num_arcs))
+                                                 lm_cache=C.lm_cache_slots(self._searched_lm.big.num_arcs))
         blank = graph.tokens.blank_ilabel
         if blank is None and config.blank_penalty != 0:
             raise OptionError(f"blank_penalty={config.blank_penalty}: the graph's tokens have no blank to "
@@ -141,14 +158,14 @@ class Decoder:
             paths, regrowths = self._search(plan)
             g, c, boosts = self.graph, self.config, plan.boosts
             results = [path_result(g, c, paths[b], int(plan.lengths[b]), boosts.maps[b], boosts.phrases[b],
-                                   self.rescorer) for b in range(len(plan.lengths))]
+                                   self._searched_lm) for b in range(len(plan.lengths))]
             if plan.lattice is not None:
                 results = [self._with_lattice(r, paths[b].lattice, PathScorer(
-                    g, c, int(plan.lengths[b]), boosts.maps[b], boosts.phrases[b], self.rescorer), nbest)
+                    g, c, int(plan.lengths[b]), boosts.maps[b], boosts.phrases[b], self._searched_lm), nbest)
                     if r.acoustic_cost < math.inf else r  # (a search that died has none)
                     for b, r in enumerate(results)]
             frames = int(plan.lengths.sum())
-            lm = self._backend.lm_report(lm_before, frames, self.rescorer)
+            lm = self._backend.lm_report(lm_before, frames, self._searched_lm)
             self.stats = DecodeStats(len(results), frames, time.perf_counter() - start,
                                      sum(p.survivors for p in paths.values()) / frames if frames else 0.0,
                                      regrowths, sum(p.fallbacks for p in paths.values()), boosts.unknown, lm,
@@ -164,9 +181,10 @@ class Decoder:
                 raise OptionError(f"nbest={nbest} needs a lattice: set lattice_beam (e.g. "
                                   f"Decoder(..., lattice_beam=8.0))")
 
-    @staticmethod
-    def _with_lattice(result: DecodeResult, raw, scorer, nbest: int | None) -> DecodeResult:
+    def _with_lattice(self, result: DecodeResult, raw, scorer, nbest: int | None) -> DecodeResult:
         lattice = Lattice(raw, scorer, result.word_ids)
+        if self.rescore_mode == "lattice":
+            lattice, result = lattice.rescored(self.rescorer, self.config.lattice_beam)
         listed = tuple(lattice.nbest(nbest)) if nbest else ()
         if listed and listed[0].word_ids == result.word_ids:
             listed = (result,) + listed[1:]  # the same path: the best path's own figures
@@ -197,7 +215,7 @@ class Decoder:
                                      f"token_capacity")
         with self._lock:
             lattice = None if c.lattice_beam is None else (c.lattice_beam, c.prune_interval)
-            state = self._backend.open_stream(boosts, self.rescorer, self._settings, self._capacity,
+            state = self._backend.open_stream(boosts, self._searched_lm, self._settings, self._capacity,
                                               **({} if lattice is None else dict(lattice=lattice)))
             self._grow_to(state.capacity)
         return Stream(self, state, boosts.maps[0], boosts.phrases[0], endpoint or EndpointConfig(),
@@ -241,7 +259,7 @@ class Decoder:
                 warn_not_log_probs(f"stream {above[0]}, chunk frame {above[1]}", above[2])
         states = list(map(_STATE, streams))
         # the context steps' counters only where a stream has a context
-        contextual = self.rescorer is not None or any(map(_PHRASED, streams))
+        contextual = self._searched_lm is not None or any(map(_PHRASED, streams))
         with self._lock:  # checked again in turn: another thread may have finished one (a finished stream's
             if any(map(_FINISHED, streams)):  # state is replaced; nothing else about them can change meanwhile)
                 self._check_streams(streams, "advance")
@@ -264,9 +282,9 @@ class Decoder:
             if moving:
                 self._grow_to(max(map(_CAPACITY, moving)))
             frames = sum(chunk_lengths(arrays))
+            lm = self._backend.lm_report(lm_before, frames, self._searched_lm) if contextual else {}
             self.stats = DecodeStats(len(streams), frames, time.perf_counter() - start,
-                                     survivors / frames if frames else 0.0,
-                                     lm=self._backend.lm_report(lm_before, frames, self.rescorer) if contextual else {},
+                                     survivors / frames if frames else 0.0, lm=lm,
                                      device_seconds=self._backend.device_seconds - device_before)
 
     @interruptible
@@ -284,11 +302,11 @@ class Decoder:
                 status, path, prefix = self._backend.finish_stream(s._state)
                 if status == C.EPS_CYCLE:
                     raise WfstError("a stream's path loops: the graph has an epsilon cycle of zero or negative cost")
-                r = path_result(self.graph, self.config, path, s.frames, s._boost_map, s._phrases, self.rescorer,
+                r = path_result(self.graph, self.config, path, s.frames, s._boost_map, s._phrases, self._searched_lm,
                                 prefix)
                 if path.lattice is not None and r.acoustic_cost < math.inf:  # (a search that died has none)
                     r = self._with_lattice(r, path.lattice, PathScorer(self.graph, self.config, s.frames, s._boost_map,
-                                                                       s._phrases, self.rescorer), nbest)
+                                                                       s._phrases, self._searched_lm), nbest)
                 results.append(r)
                 s._final_rule = s.endpoint_rule
                 s.finished = True
@@ -370,15 +388,15 @@ class Decoder:
         x = self._backend.to_batch(log_probs)
         lengths = check_batch(x, lengths, self.graph.tokens.num_columns)
         boosts = boost_tables(boost, len(lengths), self.graph.words, self.config.beam)
-        if self.rescorer is not None:
+        if self._searched_lm is not None:
             for b, automaton in enumerate(boosts.phrases):
-                if self.rescorer.big.num_states * automaton.num_states >= 2**31:
+                if self._searched_lm.big.num_states * automaton.num_states >= 2**31:
                     raise DecodeInputError(f"utterance {b}: {automaton.num_states} phrase-automaton states x "
-                                           f"{self.rescorer.big.num_states} LM states do not fit a token's 31-bit "
+                                           f"{self._searched_lm.big.num_states} LM states do not fit a token's 31-bit "
                                            f"context; boost fewer phrases per utterance")
         check_log_probs(self._backend.input_faults(x, lengths), x, lengths)
         lattice = None if self.config.lattice_beam is None else (self.config.lattice_beam, self.config.prune_interval)
-        return BatchPlan(x, lengths, boosts, self.rescorer, self._settings, self._capacity, lattice)
+        return BatchPlan(x, lengths, boosts, self._searched_lm, self._settings, self._capacity, lattice)
 
     def _search(self, plan: BatchPlan):
         """The best path of every utterance ({utterance: TracedPath}; one of no frames: the

@@ -28,7 +28,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .align import linear_acceptor, path_arcs
-from .errors import OptionError
+from .errors import OptionError, WfstError
 from .files import write_text_atomic
 from .results import DecodeResult, PathPart, part_result, path_part
 
@@ -302,6 +302,32 @@ class Lattice:
         return part_result(sc.graph, part, acoustic, raw.reached_final, sc.num_frames, sc.boost, sc.phrases,
                            sc.rescorer)
 
+    # ---------------------------------------------------------------- rescoring
+
+    def rescored(self, rescorer, beam: float) -> tuple[Lattice, DecodeResult]:
+        """This lattice rescored with a bigger LM (lm.Rescorer): each path's graph LM score
+        replaced by the big LM's, word by word as on-the-fly rescoring does it, by composing
+        the lattice with the LM's states (a state of the result is a state of this lattice
+        and a big-LM history); pruned again to the paths within `beam` of the new best.
+        Returns (the rescored lattice, the DecodeResult of its best path)."""
+        from wfst.kernels.lattice import rescore_lattice
+
+        if isinstance(beam, bool) or not isinstance(beam, (int, float, np.floating, np.integer)) or not beam >= 0:
+            raise OptionError(f"rescored: beam={beam!r} must be a number >= 0 (the paths kept within it of the best)")
+        raw, sc = self._raw, self._scorer
+        status, state_of, src, dst, arc, lm_cost, finals, final_costs, path, _ = rescore_lattice(
+            raw.src, raw.dst, self.olabel, raw.graph_cost + raw.acoustic_cost, raw.arc, self.num_states,
+            raw.final_states, raw.final_costs, raw.reached_final, rescorer.context, float(beam))
+        if status:
+            raise WfstError("the lattice has a cycle: the graph has an epsilon cycle of zero or negative cost")
+        new = RawLattice(src.astype(np.int32), dst.astype(np.int32), raw.arc[arc],
+                         (raw.graph_cost[arc] + lm_cost).astype(np.float32), raw.acoustic_cost[arc],
+                         raw.step[state_of], finals.astype(np.int32), final_costs,
+                         raw.reached_final)
+        lattice = Lattice(new, dataclasses.replace(sc, rescorer=rescorer))
+        best = lattice._result_of(path)
+        lattice._best_words = best.word_ids
+        return lattice, best
 
     # ---------------------------------------------------------------- the oracle
 

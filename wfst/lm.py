@@ -509,7 +509,7 @@ class Rescorer:
         self.small_of = _small_states(big, small)
         self.automata()  # built now: a decode should not pay for it
         self.gain, self.buckets = _gain_bounds(self, scored)
-        self._context = self._path_cost = None  # (path_cost's, made at its first call)
+        self._path_cost = None  # (made at its first call)
 
     def automata(self):
         """(big LM, graph LM) as kernels.groups.Automata."""
@@ -524,18 +524,23 @@ class Rescorer:
                   self.buckets]
         return sum(int(a.nbytes) for a in arrays)
 
+    @functools.cached_property
+    def context(self):
+        """The kernels' Context of these LMs alone (no phrases)."""
+        from .boost import NO_PHRASES
+        from .contexts import context
+
+        return context(self, [NO_PHRASES])
+
     def path_cost(self, word_ids, final: bool = True) -> float:
         """Big minus small LM cost of a word sequence, word by word as the decoder adds it."""
-        if self._context is None:
+        if self._path_cost is None:
             from wfst.kernels import cpu
 
-            from .boost import NO_PHRASES
-            from .contexts import context
             from .cpu_backend import DirectCall
 
-            self._context = context(self, [NO_PHRASES])
             self._path_cost = DirectCall(cpu.context_path_cost, fixed=1, checked=(1,))
-        return float(self._path_cost(self._context, np.array(word_ids, np.int64), int(final)))
+        return float(self._path_cost(self.context, np.array(word_ids, np.int64), int(final)))
 
 
 def _never_scored(word: str) -> bool:

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """make bench-rescore: on-the-fly rescoring with a big LM kept out of the graph.
 
-Two setups, each decoded four ways on one CPU thread: the small-LM graph alone, the small
+Two setups, each decoded five ways on one CPU thread: the small-LM graph alone, the small
 graph rescored on the fly with the big LM (Decoder(rescore_lm=...)), the same with
 context_beam=4 (of the tokens at one graph state, which differ in their big-LM history, only
-those within 4 of the cheapest are expanded), and the graph built statically on the big LM.
+those within 4 of the cheapest are expanded), the small graph's word lattices (lattice_beam
+8) rescored with the big LM after the search (rescore_mode="lattice"), and the graph built
+statically on the big LM.
 Emissions are SYNTHETIC (wfst.synthetic) of held-out sentences.
 
 - demo: the demo's character and BPE compact graphs on a bigram cut from the demo 3-gram
@@ -56,8 +58,10 @@ LARGE_COUNTS = [150_000, 394_000, 553_000]  # the 4-gram's 2-, 3- and 4-grams
 LARGE_PRUNED = [60_000, 90_000]  # the graph's 3-gram: 2- and 3-grams
 WIDE = dict(beam=22.0, max_active=30000)
 WIDE_SENTENCES, OOV, OOV_EVERY = 40, "zorblax", 4
-CONTEXT_BEAM = 4.0  # the fourth row's: tokens expanded within it of their graph state's cheapest
+CONTEXT_BEAM = 4.0  # the third row's: tokens expanded within it of their graph state's cheapest
 BEAMED_ROW = f"small + rescoring, context_beam {CONTEXT_BEAM:g}"
+LATTICE_BEAM = 8.0  # the lattice row's: Kaldi's usual lattice beam
+LATTICE_ROW = f"small + lattice rescoring, lattice_beam {LATTICE_BEAM:g}"
 GPU_ROW = "small + rescoring, GPU"
 GPU_BEAMED_ROW = f"{BEAMED_ROW}, GPU"
 CPU_OF = {GPU_BEAMED_ROW: BEAMED_ROW}  # the CPU row each row is measured against (else exact rescoring's)
@@ -119,14 +123,16 @@ def with_oov(texts):
 
 
 def compare(setup, name, small, big, big_lm, texts, token_set, emissions, config, repeat, gpu_batch=0):
-    """Rows of the three decoders on one graph pair and emission profile; with a gpu_batch,
-    a fourth: rescoring on the GPU in batches of that many utterances."""
+    """Rows of the five decoders on one graph pair and emission profile; with a gpu_batch, two
+    more: rescoring on the GPU in batches of that many utterances (exact, and with the context beam)."""
     x, lengths = synthetic.from_texts(texts, small.tokens, seed=0, **emission_options(token_set),
                                       **PROFILES[emissions])
     frames = int(lengths.sum())
     cells = {label: timed(wfst.Decoder(g, num_threads=1, **config, **kw), x, lengths, repeat)
              for label, g, kw in [("small LM graph", small, {}), ("small + rescoring", small, dict(rescore_lm=big_lm)),
                                   (BEAMED_ROW, small, dict(rescore_lm=big_lm, context_beam=CONTEXT_BEAM)),
+                                  (LATTICE_ROW, small, dict(rescore_lm=big_lm, rescore_mode="lattice",
+                                                            lattice_beam=LATTICE_BEAM)),
                                   ("big LM graph", big, {})]}
     if gpu_batch:
         for label, kw in ((GPU_ROW, {}), (GPU_BEAMED_ROW, dict(context_beam=CONTEXT_BEAM))):
@@ -148,6 +154,10 @@ def compare(setup, name, small, big, big_lm, texts, token_set, emissions, config
                          same_words_as_big=1 - len(differ) / len(results), differ=len(differ),
                          vs_cpu_rescoring=cpu[1] / seconds,
                          same_as_cpu_rescoring=sum(a == b for a, b in zip(results, cpu[0])) / len(results),
+                         same_words_as_cpu_rescoring=sum(a.words == b.words for a, b in zip(results, cpu[0]))
+                         / len(results),
+                         same_cost_as_cpu_rescoring=sum(a.words == b.words and abs(a.cost - b.cost) <= 1e-4
+                                                        for a, b in zip(results, cpu[0])) / len(results),
                          differ_big_lm_prefers_these=int(own), frames=frames, lm=lm,
                          small_states=small.num_states, big_states=big.num_states))
     return rows
@@ -166,6 +176,12 @@ def print_tables(rows):
             print(f"  {r['setup']} {r['graph']} {r['emissions']}: with context_beam {CONTEXT_BEAM:g}, rescoring finds "
                   f"the exact search's results (words, frames, costs) on {100 * r['same_as_cpu_rescoring']:.1f}% of "
                   f"the utterances, {r['vs_cpu_rescoring']:.2f}x as fast")
+        if r["decoder"] == LATTICE_ROW:
+            print(f"  {r['setup']} {r['graph']} {r['emissions']}: rescoring the lattices finds the exact on-the-fly "
+                  f"search's words on {100 * r['same_words_as_cpu_rescoring']:.1f}% of the utterances, with its cost "
+                  f"(to 1e-4) on {100 * r['same_cost_as_cpu_rescoring']:.1f}% and its word frames too on "
+                  f"{100 * r['same_as_cpu_rescoring']:.1f}% (paths of equal cost differ in where a word's label "
+                  f"sits), {r['vs_cpu_rescoring']:.2f}x as fast")
         if r["decoder"] in (GPU_ROW, GPU_BEAMED_ROW):
             search = f"with context_beam {CONTEXT_BEAM:g}" if r["decoder"] == GPU_BEAMED_ROW else "exact"
             print(f"  {r['setup']} {r['graph']} {r['emissions']}: rescoring on the GPU ({search}) runs "

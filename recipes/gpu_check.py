@@ -577,8 +577,10 @@ def rescoring(report, scale, setup: str, g, texts, profile: str, rescore_lm, gra
               n: int) -> dict:
     """A BPE compact graph rescored on the fly with a bigger LM: the GPU (batch 64, and all n
     utterances in one batch) against our CPU backend on one thread, the same n utterances,
-    the WERs; and with make bench-rescore's context beam, all n in one batch."""
-    from bench_rescore import CONTEXT_BEAM
+    the WERs; with make bench-rescore's context beam, all n in one batch; and its lattice
+    rescoring, the GPU's lattices (all n in one batch) rescored on the host, against the
+    CPU's exact rescoring."""
+    from bench_rescore import CONTEXT_BEAM, LATTICE_BEAM
 
     import wfst
     from wfst.scoring import word_errors
@@ -591,6 +593,7 @@ def rescoring(report, scale, setup: str, g, texts, profile: str, rescore_lm, gra
     cpu = wfst.Decoder(g, device="cpu", num_threads=1, **config)
     gpu = wfst.Decoder(g, device="cuda", **config)
     cpu_wall, _, _, cpu_res = timed(cpu, x, lengths, n)
+    exact_wall = cpu_wall
     frames = int(lengths.sum())
     out = {"utterances": n, "beam/max_active": f"{beam:g}/{max_active}",
            "CPU (1 thread) RTFx": f"{FRAME_SECONDS * frames / cpu_wall:,.0f}",
@@ -611,6 +614,15 @@ def rescoring(report, scale, setup: str, g, texts, profile: str, rescore_lm, gra
     out |= {f"context_beam {CONTEXT_BEAM:g}: CPU (1 thread) RTFx": f"{FRAME_SECONDS * frames / cpu_wall:,.0f}",
             f"context_beam {CONTEXT_BEAM:g}: GPU (batch {n}) / CPU": f"{cpu_wall / gpu_wall:.1f}x",
             f"context_beam {CONTEXT_BEAM:g}: WER": f"{100 * word_errors(refs, [r.words for r in gpu_res]).rate:.2f}%"}
+    # lattice rescoring: the same words and costs as the CPU's (paths of equal cost may put a word a frame apart)
+    latticed = dict(config, rescore_mode="lattice", lattice_beam=LATTICE_BEAM)
+    cpu_wall, _, _, cpu_res = timed(wfst.Decoder(g, device="cpu", num_threads=1, **latticed), x, lengths, n)
+    gpu_wall, _, _, gpu_res = timed(wfst.Decoder(g, device="cuda", **latticed), xp.asarray(x), lengths, n)
+    same = sum(a.words == b.words and abs(a.cost - b.cost) <= COST_TOLERANCE for a, b in zip(gpu_res, cpu_res))
+    report.check(f"{setup}, lattice rescoring: GPU (batch {n}) == CPU (words, costs)", same == n, f"{same}/{n}")
+    out |= {"lattice rescoring: CPU (1 thread) RTFx": f"{FRAME_SECONDS * frames / cpu_wall:,.0f}",
+            f"lattice rescoring: GPU (batch {n}) / exact rescoring on the CPU": f"{exact_wall / gpu_wall:.1f}x",
+            "lattice rescoring: WER": f"{100 * word_errors(refs, [r.words for r in gpu_res]).rate:.2f}%"}
     return out | {"big LM on the GPU": f"{gpu.stats.lm.get('gpu_bytes', 0) / 2**20:.1f} MiB"}
 
 

@@ -380,7 +380,12 @@ def rescore_lattice(src, dst, word, cost, graph_arc, num_states, final_states, f
     context) pairs, made in topological order of the lattice's states, the Viterbi cost of
     each along: summed in float32 as the search sums a token's cost, a tie going to the
     smaller graph arc as in its recombination, so that paths of equal cost mostly fall as
-    they do on the fly.  The costs to the end, and the pruning, are float64.
+    they do on the fly.  A state is expanded only if its cost so far plus the lattice's best
+    cost to the end from its lattice state (before rescoring) is within `beam` of the best
+    such estimate so far (a pruned composition, as Kaldi's lattice-lmrescore-pruned: the
+    full one grows with the paths' histories, 37 s instead of 0.3 s for 20 utterances at
+    lattice beam 12); a path whose rescoring lowers its rest by more than the others' can
+    be lost so.  The costs to the end, and the final pruning, are float64.
 
     Returns (status: 0, or 1 where the lattice's arcs form a cycle; for each state kept,
     its lattice state (state 0 the start); for each arc kept, its source, destination,
@@ -395,6 +400,13 @@ def rescore_lattice(src, dst, word, cost, graph_arc, num_states, final_states, f
     final_cost = np.full(num_states, np.inf)
     for i in range(final_states.shape[0]):
         final_cost[final_states[i]] = min(final_cost[final_states[i]], np.float64(final_costs[i]))
+    rest = final_cost.copy()  # each lattice state's best cost to the end, before rescoring
+    for r in range(order.shape[0] - 1, -1, -1):
+        s = order[r]
+        for p in range(first[s], first[s + 1]):
+            a = out_arcs[p]
+            rest[s] = min(rest[s], np.float64(cost[a]) + rest[dst[a]])
+    estimate = rest[0]  # the best estimate of a whole path's cost so far: its cost so far + the rest's
     # the composition's states ("nodes"): lattice state, context, Viterbi cost, best arc in
     cap = max(2 * num_states, 16)
     n_state = np.empty(cap, i64)
@@ -420,6 +432,12 @@ def rescore_lattice(src, dst, word, cost, graph_arc, num_states, final_states, f
         k = head[s]
         while k >= 0:
             out_lo[k] = arcs
+            out_hi[k] = arcs
+            guess = np.float64(alpha[k]) + rest[s]
+            estimate = min(estimate, guess)
+            if guess > estimate + beam:  # pruned as it is made: left unexpanded
+                k = chain[k]
+                continue
             ctx = n_ctx[k]
             for p in range(first[s], first[s + 1]):
                 a = out_arcs[p]

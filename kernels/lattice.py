@@ -391,12 +391,12 @@ def rescore_lattice(src, dst, word, cost, graph_arc, num_states, final_states, f
     its lattice state (state 0 the start); for each arc kept, its source, destination,
     lattice arc and context cost (float32); the final states kept and their final costs,
     the lattice's + the context's (float32); the kept arcs of the best path, in order; its
-    total cost)."""
+    total cost; how many states the composition made)."""
     i64, f32 = np.int64, np.float32
     order, first, out_arcs = topological_order(src, dst, num_states)
     if order.shape[0] < num_states:
         e = np.empty(0, i64)
-        return 1, e, e, e, e, np.empty(0, f32), e, np.empty(0, f32), e, INF
+        return 1, e, e, e, e, np.empty(0, f32), e, np.empty(0, f32), e, INF, 0
     final_cost = np.full(num_states, np.inf)
     for i in range(final_states.shape[0]):
         final_cost[final_states[i]] = min(final_cost[final_states[i]], np.float64(final_costs[i]))
@@ -538,4 +538,4 @@ def rescore_lattice(src, dst, word, cost, graph_arc, num_states, final_states, f
         length -= 1
         path[length] = renumber[best_in[k]]
         k = a_src[best_in[k]]
-    return 0, state_of, o_src, o_dst, o_arc, o_cost, f_state, f_cost, path, best
+    return 0, state_of, o_src, o_dst, o_arc, o_cost, f_state, f_cost, path, best, nodes

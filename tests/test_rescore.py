@@ -255,6 +255,28 @@ def test_lattice_rescoring_with_a_wide_lattice_is_the_exact_search(small_graph):
         assert a.cost == pytest.approx(b.cost, abs=1e-4) and a.rescore_cost == pytest.approx(b.rescore_cost, abs=1e-4)
 
 
+def test_lattice_rescoring_prunes_the_composition_as_it_is_made(small_graph):
+    """The composition expands a (lattice state, history) only within the beam of the best
+    estimate so far (its cost + the lattice's best rest): on wide lattices it makes far fewer
+    states than the full composition (beam +inf) and finds the same best path."""
+    from wfst.kernels.lattice import rescore_lattice
+
+    g, _, big, small = small_graph
+    dec = Decoder(g, rescore_lm=big, graph_lm=small)
+    x = random_log_probs(3, batch=6, frames=14, columns=5, sharpness=0.5)
+    made = {2.0: 0, np.inf: 0}
+    for r in Decoder(g, lattice_beam=1e3, **WIDE).decode(x):
+        raw = r.lattice._raw
+        out = {beam: rescore_lattice(raw.src, raw.dst, r.lattice.olabel, raw.graph_cost + raw.acoustic_cost, raw.arc,
+                                     r.lattice.num_states, raw.final_states, raw.final_costs, raw.reached_final,
+                                     dec.rescorer.context, beam) for beam in made}
+        assert out[2.0][9] == pytest.approx(out[np.inf][9], abs=1e-4)  # the best path's cost
+        assert list(out[2.0][4][out[2.0][8]]) == list(out[np.inf][4][out[np.inf][8]])  # its lattice arcs
+        for beam in made:
+            made[beam] += out[beam][10]
+    assert made[2.0] < 0.5 * made[np.inf]
+
+
 def test_lattice_rescoring_options_are_checked(small_graph):
     g, _, big, small = small_graph
     with pytest.raises(wfst.WfstError, match="rescore_mode='nope': must be one of 'on_the_fly', 'lattice'"):

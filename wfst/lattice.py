@@ -315,7 +315,7 @@ class Lattice:
         if isinstance(beam, bool) or not isinstance(beam, (int, float, np.floating, np.integer)) or not beam >= 0:
             raise OptionError(f"rescored: beam={beam!r} must be a number >= 0 (the paths kept within it of the best)")
         raw, sc = self._raw, self._scorer
-        status, state_of, src, dst, arc, lm_cost, finals, final_costs, path, _ = rescore_lattice(
+        status, state_of, src, dst, arc, lm_cost, finals, final_costs, path, _, _ = rescore_lattice(
             raw.src, raw.dst, self.olabel, raw.graph_cost + raw.acoustic_cost, raw.arc, self.num_states,
             raw.final_states, raw.final_costs, raw.reached_final, rescorer.context, float(beam))
         if status:

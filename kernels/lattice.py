@@ -371,7 +371,8 @@ def _longer(a, n):
 
 
 @njit(nogil=True, cache=True)
-def rescore_lattice(src, dst, word, cost, graph_arc, num_states, final_states, final_costs, with_final, context, beam):
+def rescore_lattice(src, dst, word, cost, graph_arc, num_states, final_states, final_costs, with_final, context, beam,
+                    expand_beam):
     """A lattice (arcs src -> dst with output words `word` (0: none), costs `cost` and graph
     arcs `graph_arc`, state 0 the start) composed with a context automaton (the rescoring
     LM's difference, as the search adds it at word arcs: common.context_step from the
@@ -381,11 +382,11 @@ def rescore_lattice(src, dst, word, cost, graph_arc, num_states, final_states, f
     each along: summed in float32 as the search sums a token's cost, a tie going to the
     smaller graph arc as in its recombination, so that paths of equal cost mostly fall as
     they do on the fly.  A state is expanded only if its cost so far plus the lattice's best
-    cost to the end from its lattice state (before rescoring) is within `beam` of the best
-    such estimate so far (a pruned composition, as Kaldi's lattice-lmrescore-pruned: the
-    full one grows with the paths' histories, 37 s instead of 0.3 s for 20 utterances at
-    lattice beam 12); a path whose rescoring lowers its rest by more than the others' can
-    be lost so.  The costs to the end, and the final pruning, are float64.
+    cost to the end from its lattice state (before rescoring) is within `expand_beam` of
+    the best such estimate so far (a pruned composition, as Kaldi's lattice-lmrescore-pruned:
+    the full one grows with the paths' histories, 37 s instead of 0.3 s for 20 utterances at
+    lattice beam 12); a path whose rescoring lowers its rest by more than that margin
+    beyond the others' can be lost so.  The costs to the end, and the final pruning, are float64.
 
     Returns (status: 0, or 1 where the lattice's arcs form a cycle; for each state kept,
     its lattice state (state 0 the start); for each arc kept, its source, destination,
@@ -435,7 +436,7 @@ def rescore_lattice(src, dst, word, cost, graph_arc, num_states, final_states, f
             out_hi[k] = arcs
             guess = np.float64(alpha[k]) + rest[s]
             estimate = min(estimate, guess)
-            if guess > estimate + beam:  # pruned as it is made: left unexpanded
+            if guess > estimate + expand_beam:  # pruned as it is made: left unexpanded
                 k = chain[k]
                 continue
             ctx = n_ctx[k]

@@ -269,7 +269,7 @@ def test_lattice_rescoring_prunes_the_composition_as_it_is_made(small_graph):
         raw = r.lattice._raw
         out = {beam: rescore_lattice(raw.src, raw.dst, r.lattice.olabel, raw.graph_cost + raw.acoustic_cost, raw.arc,
                                      r.lattice.num_states, raw.final_states, raw.final_costs, raw.reached_final,
-                                     dec.rescorer.context, beam) for beam in made}
+                                     dec.rescorer.context, beam, beam) for beam in made}
         assert out[2.0][9] == pytest.approx(out[np.inf][9], abs=1e-4)  # the best path's cost
         assert list(out[2.0][4][out[2.0][8]]) == list(out[np.inf][4][out[np.inf][8]])  # its lattice arcs
         for beam in made:
@@ -304,7 +304,7 @@ def test_a_lattice_with_a_cycle_is_refused_not_looped():
     assert list(topological_order(src[[0, 1, 3]], dst[[0, 1, 3]], 4)[0]) == [0, 1, 2, 3]
     c = contexts.context(None, [NO_PHRASES])
     status = rescore_lattice(src, dst, np.zeros(4, np.int32), np.zeros(4, np.float32), np.arange(4, dtype=np.int32), 4,
-                             np.array([3], np.int32), np.zeros(1, np.float32), True, c, 5.0)[0]
+                             np.array([3], np.int32), np.zeros(1, np.float32), True, c, 5.0, 7.0)[0]
     assert status == 1
 
 

@@ -491,16 +491,20 @@ def rescore_lattice(src, dst, word, cost, graph_arc, num_states, final_states, f
             for e in range(out_lo[k], out_hi[k]):
                 end[k] = min(end[k], np.float64(cost[a_arc[e]]) + np.float64(a_cost[e]) + end[a_dst[e]])
             k = chain[k]
-    # keep what lies within the beam of the best (the best path always: its cost is the best)
+    # keep what lies within the beam of the best, and the best path
     limit = best + beam + 1e-4 * (1.0 + abs(best))
     number = np.full(nodes, -1, i64)
     number[0] = 0
     kept_nodes = 1
     keep = np.zeros(arcs, np.bool_)
+    k = best_node
+    while k > 0:  # (within the limit but for rounding: kept whatever it says)
+        keep[best_in[k]] = True
+        k = a_src[best_in[k]]
     kept = 0
     for e in range(arcs):
         k, j = a_src[e], a_dst[e]
-        if alpha[k] + np.float64(cost[a_arc[e]]) + np.float64(a_cost[e]) + end[j] <= limit:
+        if keep[e] or alpha[k] + np.float64(cost[a_arc[e]]) + np.float64(a_cost[e]) + end[j] <= limit:
             keep[e] = True
             kept += 1
             for x in (k, j):

@@ -496,11 +496,19 @@ def rescore_lattice(src, dst, word, cost, graph_arc, num_states, final_states, f
     number = np.full(nodes, -1, i64)
     number[0] = 0
     kept_nodes = 1
-    keep = np.zeros(arcs, np.bool_)
+    length = 0
     k = best_node
-    while k > 0:  # (within the limit but for rounding: kept whatever it says)
-        keep[best_in[k]] = True
+    while k > 0:
+        length += 1
         k = a_src[best_in[k]]
+    path = np.empty(length, i64)  # the best path's arcs, in order
+    k = best_node
+    while k > 0:
+        length -= 1
+        path[length] = best_in[k]
+        k = a_src[best_in[k]]
+    keep = np.zeros(arcs, np.bool_)
+    keep[path] = True  # (within the limit but for rounding: kept whatever it says)
     kept = 0
     for e in range(arcs):
         k, j = a_src[e], a_dst[e]
@@ -532,15 +540,4 @@ def rescore_lattice(src, dst, word, cost, graph_arc, num_states, final_states, f
         if number[k] >= 0 and alpha[k] + end[k] <= limit and final_cost[n_state[k]] < np.inf:
             f_state[i], f_cost[i] = number[k], f32(final_cost[n_state[k]] + np.float64(ctx_final[k]))
             i += 1
-    length = 0
-    k = best_node
-    while k > 0:
-        length += 1
-        k = a_src[best_in[k]]
-    path = np.empty(length, i64)
-    k = best_node
-    while k > 0:
-        length -= 1
-        path[length] = renumber[best_in[k]]
-        k = a_src[best_in[k]]
-    return 0, state_of, o_src, o_dst, o_arc, o_cost, f_state, f_cost, path, best, nodes
+    return 0, state_of, o_src, o_dst, o_arc, o_cost, f_state, f_cost, renumber[path], best, nodes

@@ -28,6 +28,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .align import linear_acceptor, path_arcs
+from .config import _number
 from .errors import OptionError, WfstError
 from .files import write_text_atomic
 from .results import DecodeResult, PathPart, part_result, path_part
@@ -319,7 +320,7 @@ class Lattice:
         Returns (the rescored lattice, the DecodeResult of its best path)."""
         from wfst.kernels.lattice import rescore_lattice
 
-        if isinstance(beam, bool) or not isinstance(beam, (int, float, np.floating, np.integer)) or not beam >= 0:
+        if not _number(beam) or not beam >= 0:
             raise OptionError(f"rescored: beam={beam!r} must be a number >= 0 (the paths kept within it of the best)")
         raw, sc = self._raw, self._scorer
         status, state_of, src, dst, arc, lm_cost, finals, final_costs, path, _, _ = rescore_lattice(

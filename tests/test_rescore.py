@@ -243,6 +243,22 @@ def test_lattice_rescoring_equals_the_lattice_composed_with_the_big_lm(small_gra
     assert changed, "the big LM should change some result"
 
 
+def test_lattice_rescoring_on_threads_equals_one_thread(small_graph):
+    """A batch's lattices are made and rescored on the decoder's threads: each utterance
+    gets its own result, lattice and N-best list, as on one thread (empty utterances too)."""
+    g, _, big, small = small_graph
+    x = random_log_probs(7, batch=9, frames=12, columns=5, sharpness=1.0)
+    lengths = np.array([12, 0, 5, 12, 1, 9, 12, 3, 12])
+    got = {t: Decoder(g, rescore_lm=big, graph_lm=small, rescore_mode="lattice", lattice_beam=4.0, beam=8.0,
+                      max_active=200, num_threads=t).decode(x, lengths, nbest=3) for t in (1, 3)}
+    assert len({r.words for r in got[1]}) > 3  # (utterances that differ)
+    for a, b in zip(got[1], got[3]):
+        assert a == b and [(h.word_ids, h.cost) for h in a.nbest] == [(h.word_ids, h.cost) for h in b.nbest]
+        assert (a.lattice.num_states, a.lattice.num_arcs) == (b.lattice.num_states, b.lattice.num_arcs)
+        assert np.array_equal(a.lattice.src, b.lattice.src) and np.array_equal(a.lattice.graph_cost,
+                                                                              b.lattice.graph_cost)
+
+
 def test_lattice_rescoring_with_a_wide_lattice_is_the_exact_search(small_graph):
     """With a lattice as wide as the search, rescoring it finds what on-the-fly rescoring
     finds: the same words and costs."""

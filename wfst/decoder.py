@@ -23,6 +23,7 @@ import os
 import threading
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +32,7 @@ from wfst.kernels import constants as C
 from wfst.kernels.groups import settings_of
 
 from .batch import BatchPlan, Capacity
-from .config import DecoderConfig
+from .config import DecoderConfig, usable_cores
 from .errors import DecodeInputError, DecoderMemoryError, MissingFileError, OptionError, WfstError, interruptible
 from .graph import Graph, check_searchable, load_graph
 from .inputs import (
@@ -160,10 +161,9 @@ class Decoder:
             results = [path_result(g, c, paths[b], int(plan.lengths[b]), boosts.maps[b], boosts.phrases[b],
                                    self._searched_lm) for b in range(len(plan.lengths))]
             if plan.lattice is not None:
-                results = [self._with_lattice(r, paths[b].lattice, PathScorer(
-                    g, c, int(plan.lengths[b]), boosts.maps[b], boosts.phrases[b], self._searched_lm), nbest)
-                    if r.acoustic_cost < math.inf else r  # (a search that died has none)
-                    for b, r in enumerate(results)]
+                results = self._with_lattices(results, [paths[b].lattice for b in range(len(results))], [PathScorer(
+                    g, c, int(plan.lengths[b]), boosts.maps[b], boosts.phrases[b], self._searched_lm)
+                    for b in range(len(results))], nbest)
             frames = int(plan.lengths.sum())
             lm = self._backend.lm_report(lm_before, frames, self._searched_lm)
             self.stats = DecodeStats(len(results), frames, time.perf_counter() - start,
@@ -180,6 +180,25 @@ class Decoder:
             if self.config.lattice_beam is None:
                 raise OptionError(f"nbest={nbest} needs a lattice: set lattice_beam (e.g. "
                                   f"Decoder(..., lattice_beam=8.0))")
+
+    def _with_lattices(self, results: list[DecodeResult], raws: list, scorers: list, nbest: int | None):
+        """Each result with its lattice (_with_lattice; a search that died has none), made on
+        the decoder's threads (rescoring a lattice runs without the GIL): on one thread their
+        share of a decode would grow with the threads (or the GPU) that search."""
+        todo = [b for b, r in enumerate(results) if r.acoustic_cost < math.inf and raws[b] is not None]
+        threads = min(self.config.num_threads or usable_cores(), len(todo))
+        if self.rescore_mode == "lattice":
+            self.rescorer.context  # (made once, before the threads read it)
+
+        def one(b):
+            return self._with_lattice(results[b], raws[b], scorers[b], nbest)
+
+        if threads > 1:
+            with ThreadPoolExecutor(threads) as pool:
+                done = dict(zip(todo, pool.map(one, todo)))
+        else:
+            done = {b: one(b) for b in todo}
+        return [done.get(b, r) for b, r in enumerate(results)]
 
     def _with_lattice(self, result: DecodeResult, raw, scorer, nbest: int | None) -> DecodeResult:
         lattice = Lattice(raw, scorer, result.word_ids)
@@ -298,19 +317,21 @@ class Decoder:
         start = time.perf_counter()
         with self._lock:  # checked in turn: another thread may be finishing one of them
             streams = self._check_streams(streams, "finish")
+            lattices, scorers = [], []
             for s in streams:
                 status, path, prefix = self._backend.finish_stream(s._state)
                 if status == C.EPS_CYCLE:
                     raise WfstError("a stream's path loops: the graph has an epsilon cycle of zero or negative cost")
-                r = path_result(self.graph, self.config, path, s.frames, s._boost_map, s._phrases, self._searched_lm,
-                                prefix)
-                if path.lattice is not None and r.acoustic_cost < math.inf:  # (a search that died has none)
-                    r = self._with_lattice(r, path.lattice, PathScorer(self.graph, self.config, s.frames, s._boost_map,
-                                                                       s._phrases, self._searched_lm), nbest)
-                results.append(r)
+                results.append(path_result(self.graph, self.config, path, s.frames, s._boost_map, s._phrases,
+                                           self._searched_lm, prefix))
+                lattices.append(path.lattice)
+                scorers.append(PathScorer(self.graph, self.config, s.frames, s._boost_map, s._phrases,
+                                          self._searched_lm))
                 s._final_rule = s.endpoint_rule
                 s.finished = True
                 s._state = _FinishedState(s.frames)
+            if self.config.lattice_beam is not None:
+                results = self._with_lattices(results, lattices, scorers, nbest)
             self.stats = DecodeStats(len(results), 0, time.perf_counter() - start,
                                      no_path=no_path(results, "stream"))
         return results

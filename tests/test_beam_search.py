@@ -25,12 +25,14 @@ def token_table(symbols):
 CHARS = ("|", "a", "b", "c")
 
 
-@pytest.mark.parametrize("order,seed", [(2, 0), (3, 1), (4, 2)])
-def test_token_lm_costs_equal_kenlm(tmp_path, order, seed):
+@pytest.mark.parametrize("order,seed,orphans", [(2, 0, 0.0), (3, 1, 0.0), (4, 2, 0.0), (3, 3, 0.6), (4, 4, 0.6)])
+def test_token_lm_costs_equal_kenlm(tmp_path, order, seed, orphans):
     """Random token sentences (random strings of the model's tokens, so backoffs everywhere),
-    and tokens the LM lacks scored as <unk> as kenlm does."""
+    and tokens the LM lacks scored as <unk> as kenlm does; `orphans`: also backoff weights of
+    n-grams that nothing continues."""
     table = token_table(CHARS + ("d",))  # "d" is not in the LM: <unk>
-    arpa = random_arpa(tmp_path / "tok.arpa", CHARS, order, seed)
+    arpa = random_arpa(tmp_path / "tok.arpa", CHARS, order, seed, density=0.3 if orphans else 0.5,
+                       orphan_backoffs=orphans)
     lm, model = TokenLm(arpa, table), kenlm.Model(str(arpa))
     rng = random.Random(seed)
     assert lm.missing == ["d"]

@@ -5,6 +5,7 @@ import random
 
 import pytest
 import pywrapfst as fst
+from arpa_files import random_arpa
 from wfst.graphs.grammar import arpa_vocabulary, grammar_fst
 
 from wfst import InputFileError, MissingFileError, WordTable
@@ -82,6 +83,17 @@ def test_demo_G_matches_kenlm(demo, tmp_path):
     assert len(sentences) >= 200
     worst = check_against_kenlm(demo / "lm.arpa", sentences, tmp_path)
     print(f"\nG vs kenlm on {len(sentences)} sentences: max |diff| = {worst:.2e} nats")
+
+
+@pytest.mark.parametrize("order", [2, 3, 4])
+def test_G_applies_the_backoff_of_ngrams_nothing_continues(tmp_path, order):
+    """Backoff weights of n-grams that no higher n-gram continues (pruned LMs keep them; <s>
+    may have one) apply to the next word, in G as in kenlm."""
+    symbols = ("a", "b", "c", "d", "e")
+    arpa = random_arpa(tmp_path / "lm.arpa", symbols, order, seed=order, density=0.1 if order == 2 else 0.2,
+                       orphan_backoffs=0.6)
+    rng = random.Random(order)
+    check_against_kenlm(arpa, [[rng.choice(symbols) for _ in range(rng.randint(0, 6))] for _ in range(200)], tmp_path)
 
 
 def test_gzipped_arpa_gives_the_same_G(tiny, tmp_path):

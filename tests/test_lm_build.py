@@ -21,8 +21,9 @@ ARRAYS = ("offsets", "labels", "weights", "nexts", "backoff", "bo_weight", "dept
 
 def reference_store(path):
     """(words, arrays) of an ARPA file, as the store defines them, with tuples in dicts:
-    states the root and then each history some n-gram continues, by length, then by word-id
-    tuple; an arc per n-gram to the longest suffix (up to order - 1 words) that is a state."""
+    states the root and then each history some n-gram continues or that has a backoff weight
+    (below the top order), by length, then by word-id tuple; an arc per n-gram to the longest
+    suffix (up to order - 1 words) that is a state."""
     words, grams, section = [], {}, None
     for line in open(path, encoding="utf-8-sig"):
         line = line.strip()
@@ -44,7 +45,8 @@ def reference_store(path):
                 continue
             grams[section][key] = (float(f[0]), float(f[section + 1]) if len(f) > section + 1 else 0.0)
     order = max(grams)
-    histories = [()] + [h for k in range(2, order + 1) for h in sorted({g[:-1] for g in grams[k]})]
+    histories = [()] + [h for k in range(1, order) for h in sorted({g[:-1] for g in grams[k + 1]}
+                                                                   | {g for g, (_, bo) in grams[k].items() if bo != 0})]
     state = {h: i for i, h in enumerate(histories)}
 
     def longest(h):

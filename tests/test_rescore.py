@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import pywrapfst as fst
+from arpa_files import random_arpa
 from conftest import TINY_ARPA, TINY_ARPA_DEAR_END
 from decoding import random_log_probs
 from fst_paths import shortest_decode
@@ -21,7 +23,17 @@ from wfst.boost import NO_PHRASES
 from wfst.decoder import Decoder
 from wfst.errors import MissingFileError
 from wfst.graph import read_fst
-from wfst.lm import LmStoreError, VocabularyError, load_lm, open_lm, prepare_lm, read_arpa, save_lm, truncate_arpa
+from wfst.lm import (
+    LmStoreError,
+    Rescorer,
+    VocabularyError,
+    load_lm,
+    open_lm,
+    prepare_lm,
+    read_arpa,
+    save_lm,
+    truncate_arpa,
+)
 
 WIDE = dict(beam=1e4, max_active=10**6, min_active=0, token_capacity=256)
 
@@ -40,6 +52,30 @@ def test_store_scores_sentences_like_kenlm(demo, tmp_path, order):
     sentences += [["zzz", "the"], [], ["the", "the", "the"]]  # an unknown word, empty, repeats
     for words in sentences:
         assert store.score(words) == pytest.approx(kenlm_cost(model, words), abs=2e-3)
+
+
+@pytest.mark.parametrize("order", [2, 3, 4])
+def test_backoff_weights_of_ngrams_nothing_continues_apply(tmp_path, order):
+    """An n-gram's backoff weight applies to the next word even where no n-gram continues it
+    (pruned LMs keep such weights; <s> may have one): the store's sentence costs equal kenlm's,
+    and so do the Rescorer's big - small differences with a graph LM cut from the big LM."""
+    kenlm = pytest.importorskip("kenlm")
+    symbols = ("a", "b", "c", "d", "e")
+    big = random_arpa(tmp_path / "big.arpa", symbols, order, seed=order, density=0.1 if order == 2 else 0.2,
+                      orphan_backoffs=0.6)
+    small = truncate_arpa(big, tmp_path / "small.arpa", order - 1) if order > 2 else big
+    models = {p: kenlm.Model(str(p)) for p in (big, small)}
+    rescorer = Rescorer(read_arpa(big), read_arpa(small), ("<eps>", *symbols))
+    rng = np.random.default_rng(order)
+    for _ in range(200):
+        words = [symbols[i] for i in rng.integers(len(symbols), size=int(rng.integers(0, 7)))]
+        for p in (big, small):
+            assert read_arpa(p).score(words) == pytest.approx(kenlm_cost(models[p], words), abs=1e-3)
+        ids = [1 + symbols.index(w) for w in words]
+        assert rescorer.path_cost(ids) == pytest.approx(kenlm_cost(models[big], words)
+                                                        - kenlm_cost(models[small], words), abs=1e-3)
+    graph = SimpleNamespace(words=("<eps>", *symbols))  # (all the bound check reads of a decoder)
+    _check_gain_bounds(SimpleNamespace(rescorer=rescorer, graph=graph), range(rescorer.big.num_states))
 
 
 def test_store_file_is_memory_mapped_and_equal(tmp_path):

@@ -1,7 +1,8 @@
 """N-gram LMs as deterministic backoff automata in CSR form, for on-the-fly rescoring.
 
-An ARPA file becomes an :class:`LmStore`: one state per history (the empty history is
-the root, state 0), each state's outgoing words sorted in ``labels[offsets[s]:offsets[s+1]]``
+An ARPA file becomes an :class:`LmStore`: one state per history (the empty history, the
+root, is state 0; an n-gram is a history when another continues it or it has a backoff
+weight), each state's outgoing words sorted in ``labels[offsets[s]:offsets[s+1]]``
 with their cost (``weights``, natural-log, negated) and next state (``nexts``: the longest
 suffix of history + word that is a state), and per state its backoff state and backoff
 cost.  A word missing at a state is looked up again at its backoff state after paying the
@@ -51,7 +52,8 @@ from .files import atomic_path
 
 LN10 = math.log(10.0)
 MAGIC = b"WFSTLM01"
-FORMAT = 2  # 2: the final costs stored (format 1 stores are made again from their ARPA)
+FORMAT = 3  # 2: the final costs stored; 3: a state for every n-gram with a backoff weight (older
+# stores dropped the weights of n-grams that nothing continues: they are made again from their ARPA)
 _ALIGN = 64
 _ARRAYS = {"offsets": np.int64, "labels": np.int32, "weights": np.float32, "nexts": np.int32,
            "backoff": np.int32, "bo_weight": np.float32, "depth": np.int32, "final": np.float32}
@@ -250,8 +252,9 @@ def _vocabulary(words):
 
 def _build(path, words, rows, source) -> LmStore:
     """The store from each order's rows (_Rows).  States: the root, then every history that
-    some n-gram continues, by length, each length in the order of its word-id tuples; a
-    state's arcs sorted by word (see kernels.lmbuild for the trie that numbers them)."""
+    some n-gram continues or that has a backoff weight, by length, each length in the order
+    of its word-id tuples; a state's arcs sorted by word (see kernels.lmbuild for the trie
+    that numbers them)."""
     from wfst.kernels import lmbuild
 
     order, V = len(rows), len(words)
@@ -287,15 +290,20 @@ def _build(path, words, rows, source) -> LmStore:
     if orphans:
         warnings.warn(f"{path}: {orphans} n-grams skipped whose history is not an n-gram of the file (the first "
                       f"on line {first_orphan}), as Kaldi's arpa2fst skips them", stacklevel=3)
-    # states: the nodes some n-gram continues (histories), numbered by length, then rank
-    has_child = np.zeros(base, bool)
-    has_child[0] = True
-    for _, _, parent in per_order[1:]:
-        has_child[parent] = True
-    N = int(has_child.sum())
+    # states: the nodes some n-gram continues and those below the top order with a backoff
+    # weight (it applies to the next word even where no n-gram continues them), by length, then rank
+    is_history = np.zeros(base, bool)
+    is_history[0] = True
+    node = 1
+    for k, (ids, bos, parent) in enumerate(per_order, start=1):
+        is_history[parent] = True
+        if k < order:
+            is_history[node:node + len(ids)] |= bos != 0
+        node += len(ids)
+    N = int(is_history.sum())
     state_of = np.full(base, -1, np.int32)
-    state_of[has_child] = np.arange(N, dtype=np.int32)
-    del has_child
+    state_of[is_history] = np.arange(N, dtype=np.int32)
+    del is_history
     nexts = np.empty(base - 1, np.int32)
     src = np.empty(base - 1, np.int32)
     backoff = np.full(N, -1, np.int32)

@@ -143,9 +143,15 @@ def test_streams_with_boosts_phrases_fltop_and_rescoring(demo, tmp_path, lattice
     lengths[3] = 0  # (the big LM's cost of the empty sentence)
     nbest = None if lattice_beam is None else 3
     want = dec.decode(x, lengths, boost=boosts, nbest=nbest)
-    got = stream_all(dec, x, lengths, seed=3, boost=boosts, nbest=nbest)
+    partials = []
+    got = stream_all(dec, x, lengths, seed=3, boost=boosts, nbest=nbest,
+                     check_partials=lambda i, p: partials.append((i, p)))
     same_results(got, want)
     same_lattices(got, want)
+    for i, p in partials:  # stable words are a prefix of the final words; rescoring a lattice may change any
+        assert got[i].word_ids[:p.stable] == p.word_ids[:p.stable]
+        assert p.stable == 0 or rescore_mode != "lattice"
+    assert rescore_mode == "lattice" or any(p.stable for _, p in partials)
 
 
 @pytest.mark.parametrize("name", ["char_compact", "bpe_compact"])

@@ -357,6 +357,8 @@ class Decoder:
         return self._named(s, *found)
 
     def _named(self, s: Stream, word_ids: tuple, word_frames: tuple, stable: int) -> Partial:
+        if self.rescore_mode == "lattice":
+            stable = 0  # finish() may choose any lattice path, not only the survivors' best ones
         table = self.graph.words
         named = s._stable_words  # (named once: a partial then costs the words since the last, not all of them)
         words = named + tuple(map(table.symbols.__getitem__ if table is not None else str, word_ids[len(named):]))

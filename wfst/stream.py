@@ -97,7 +97,8 @@ class EndpointConfig:
 @dataclasses.dataclass(frozen=True)
 class Partial:
     """The best path of a stream so far (final costs left out).  The first `stable` words
-    lie on the paths of every surviving token: they are a prefix of the final words."""
+    lie on the paths of every surviving token: they are a prefix of the final words (none
+    are with rescore_mode="lattice": finish() rescores every path of the lattice)."""
 
     words: tuple[str, ...]
     word_ids: tuple[int, ...]

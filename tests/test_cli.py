@@ -139,6 +139,9 @@ def test_decode_cli_bad_boosts_and_rescoring_lms_are_one_line(tiny_setup, tmp_pa
     assert "boost.txt:2: reward 'lots' is not a number" in capsys.readouterr().err
     assert decode_main(base + ["--phrases", str(tmp_path / "none.txt")]) == 2
     assert "none.txt" in capsys.readouterr().err
+    boosts.write_text("ab ba\t2\nba\t1\nab  ba\t3\n")  # which reward was meant cannot be told
+    assert decode_main(base + ["--phrases", str(boosts)]) == 2
+    assert "boost.txt:3: 'ab ba' is listed again (first on line 1)" in capsys.readouterr().err
     boosts.write_text("ab\tnan\n")  # the decoder's own checks, named
     assert decode_main(base + ["--phrases", str(boosts)]) == 2
     err = capsys.readouterr().err

@@ -394,3 +394,36 @@ def test_oracle_without_words_txt_reads_words_as_their_ids():
         assert r.lattice.oracle(" ".join(r.words)) == (0, r.words)
         assert r.lattice.oracle(["nonword", *r.words[1:]])[0] <= 1
         assert r.lattice.oracle([*r.words, *r.words])[0] <= len(r.words)
+
+
+def test_words_that_hold_unicode_spaces_are_taken_whole(tmp_path):
+    """A word may hold U+00A0 or U+3000 (the graph's files split fields at ASCII spaces and
+    tabs only): references, lattice oracles, calibration, phrases and synthetic emissions
+    split text into words the same way."""
+    import warnings
+
+    from wfst.graphs import compile_graph
+
+    from wfst.confidence import word_correctness
+    from wfst.scoring import word_errors
+
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text("<blk> 0\n| 1\na 2\nb 3\n\u00a0 4\n\u3000 5\n", encoding="utf-8")
+    arpa = tmp_path / "lm.arpa"
+    words = ("a\u00a0b", "b\u3000a", "ab", "ba")
+    arpa.write_text("\\data\\\nngram 1=7\n\n\\1-grams:\n-1.0\t</s>\n-99\t<s>\n-2.0\t<unk>\n"
+                    + "".join(f"-1.0\t{w}\n" for w in words) + "\n\\end\\\n", encoding="utf-8")
+    g = wfst.load_graph(compile_graph(tmp_path / "g", tokens=tokens, lm=arpa, word_boundary="|",
+                                      topology="compact").directory)
+    text = "a\u00a0b b\u3000a ab"
+    x, lengths = synthetic.from_texts([text], g.tokens, word_boundary="|", seed=0)
+    dec = Decoder(g, lattice_beam=5.0, num_threads=1)
+    (r,) = dec.decode(x, lengths)
+    assert r.words == ("a\u00a0b", "b\u3000a", "ab")
+    assert word_errors([text], [r.words]).errors == 0 and word_errors([text], [" ".join(r.words)]).errors == 0
+    assert r.lattice.oracle(text) == (0, r.words)
+    assert word_correctness([r], [text])[1].all() and word_correctness([r], [list(r.words)])[1].all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (an unknown boosted word is warned about)
+        dec.decode(x, lengths, boost={"a\u00a0b b\u3000a": 2.0, "b\u3000a": 1.0})
+    assert dec.stats.boost_unknown == ()

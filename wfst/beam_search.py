@@ -27,6 +27,7 @@ import numpy as np
 
 from .config import FLOAT32_MAX, MAX_REWARD, PHRASE_REWARD, _int, usable_cores
 from .errors import BoostError, MissingFileError, OptionError, VocabularyError, interruptible
+from .files import split_fields
 from .inputs import check_batch, check_log_probs, host_array, input_faults
 from .lm import LmStore, open_lm
 from .results import DecodeResult, DecodeStats
@@ -197,7 +198,7 @@ class CtcBeamDecoder:
                                                                       for p in dict.fromkeys(phrases))
         spelled: dict[tuple[int, ...], float] = {}
         for phrase, reward in items:
-            if not isinstance(phrase, str) or not phrase.split():
+            if not isinstance(phrase, str) or not split_fields(phrase):
                 raise BoostError(f"phrase {phrase!r}: must be a non-empty string")
             reward = check_reward(reward, f"phrase {phrase!r}")
             try:
@@ -309,7 +310,7 @@ class CtcBeamDecoder:
 
     def _entry(self, final, j, tokens, frames, ends, T) -> DecodeResult:
         s = self.settings
-        words = tuple(detokenize(tokens, self.tokens, word_boundary=self.word_boundary).split())
+        words = tuple(split_fields(detokenize(tokens, self.tokens, word_boundary=self.word_boundary)))
         graph = float(s.lm_weight) * float(final.lm_cost[j]) - float(s.insertion) * len(tokens)
         spans = self._word_spans(tokens, frames, ends)
         return DecodeResult(words, (), tuple(start for start, _ in spans), float(final.cost[j]),

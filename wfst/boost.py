@@ -35,6 +35,7 @@ from wfst.kernels.constants import EMPTY_KEY
 
 from .config import MAX_REWARD
 from .errors import BoostError, user_stacklevel
+from .files import split_fields
 from .symbols import WordTable
 
 
@@ -134,7 +135,7 @@ def boost_tables(boost, batch: int, words: WordTable | None, beam: float, *, str
                     raise BoostError(f"{where}: boost keys must be words or phrases (str); got {word!r}")
                 reward = check_reward(reward, f"{where}: boost of {word!r}")
                 i = ids.get(word)
-                parts = [word] if i is not None else word.split()  # a plain word skips the split
+                parts = [word] if i is not None else split_fields(word)  # a plain word skips the split
                 if not parts or any(w not in ids or w in _NOT_WORDS for w in parts):
                     missing.append(word)
                     continue

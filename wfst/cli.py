@@ -35,7 +35,7 @@ import numpy as np
 from .config import MIN_ACTIVE, PHRASE_REWARD, DecoderConfig
 from .decoder import RESCORE_MODES, Decoder
 from .errors import InputFileError, WfstError
-from .files import read_lines, why_unwritable, write_text_atomic
+from .files import read_lines, split_fields, why_unwritable, write_text_atomic
 from .scoring import FRAME_SECONDS, rtfx, word_errors
 from .synthetic import load_npz
 
@@ -196,13 +196,17 @@ def _boosts(path, reward: float) -> dict[str, float] | None:
     """A --phrases file: word or phrase -> reward (`reward` where a line gives none)."""
     if path is None:
         return None
-    boosts = {}
+    boosts, first = {}, {}
     for no, line in enumerate(read_lines(Path(path), "phrases"), 1):
         phrase, _, given = line.partition("\t")
-        if not phrase.strip():
+        phrase = " ".join(split_fields(phrase))
+        if not phrase:
             continue
+        if phrase in first:  # (which reward was meant cannot be told)
+            raise InputFileError(path, no, f"{phrase!r} is listed again (first on line {first[phrase]})")
+        first[phrase] = no
         try:
-            boosts[" ".join(phrase.split())] = float(given) if given.strip() else reward
+            boosts[phrase] = float(given) if given.strip() else reward
         except ValueError:
             raise InputFileError(path, no, f"reward {given!r} is not a number") from None
     return boosts

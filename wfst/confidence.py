@@ -25,7 +25,7 @@ import os
 import numpy as np
 
 from .errors import InputFileError, OptionError
-from .files import read_lines, write_text_atomic
+from .files import read_lines, split_fields, write_text_atomic
 
 _FORMAT = 1  # of the saved JSON
 EPSILON = 1e-6  # posteriors are clipped to [EPSILON, 1 - EPSILON] before their log-odds
@@ -120,7 +120,8 @@ class Calibration:
 
 def word_correctness(results, references) -> tuple[np.ndarray, np.ndarray]:
     """Each hypothesis word's lattice posterior (uncalibrated) and whether it is right: the
-    reference holds it at the place the edit-distance alignment gives."""
+    reference (a string or a word sequence) holds it at the place the edit-distance
+    alignment gives."""
     import kaldialign
 
     results, references = list(results), list(references)
@@ -132,7 +133,7 @@ def word_correctness(results, references) -> tuple[np.ndarray, np.ndarray]:
             continue  # the search died: no lattice, no posteriors (DecodeResult)
         if r.lattice is None:
             raise OptionError("confidences need a lattice: decode with lattice_beam set")
-        ali = kaldialign.align(ref.split(), list(r.words), "*")
+        ali = kaldialign.align(split_fields(ref) if isinstance(ref, str) else list(ref), list(r.words), "*")
         correct += [a == b for a, b in ali if b != "*"]
         posteriors += list(r.lattice.word_confidences(r, calibrated=False))
     return np.array(posteriors, np.float64), np.array(correct, bool)

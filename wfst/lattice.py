@@ -30,7 +30,7 @@ import numpy as np
 from .align import linear_acceptor, path_arcs
 from .config import _number
 from .errors import OptionError, WfstError
-from .files import write_text_atomic
+from .files import split_fields, write_text_atomic
 from .results import DecodeResult, PathPart, part_result, path_part
 
 # How far beyond the lattice beam the rescoring composition expands its states (nats): its
@@ -348,7 +348,7 @@ class Lattice:
         words = self._scorer.graph.words
         if not isinstance(reference, str) and not hasattr(reference, "__iter__"):
             raise OptionError(f"oracle: the reference must be a string or a sequence of words, not {reference!r}")
-        ref = reference.split() if isinstance(reference, str) else list(reference)
+        ref = split_fields(reference) if isinstance(reference, str) else list(reference)
         if words is not None:
             ref_ids = np.array([words.ids().get(w, -1) for w in ref], np.int64)
         else:

@@ -48,7 +48,7 @@ from .errors import (
     VocabularyError,
     user_stacklevel,
 )
-from .files import atomic_path
+from .files import atomic_path, split_fields
 
 LN10 = math.log(10.0)
 MAGIC = b"WFSTLM01"
@@ -489,7 +489,7 @@ def truncate_arpa(src: str | os.PathLike, dst: str | os.PathLike, order: int) ->
     sections: dict[int, list[str]] = {}
     for _, k, line in reader:
         if k <= order:
-            sections.setdefault(k, []).append(" ".join(line.split()[:order + 1]) if k == order else line)
+            sections.setdefault(k, []).append(" ".join(split_fields(line)[:order + 1]) if k == order else line)
     kept = [k for k in sorted(reader.counts) if k <= order]
     text = "\\data\\\n" + "".join(f"ngram {k}={reader.counts[k]}\n" for k in kept)
     for k in kept:

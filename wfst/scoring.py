@@ -5,6 +5,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from .errors import OptionError
+from .files import split_fields
 
 FRAME_SECONDS = 0.04  # one CTC frame = 40 ms of audio unless told otherwise
 
@@ -29,7 +30,8 @@ class WordErrors:
 
 
 def word_errors(refs: Sequence[Sequence[str] | str], hyps: Sequence[Sequence[str] | str]) -> WordErrors:
-    """Edit distance summed over utterances (strings are split on whitespace)."""
+    """Edit distance summed over utterances (strings are split into words at ASCII spaces and
+    tabs, as the graph's files are: a word may hold U+00A0 or U+3000)."""
     import kaldialign
 
     if len(refs) != len(hyps):
@@ -37,8 +39,8 @@ def word_errors(refs: Sequence[Sequence[str] | str], hyps: Sequence[Sequence[str
     total = {"sub": 0, "ins": 0, "del": 0}
     words = 0
     for r, h in zip(refs, hyps):
-        r = r.split() if isinstance(r, str) else list(r)
-        h = h.split() if isinstance(h, str) else list(h)
+        r = split_fields(r) if isinstance(r, str) else list(r)
+        h = split_fields(h) if isinstance(h, str) else list(h)
         d = kaldialign.edit_distance(r, h)
         for k in total:
             total[k] += d[k]

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .errors import InputFileError, MissingFileError, OptionError
-from .files import atomic_path
+from .files import atomic_path, split_fields
 from .symbols import TokenTable
 
 __all__ = ["Emissions", "detokenize", "emissions", "from_texts", "greedy_ctc", "load_npz", "save_npz", "tokenize"]
@@ -89,7 +89,7 @@ def tokenize(text: str, tokens: TokenTable, *, spm=None, word_boundary: str | No
     """
     column = {s: c for c, s in enumerate(tokens.symbols)}
     blank_sym = tokens.symbols[tokens.blank] if tokens.blank is not None else None
-    words = text.split()
+    words = split_fields(text)
     if spm is not None:
         if word_boundary is not None:
             raise OptionError(f"word_boundary={word_boundary!r} is for per-character tokens; sentencepiece "
@@ -134,7 +134,7 @@ def detokenize(columns: Sequence[int], tokens: TokenTable, *, word_boundary: str
     joined = "".join(tokens.symbols[c] for c in columns)
     if word_boundary is not None:
         return " ".join(w for w in joined.split(word_boundary) if w)
-    return " ".join(joined.replace("\u2581", " ").split())
+    return " ".join(split_fields(joined.replace("\u2581", " ")))
 
 
 # --------------------------------------------------------------------------- emissions

@@ -273,7 +273,8 @@ _CSR_DTYPES = {"final": np.float32, "e_indptr": np.int64, "ne_indptr": np.int64,
                "olabel": np.int32, "weight": np.float32, "nextstate": np.int32}
 
 
-def _read_csr_cache(cache: Path, key: np.ndarray, num_columns: int, fst_path: Path) -> dict | None:
+def _read_csr_cache(cache: Path, key: np.ndarray, num_columns: int, num_words: int | None,
+                    fst_path: Path) -> dict | None:
     """The cached arrays, or None when the cache is stale or damaged (then it is rebuilt).  A
     key that differs in the FST's time alone is of the same FST if its content digest is."""
     try:
@@ -285,13 +286,13 @@ def _read_csr_cache(cache: Path, key: np.ndarray, num_columns: int, fst_path: Pa
             arrays = {name: z[name] for name in (*_ARRAYS, "start")}
     except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):  # a half-written copy
         return None
-    return arrays if _csr_consistent(arrays, num_columns) else None
+    return arrays if _csr_consistent(arrays, num_columns, num_words) else None
 
 
-def _csr_consistent(a: dict, num_columns: int) -> bool:
+def _csr_consistent(a: dict, num_columns: int, num_words: int | None) -> bool:
     """Whether cached arrays are of a graph the kernels can walk: the key matching says the
     FST has not changed, not that the arrays were not damaged (an index out of range would
-    crash a kernel)."""
+    crash a kernel; num_words: words.txt's, which output labels index)."""
     if any(a[name].dtype != dt or a[name].ndim != 1 for name, dt in _CSR_DTYPES.items()) or a["start"].ndim:
         return False
     S, E = len(a["final"]), len(a["ilabel"])
@@ -304,6 +305,7 @@ def _csr_consistent(a: dict, num_columns: int) -> bool:
     return bool(0 <= a["start"] < S
                 and ((emitting >= 1) & (emitting <= num_columns)).all() and not a["ilabel"][e[-1]:].any()
                 and ((a["nextstate"] >= 0) & (a["nextstate"] < S)).all() and (a["olabel"] >= 0).all()
+                and (num_words is None or (a["olabel"] < num_words).all())
                 and not _bad_costs(a["final"]).any() and not _bad_costs(a["weight"]).any())
 
 
@@ -376,13 +378,11 @@ def load_graph(path: str | os.PathLike, *, use_cache: bool = True) -> Graph:
     home = directory if fst_path.name == FST_NAME else None  # its lexicon.txt and graph.json are this FST's
     cache = fst_path.with_name(CSR_NAME if fst_path.name == FST_NAME else fst_path.stem + ".csr.npz")
     key = _csr_key(fst_path, tokens)
-    arrays = _read_csr_cache(cache, key, tokens.num_columns, fst_path) if use_cache and cache.is_file() else None
+    arrays = (_read_csr_cache(cache, key, tokens.num_columns, None if words is None else len(words), fst_path)
+              if use_cache and cache.is_file() else None)
     if arrays is not None:
         start = int(arrays.pop("start"))
-        graph = Graph(start=start, tokens=tokens, words=words, info=info, directory=home, **arrays)
-        if words is not None and graph.num_arcs and graph.olabel.max() >= len(words):
-            raise GraphFormatError(f"{fst_path}: output labels beyond {words_path}")
-        return graph
+        return Graph(start=start, tokens=tokens, words=words, info=info, directory=home, **arrays)
     graph = dataclasses.replace(graph_from_fst(read_fst(fst_path), tokens, words, info, source=str(fst_path)),
                                 directory=home)
     if use_cache:

@@ -69,6 +69,8 @@ def test_decode_cli_streams_print_partials_then_the_offline_finals(tiny_setup, t
     base = ["--graph", str(graph), "--emissions", str(em), "--batch-size", "2"]
     assert decode_main(base + ["--output", str(tmp_path / "offline.txt")]) == 0
     tokens = capsys.readouterr().out.split("frames/s, ")[1].split()[0]
+    assert decode_main(base + ["--frame-ms", "1000", "--quiet", "--output", str(tmp_path / "slow.txt")]) == 0
+    assert (tmp_path / "slow.txt").read_text() == (tmp_path / "offline.txt").read_text()  # (--chunk-ms is streams')
     assert decode_main(base + ["--stream", "--chunk-ms", "80", "--output", str(tmp_path / "streams.txt")]) == 0
     out = capsys.readouterr().out
     partials, finals = out.split("\nfinal:\n")

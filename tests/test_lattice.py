@@ -355,6 +355,8 @@ def test_bad_calibrations(noisy, tmp_path):
             Calibration.load(tmp_path / "bad.json")
     with pytest.raises(OptionError, match="labels must be bools"):
         Calibration.fit_posteriors([0.5, 0.9], ["no", "yes"])  # "no" read as True
+    with pytest.raises(OptionError, match="no words to fit on"):
+        Calibration.fit_posteriors([], [])
     with pytest.raises(OptionError, match="rank wrong words above right ones"):
         Calibration.fit_posteriors(np.linspace(0.05, 0.95, 50), np.arange(50) < 25)
     with pytest.raises(OptionError, match="confidence_calibration"):

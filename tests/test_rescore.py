@@ -337,6 +337,8 @@ def test_lattice_rescoring_options_are_checked(small_graph):
         Decoder(g, rescore_mode="lattice", lattice_beam=4.0)
     with pytest.raises(wfst.WfstError, match="set lattice_beam"):
         Decoder(g, rescore_lm=big, graph_lm=small, rescore_mode="lattice")
+    with pytest.raises(wfst.WfstError, match="graph_lm= is the graph's LM, which rescoring subtracts: give rescore"):
+        Decoder(g, graph_lm=small)  # (it did nothing)
     r = Decoder(g, lattice_beam=4.0).decode(random_log_probs(1, batch=1, frames=6, columns=5))[0]
     rescorer = Decoder(g, rescore_lm=big, graph_lm=small).rescorer
     for beam in (-1.0, float("nan"), "4", None):

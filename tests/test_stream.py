@@ -854,6 +854,7 @@ def test_streams_of_an_advance_that_stopped_part_way_are_lost_not_silently_wrong
     for call in (lambda: dec.advance([s], [x[0, 20:30]]), lambda: dec.finish([s]), s.partial):
         with pytest.raises(DecodeInputError, match="was lost: an advance\\(\\) call that moved it stopped part-way"):
             call()
+    assert repr(s) == "<Stream lost>"
     dec.advance([bystander], [x[1, 10:lengths[1]]])
     assert dec.finish([bystander])[0] == want
     fresh = dec.stream()
@@ -901,7 +902,8 @@ def test_bad_stream_input_is_refused_before_any_stream_moves(demo, demo_graphs):
              ([s, t], [empty, good], "stream 0: chunk frame 5 has -inf in every column"),
              ([s, other.stream()], [good, good], "stream 1 belongs to another Decoder"),
              ([s, s], [good, good], "stream 1 is given twice"),
-             ([s, "s"], [good, good], "item 1 is a str")]
+             ([s, "s"], [good, good], "item 1 is a str"),
+             (s, [good], "advance\\(\\) takes a list of streams \\(e.g. \\[s\\]\\), not <Stream 0 frames>")]
     batch = np.stack([good, good])
     nan_at = batch.copy()
     nan_at[1, 3, 2] = np.nan
@@ -949,6 +951,8 @@ def test_bad_stream_input_is_refused_before_any_stream_moves(demo, demo_graphs):
         dec.partials([s, t])
     with pytest.raises(DecodeInputError, match="partials\\(\\): stream 0 belongs to another Decoder"):
         dec.partials([other.stream()])
+    with pytest.raises(DecodeInputError, match="finish\\(\\) takes a list of streams"):
+        dec.finish(s)
     assert dec.partials([]) == [] and dec.partials([s]) == [s.partial()]
     with pytest.raises(OptionError, match="EndpointConfig"):
         dec.stream(endpoint={"rules": ()})

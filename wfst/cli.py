@@ -183,7 +183,7 @@ def decode_main(argv: list[str] | None = None) -> int:
     if args.stream and args.lattice_beam is not None and args.device == "cuda":
         ap.error("argument --lattice-beam: streams on --device cuda keep the best path only so far (leave out "
                  "--stream, or stream on the CPU)")
-    if not (args.chunk_ms >= args.frame_ms and math.isfinite(args.chunk_ms / args.frame_ms)):
+    if args.stream and not (args.chunk_ms >= args.frame_ms and math.isfinite(args.chunk_ms / args.frame_ms)):
         ap.error(f"argument --chunk-ms: must be a finite number of ms, at least one frame ({args.frame_ms:g} ms), "
                  f"got {args.chunk_ms}")
     try:

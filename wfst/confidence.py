@@ -65,6 +65,8 @@ class Calibration:
     def fit_posteriors(cls, posteriors, correct, l2: float = 1e-3) -> Calibration:
         """The fit on word posteriors and whether each word is right (fit's core)."""
         labels = np.asarray(correct)
+        if labels.size == 0:
+            raise OptionError("Calibration.fit: no words to fit on (the results hold no hypothesis words)")
         if labels.dtype.kind not in "biu" or not np.isin(labels, (0, 1)).all():  # "no" would read as True
             raise OptionError(f"Calibration.fit: labels must be bools (or 0 and 1), got {labels.dtype} values")
         posteriors = np.asarray(posteriors, np.float64)

@@ -109,6 +109,8 @@ class Decoder:
             if config.lattice_beam is None:
                 raise OptionError("rescore_mode='lattice' rescores each utterance's word lattice: set lattice_beam "
                                   "(e.g. Decoder(..., lattice_beam=8.0))")
+        if graph_lm is not None and rescore_lm is None:
+            raise OptionError("graph_lm= is the graph's LM, which rescoring subtracts: give rescore_lm= too")
         self.rescorer = _rescorer(graph, rescore_lm, graph_lm) if rescore_lm is not None else None
         self.rescore_mode = rescore_mode
         # the LM the search itself rescores with (on the fly), or None: the lattices are rescored after it
@@ -367,6 +369,8 @@ class Decoder:
 
     def _check_streams(self, streams, call: str) -> list[Stream]:
         """The streams as a list, or a DecodeInputError that names the first fault."""
+        if isinstance(streams, Stream) or not hasattr(streams, "__iter__"):
+            raise DecodeInputError(f"{call}() takes a list of streams (e.g. [s]), not {streams!r}")
         streams = list(streams)
         # the usual call, in passes of map (no Python frame a stream: this runs on one core
         # while the others wait, ~1 µs a stream in a loop); a fault is then found one by one

@@ -156,5 +156,5 @@ class Stream:
         return self._decoder._partial(self)
 
     def __repr__(self) -> str:
-        status = "finished" if self.finished else f"{self.frames} frames"
+        status = "lost" if self._lost else "finished" if self.finished else f"{self.frames} frames"
         return f"<Stream {status}{', endpoint' if self.endpoint else ''}>"

@@ -261,8 +261,11 @@ def test_load_errors(tmp_path):
     with pytest.raises(InputFileError, match=r"nolp.npz: no 'log_probs' array \(has: lengths\)"):
         load_npz(tmp_path / "nolp.npz")
     (tmp_path / "junk.npz").write_text("not a zip")
-    with pytest.raises(WfstError, match="junk.npz: not a readable .npz file"):
-        load_npz(tmp_path / "junk.npz")
+    with pytest.raises(WfstError, match=r"junk.npz: not an .npz archive \(save one with numpy.savez"):
+        load_npz(tmp_path / "junk.npz")  # (not "pickled data", as np.load says of any such file)
+    (tmp_path / "empty.npz").write_bytes(b"")
+    with pytest.raises(WfstError, match="empty.npz: not an .npz archive"):
+        load_npz(tmp_path / "empty.npz")
     np.savez(tmp_path / "other.npz", log_probs=np.zeros((2, 3, 4), np.float32), lengths=np.array([3, 3]))
     got = load_npz(tmp_path / "other.npz")
     assert got.synthetic is False and got.lengths.dtype == np.int32

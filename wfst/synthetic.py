@@ -336,6 +336,11 @@ def load_npz(path: str | os.PathLike) -> Emissions:
     ``synthetic`` is then False)."""
     if not os.path.isfile(path):
         raise MissingFileError(path, "emissions file")
+    with open(path, "rb") as f:
+        head = f.read(6)
+    if head[:4] != b"PK\x03\x04" and head != b"\x93NUMPY":  # (np.load calls any other file a pickle)
+        raise InputFileError(path, None, "not an .npz archive (save one with numpy.savez(path, log_probs=..., "
+                             "lengths=...))")
     try:
         z = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:

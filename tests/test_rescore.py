@@ -54,6 +54,41 @@ def test_store_scores_sentences_like_kenlm(demo, tmp_path, order):
         assert store.score(words) == pytest.approx(kenlm_cost(model, words), abs=2e-3)
 
 
+def test_store_scores_unknown_words_like_kenlm_without_unk(tmp_path):
+    """An LM without <unk>: a word it lacks costs kenlm's log10 -100 (after the backoffs to
+    the root), not nothing."""
+    kenlm = pytest.importorskip("kenlm")
+    arpa = tmp_path / "lm.arpa"
+    arpa.write_text("\\data\\\nngram 1=4\nngram 2=2\n\n\\1-grams:\n-0.5\t</s>\n-99\t<s>\t-0.2\n-0.4\tab\t-0.3\n"
+                    "-0.6\tba\t-0.1\n\n\\2-grams:\n-0.2\t<s> ab\n-0.1\tab ba\n\n\\end\\\n")
+    store, model = read_arpa(arpa), kenlm.Model(str(arpa))
+    for words in (["ab"], ["ab", "zzz"], ["zzz", "zzz", "zzz"], ["ab", "zzz", "ba"], []):
+        assert store.score(words) == pytest.approx(kenlm_cost(model, words), abs=1e-3), words
+
+
+def test_lexicon_words_the_lms_lack_and_no_arc_outputs_need_no_unk(tmp_path):
+    """A lexicon word the graph's LM lacks is left out of the graph (no arc outputs it), so
+    rescoring with LMs that lack it too and have no <unk> scores every path as usual."""
+    (tmp_path / "tokens.txt").write_text("<blk> 0\na 1\nb 2\n")
+    (tmp_path / "lexicon.txt").write_text("ab a b\nba b a\nbb b b\n")  # bb: in no LM
+    lm = "\\data\\\nngram 1=4\nngram 2={}\n\n\\1-grams:\n-0.5\t</s>\n-99\t<s>\t-0.3\n-0.6\tab\t-0.2\n" \
+         "-0.7\tba\t-0.2\n\n\\2-grams:\n-0.2\t<s> ab\n-0.3\tab ba\n{}\n\\end\\\n"
+    (tmp_path / "small.arpa").write_text(lm.format(2, ""))
+    (tmp_path / "big.arpa").write_text(lm.format(3, "-0.1\tba ab\n"))
+    r = compile_graph(tmp_path / "g", tokens=tmp_path / "tokens.txt", lm=tmp_path / "small.arpa",
+                      lexicon=tmp_path / "lexicon.txt")
+    g = wfst.load_graph(r.directory)
+    assert g.words.ids()["bb"] not in set(g.olabel.tolist())
+    x = random_log_probs(3, batch=6, frames=10, columns=3, sharpness=1.0)
+    plain = Decoder(g, **WIDE).decode(x)
+    assert Decoder(g, rescore_lm=tmp_path / "small.arpa", **WIDE).decode(x) == plain  # its own LM: no change
+    dec = Decoder(g, rescore_lm=tmp_path / "big.arpa", **WIDE)
+    for got in dec.decode(x):
+        if got.reached_final:
+            assert got.rescore_cost == pytest.approx(dec.rescorer.big.score(got.words)
+                                                     - dec.rescorer.small.score(got.words), abs=1e-4)
+
+
 @pytest.mark.parametrize("order", [2, 3, 4])
 def test_backoff_weights_of_ngrams_nothing_continues_apply(tmp_path, order):
     """An n-gram's backoff weight applies to the next word even where no n-gram continues it

@@ -523,7 +523,7 @@ def _rescorer(graph: Graph, rescore_lm, graph_lm):
         warnings.warn(f"graph_lm= {graph_lm.source.get('path')} is not the file the graph was built with (its sha256 "
                       f"differs from graph.json's inputs.lm, {lm.get('path')}): unless it holds the same n-grams, "
                       f"every rescored cost is off by the difference", stacklevel=3)
-    return Rescorer(big, graph_lm, graph.words)
+    return Rescorer(big, graph_lm, graph.words, graph.olabel)
 
 
 class _FinishedState:

@@ -51,6 +51,7 @@ from .errors import (
 from .files import atomic_path, split_fields
 
 LN10 = math.log(10.0)
+UNKNOWN_COST = 100.0 * LN10  # of a word that an LM without <unk> lacks: kenlm's log10 probability -100
 MAGIC = b"WFSTLM01"
 FORMAT = 3  # 2: the final costs stored; 3: a state for every n-gram with a backoff weight (older
 # stores dropped the weights of n-grams that nothing continues: they are made again from their ARPA)
@@ -112,12 +113,13 @@ class LmStore:
         from wfst.kernels.common import automaton_step
 
         ids = self.word_ids()
-        unk = ids.get("<unk>")
+        unk = ids.get("<unk>", -1)
         a = self.automaton()
         s, total = self.start, 0.0
         for w in [*words, "</s>"]:
-            cost, s = automaton_step(a, 0, s, ids.get(w, unk if unk is not None else -1))
-            total += float(cost)
+            i = ids.get(w, unk)
+            cost, s = automaton_step(a, 0, s, i)  # (an unknown word: the backoffs to the root, and it stays there)
+            total += float(cost) + (UNKNOWN_COST if i < 0 else 0.0)
         return total
 
 
@@ -507,10 +509,16 @@ def truncate_arpa(src: str | os.PathLike, dst: str | os.PathLike, order: int) ->
 class Rescorer:
     """The big LM and the graph's LM, with the maps the kernels need (see the module doc)."""
 
-    def __init__(self, big: LmStore, small: LmStore, graph_words):
+    def __init__(self, big: LmStore, small: LmStore, graph_words, output_labels=None):
+        """output_labels: the graph's arcs' (a lexicon word no arc outputs, one the graph's
+        LM lacks, is never scored: neither LM needs to know it); default: every word."""
         self.big, self.small = big, small
         graph_words = tuple(graph_words) or ("<eps>",)
         scored = np.fromiter((not _never_scored(w) for w in graph_words), bool, len(graph_words))
+        if output_labels is not None:
+            on_arcs = np.zeros(len(graph_words), bool)
+            on_arcs[np.unique(np.asarray(output_labels))] = True
+            scored &= on_arcs
         scored[0] = False  # (<eps>)
         self.lm_map, self.big_report = _word_map(big, graph_words, scored, "the big LM")
         self.lm0_map, _ = _word_map(small, graph_words, scored, "the graph's LM")

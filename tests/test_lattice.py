@@ -429,3 +429,24 @@ def test_words_that_hold_unicode_spaces_are_taken_whole(tmp_path):
         warnings.simplefilter("error")  # (an unknown boosted word is warned about)
         dec.decode(x, lengths, boost={"a\u00a0b b\u3000a": 2.0, "b\u3000a": 1.0})
     assert dec.stats.boost_unknown == ()
+
+
+@pytest.mark.parametrize("topology", ["compact", "minimal", "normal"])
+def test_a_word_counts_the_paths_that_start_it_earlier(tmp_path, topology):
+    """A word's confidence sums its arcs' posteriors from before its own first frame too:
+    other paths may start it earlier (here "ab" is on every path, the 'a' at frame 0 or 1,
+    so its confidence is the sentence's)."""
+    from wfst.graphs import compile_graph
+
+    (tmp_path / "tokens.txt").write_text("<blk> 0\na 1\nb 2\n")
+    (tmp_path / "lexicon.txt").write_text("ab a b\nba b a\n")
+    (tmp_path / "lm.arpa").write_text("\\data\\\nngram 1=4\n\n\\1-grams:\n-0.5\t</s>\n-99\t<s>\n-0.3\tab\n"
+                                      "-0.3\tba\n\n\\end\\\n")
+    g = wfst.load_graph(compile_graph(tmp_path / "g", tokens=tmp_path / "tokens.txt", lm=tmp_path / "lm.arpa",
+                                      lexicon=tmp_path / "lexicon.txt", topology=topology).directory)
+    p = np.array([[0.50, 0.50, 1e-6], [0.45, 0.55, 1e-6], [0.10, 1e-6, 0.90], [0.98, 0.01, 0.01]])
+    x = np.log(p / p.sum(1, keepdims=True)).astype(np.float32)[None]
+    (r,) = Decoder(g, lattice_beam=8.0, num_threads=1).decode(x, np.array([4]))
+    assert r.words == ("ab",) and r.word_times[0][0] == 1  # (the best path starts it at frame 1)
+    assert r.word_confidences[0] == pytest.approx(r.confidence, abs=1e-5)
+    assert r.confidence == pytest.approx(r.lattice.sequence_posterior(["ab"]), abs=1e-5) and r.confidence > 0.85

@@ -211,9 +211,10 @@ class Lattice:
         then mapped by the decoder's confidence_calibration where it has one (unless not
         `calibrated`).
         A word's label sits anywhere from its first frame into the next word (determinizing
-        L ∘ G delays it), so word i owns the frames from its start to the next word's end
-        (result.word_times).  On a graph without word times: from halfway between its label
-        frame and word i - 1's to halfway to word i + 1's."""
+        L ∘ G delays it), and other paths may start the word earlier than the best path, so
+        word i owns the frames from halfway back to word i - 1's start (the first word: from
+        frame 0) to the next word's end (result.word_times).  On a graph without word times:
+        from halfway between its label frame and word i - 1's to halfway to word i + 1's."""
         if not result.word_ids:
             return ()
         post = self.arc_posteriors()
@@ -400,7 +401,8 @@ def _word_windows(result: DecodeResult) -> tuple[np.ndarray, np.ndarray]:
     try:
         times = np.asarray(result.word_times, np.int64)
         ends = np.concatenate([times[1:, 1], [max(result.num_frames, int(times[-1, 1]))]])
-        return times[:, 0], ends
+        starts = np.concatenate([[0], (times[:-1, 0] + times[1:, 0]) // 2 + 1])
+        return np.minimum(starts, times[:, 0]), ends
     except GraphFormatError:  # no lexicon.txt or T.fst in the graph directory
         at = np.asarray(result.word_frames, np.int64)
         lo = np.concatenate([[0], (at[:-1] + at[1:]) // 2 + 1])

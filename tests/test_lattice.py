@@ -218,6 +218,13 @@ def test_kaldi_text_format(noisy, tmp_path):
     assert len(arcs) == r.lattice.num_arcs and len(finals) == len(r.lattice.finals)
     g, a = map(float, arcs[0][4].split(","))
     assert math.isfinite(g) and math.isfinite(a)
+    gx, x, lengths, settings = noisy[0], noisy[2], noisy[3], noisy[4]
+    scaled = Decoder(gx, lattice_beam=7.0, **{**settings, "acoustic_scale": 0.5}).decode(x[:1], lengths[:1])[0]
+    scaled.lattice.write(tmp_path / "scaled.txt")  # acoustic costs unscaled, as Kaldi's decoders write them
+    written = [ln.split("\t")[4].split(",") for ln in (tmp_path / "scaled.txt").read_text().splitlines()
+               if ln.count("\t") == 4]
+    assert [float(a) for _, a in written] == pytest.approx((scaled.lattice.acoustic_cost / 0.5).tolist(), rel=1e-5)
+    assert [float(g) for g, _ in written] == pytest.approx(scaled.lattice.graph_cost.tolist(), rel=1e-5, abs=1e-6)
 
 
 def test_bad_lattice_options(noisy):

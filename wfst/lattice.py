@@ -172,14 +172,18 @@ class Lattice:
 
     def write(self, path_or_file, key: str = "utterance") -> None:
         """Kaldi's text lattice format: the key, then ``src dst ilabel olabel graph,acoustic``
-        per arc and ``state graph,acoustic`` per final state, then an empty line."""
+        per arc and ``state graph,acoustic`` per final state, then an empty line.  Acoustic
+        costs are written unscaled (divided by the decoder's acoustic_scale, blank_penalty
+        included), as Kaldi's decoders write lattices: Kaldi's tools take the scale again
+        (lattice-best-path --acoustic-scale=...)."""
         if not isinstance(key, str) or not key or len(key.split()) != 1 or key != key.strip():
             raise OptionError(f"lattice key {key!r}: must be one non-empty token without whitespace (Kaldi reads "
                               f"the key up to the first space)")
         raw = self._raw
         lines = [key]
+        acoustic = raw.acoustic_cost.astype(np.float64) / self._scorer.config.acoustic_scale
         for s, d, i, o, g, a in zip(raw.src.tolist(), raw.dst.tolist(), self.ilabel.tolist(), self.olabel.tolist(),
-                                    raw.graph_cost.tolist(), raw.acoustic_cost.tolist()):
+                                    raw.graph_cost.tolist(), acoustic.tolist()):
             lines.append(f"{s}\t{d}\t{i}\t{o}\t{g:.6g},{a:.6g}")
         for s, c in zip(raw.final_states.tolist(), raw.final_costs.tolist()):
             lines.append(f"{s}\t{c:.6g},0")

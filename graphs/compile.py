@@ -318,8 +318,8 @@ def compile_graph(out_dir: str | os.PathLike, *, tokens: str | os.PathLike, lm: 
     if lexicon is not None:
         lex = read_lexicon(lexicon, tok, separator=word_boundary)
     else:
-        spell_words = read_word_list(words) if words is not None else [
-            w for w in lm_words if w not in (BOS, EOS, "<unk>")]
+        spell_words = [w for w in (read_word_list(words) if words is not None else lm_words)
+                       if w not in (BOS, EOS, "<unk>")]  # (<unk>: the LM's class of unknown words, never spelled)
         if not spell_words:
             raise InputFileError(lm, None, "the LM has no words to spell (no unigrams besides <s>, </s> and "
                                  "<unk>); give a lexicon or a word list, or an LM with words")

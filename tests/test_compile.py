@@ -291,6 +291,10 @@ def test_vocabulary_mismatch_is_counted_and_reported(tiny, capsys):
     r = compile_graph(tiny / "out2", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=tiny / "lex2.txt",
                       word_boundary="|", progress=False)  # the notes are warnings, not progress
     assert "1 lexicon words are not in the LM" in capsys.readouterr().err
+    (tiny / "words.txt").write_text("ab\nba\n<unk>\nabc\n")  # a word list with the LM's <unk>: never spelled
+    v = compile_graph(tiny / "out3", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", words=tiny / "words.txt",
+                      word_boundary="|", progress=False).info["vocabulary"]
+    assert v["unspellable_words"] == 0 and v["lexicon_words"] == 3
 
 
 def make_graph(*args, cwd):

@@ -284,6 +284,12 @@ def compile_graph(out_dir: str | os.PathLike, *, tokens: str | os.PathLike, lm: 
                           f"sentencepiece model {spm} mark word starts themselves (give spm or word_boundary, "
                           f"not both)")
     out_dir = Path(out_dir)
+    for path, what in ((out_dir, "graph directory"), (cache_dir, "cache directory")):
+        try:
+            if path is not None:
+                Path(path).resolve()
+        except (RuntimeError, OSError) as e:  # (a symlink loop: RuntimeError before Python 3.13)
+            raise OutputFileError(path, what, str(e)) from None
     cache_dir = Path(cache_dir) if cache_dir is not None else out_dir.resolve().parent / ".wfst-cache"
     if cache_dir.resolve().is_relative_to(out_dir.resolve()):
         raise OptionError(f"cache_dir {cache_dir} is inside the graph directory {out_dir}, which a build "

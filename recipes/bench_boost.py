@@ -39,7 +39,7 @@ def main() -> int:
     ap = recipe_cli.parser(__doc__)
     ap.add_argument("--graphs", default="build/demo", help="where make demo put the graphs")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    ap.add_argument("--seed", type=int, default=0, help="of the emissions and of the 1,000 words")
+    ap.add_argument("--seed", type=recipe_cli.whole(0), default=0, help="of the emissions and of the 1,000 words")
     ap.add_argument("--repeat", type=recipe_cli.whole(), default=5, help="best of this many timed runs per setting")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()

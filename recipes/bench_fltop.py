@@ -45,7 +45,7 @@ def cell(graph, x, lengths, texts, repeat: int, top_n, rel) -> tuple[dict, list]
 def main() -> int:
     ap = recipe_cli.parser(__doc__)
     ap.add_argument("--graphs", default="build/demo", help="where make demo put the graphs")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=recipe_cli.whole(0), default=0)
     ap.add_argument("--repeat", type=recipe_cli.whole(), default=3, help="best of this many timed runs per cell")
     ap.add_argument("--json", help="also write the rows here")
     args = ap.parse_args()

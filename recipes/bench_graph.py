@@ -120,7 +120,7 @@ def main():
     ap.add_argument("--topologies", type=recipe_cli.listed(("compact", "normal", "minimal")),
                     default="compact,normal,minimal")
     ap.add_argument("--out", default="build/bench_graph")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=recipe_cli.whole(0), default=0)
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

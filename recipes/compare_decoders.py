@@ -40,7 +40,7 @@ def main() -> int:
     ap.add_argument("--dev-sentences", type=recipe_cli.whole(), help="first N of dev.txt (default: all; --quick: 20)")
     ap.add_argument("--test-sentences", type=recipe_cli.whole(), help="first N of test.txt (default: all; --quick: 20)")
     ap.add_argument("--repeat", type=recipe_cli.whole(), default=2, help="timed passes per test cell (best is kept)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=recipe_cli.whole(0), default=0)
     ap.add_argument("--venv", default=str(PYCTCDECODE_VENV),
                     help="pyctcdecode's own venv (make pyctcdecode-venv makes it)")
     ap.add_argument("--force", action="store_true", help="recompute every cell")

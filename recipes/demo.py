@@ -12,6 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
+import recipe_cli
 from demo_data import LM, TOKEN_SETS, emission_options, sentences
 from wfst.graphs import TOPOLOGIES, compile_graph
 
@@ -24,8 +25,9 @@ from wfst.scoring import rtfx, word_errors
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="build/demo", help="where the graph directories go")
-    ap.add_argument("--sentences", type=int, default=1000, help="held-out sentences to decode (at most)")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the synthetic emissions")
+    ap.add_argument("--sentences", type=recipe_cli.whole(), default=1000,
+                    help="held-out sentences to decode (at most)")
+    ap.add_argument("--seed", type=recipe_cli.whole(0), default=0, help="seed of the synthetic emissions")
     ap.add_argument("--graphs-only", action="store_true", help="build the graphs, do not decode")
     ap.add_argument("--beam", type=float, default=16.0)
     ap.add_argument("--max-active", type=int, default=7000)

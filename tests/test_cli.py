@@ -1,6 +1,8 @@
 """wfst-decode end to end on the tiny graph (wfst-bench: test_bench.py)."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from wfst.graphs import compile_graph
@@ -215,6 +217,8 @@ def test_detokenize_inverts_tokenize(demo):
     (["--token-top-n", "0"], "--token-top-n=0: must be None (all columns) or an integer >= 1"),
     (["--token-rel-threshold", "2"], "--token-rel-threshold=2.0: must be a number in [0, 1]"),
     (["--spm", "bpe.model"], "--spm: is for --beam-search"),
+    (["--lm-weight", "100"], "--lm-weight: is for --beam-search, not the graph search"),  # (it was ignored)
+    (["--beam-size", "1"], "--beam-size: is for --beam-search, not the graph search"),
     (["--context-beam", "-1"], "--context-beam=-1.0: must be None (every context expanded) or a finite number >= 0"),
     (["--lattice-beam", "8", "--confidence-calibration", "/no/cal.json"],
      "cannot read confidence calibration /no/cal.json: not found"),
@@ -226,6 +230,22 @@ def test_decode_cli_bad_options_are_one_line(tiny_setup, capsys, options, messag
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and err.startswith("wfst-decode: error: ")
     assert message in err and "Traceback" not in err
+
+
+def test_decode_cli_never_writes_over_its_inputs(tiny_setup, tmp_path, capsys):
+    graph, em, _ = tiny_setup
+    refs = tmp_path / "refs.txt"
+    refs.write_text("ab\n" * 7)
+    before = em.read_bytes()
+    for options, message in ((["--ctm", str(em)], f"--ctm: {em} is the --emissions file"),
+                             (["--output", str(refs), "--refs", str(refs)], "--output: .*refs.txt is the --refs file"),
+                             (["--output", str(tmp_path / "o.txt"), "--ctm", str(tmp_path / "." / "o.txt")],
+                              "--ctm: .*o.txt is the --output file")):
+        with pytest.raises(SystemExit) as e:
+            decode_main(["--graph", str(graph), "--emissions", str(em), *options])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err.count("\n") == 1 and re.search(message, err), err
+    assert em.read_bytes() == before and refs.read_text() == "ab\n" * 7
 
 
 def test_decode_cli_beam_search_without_a_graph(tiny_setup, tmp_path, capsys):

@@ -338,6 +338,8 @@ def test_out_through_a_symlink_or_around_the_current_directory(tiny):
     (["--blank", "|"], r"word-boundary unit '\|' is the blank of tokens.txt"),
     (["--word-boundary", "#"], r"word-boundary unit '#' is not in tokens.txt"),
     (["--out", "tokens.txt/g"], r"cannot write graph directory tokens.txt/g: tokens.txt is not a directory"),
+    (["--out", "loop"], r"cannot write graph directory loop: "),  # (a symlink loop: a traceback before)
+    (["--cache-dir", "loop"], r"cannot write cache directory loop: "),
     (["--lexicon", "empty.txt"], r"empty.txt: the lexicon is empty"),
     (["--lexicon", "lexicon.txt", "--words", "lexicon.txt"], r"argument --words: not allowed with argument --lexicon"),
     (["--lexicon", "lexicon.txt", "--spm", "x.model"], r"--spm spells a word list; it cannot be used with --lexicon"),
@@ -348,6 +350,8 @@ def test_cli_errors_are_one_line(tiny, args, message):
     (tiny / "empty.txt").write_text("")
     (tiny / "junk.arpa").write_text("junk\n")
     (tiny / "bad.arpa").write_text((tiny / "lm.arpa").read_text().replace("-0.45\ta cab", "-0.45 a"))
+    (tiny / "loop").symlink_to(tiny / "loop2")
+    (tiny / "loop2").symlink_to(tiny / "loop")
     base = {"--tokens": "tokens.txt", "--lm": "lm.arpa", "--out": "out", "--word-boundary": "|"}
     for flag in args:
         base.pop(flag, None)

@@ -208,6 +208,8 @@ def test_from_texts_seeds_stacks_each_seed_padded():
     ([[1]], {"noise": -1.0}, r"noise must be a finite number >= 0, got -1.0"),
     ([[1]], {"peak": float("nan")}, r"peak must be a finite number >= 0, got nan"),
     ([[1]], {"frames_per_token": 3}, r"frames_per_token must be a pair \(min, max\) of integers, got 3"),
+    ([[1]], {"seed": -1}, r"seed must be an integer >= 0, got -1"),  # (numpy's ValueError before)
+    ([[1]], {"seed": 1.5}, r"seed must be an integer >= 0, got 1.5"),
 ])
 def test_emission_errors(seqs, kw, message):
     with pytest.raises(OptionError, match=message):

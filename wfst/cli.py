@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import functools
 import math
+import os
 import sys
 import time
 import warnings
@@ -115,7 +116,8 @@ def decode_main(argv: list[str] | None = None) -> int:
                     help="with --lattice-beam: map word confidences by this calibration (JSON, from "
                          "wfst.confidence.Calibration.fit on a dev set)")
     ap.add_argument("--nbest", type=int, default=None,
-                    help="with --lattice-beam: print the N best distinct word sequences of each utterance")
+                    help="with --lattice-beam: print the N best distinct word sequences of each utterance "
+                         "(--beam-search: its N best distinct token sequences, whose words may repeat)")
     ap.add_argument("--output", help="also write the hypotheses here, one line per utterance")
     ap.add_argument("--ctm", help="also write each word's time here as CTM lines: utterance, channel 1, start and "
                                   "duration in seconds (--frame-ms per frame), word, and with --lattice-beam its "
@@ -157,6 +159,9 @@ def decode_main(argv: list[str] | None = None) -> int:
     for option in ("tokens", "lm", "spm"):
         if getattr(args, option) is not None:
             ap.error(f"argument --{option}: is for --beam-search")
+    for option in ("beam_size", "lm_weight", "token_insertion", "beam_threshold"):
+        if getattr(args, option) != ap.get_default(option):  # silently ignored otherwise
+            ap.error(f"argument --{option.replace('_', '-')}: is for --beam-search, not the graph search")
     if args.rescore_mode != ap.get_default("rescore_mode") and args.rescore_lm is None:
         ap.error("argument --rescore-mode: says how --rescore-lm rescores; give --rescore-lm too")
     if args.rescore_mode == "lattice" and args.lattice_beam is None:
@@ -248,10 +253,25 @@ def _check_shared(ap, args) -> None:
         ap.error(f"argument --batch-size: must be >= 1, got {args.batch_size}")
     if not (args.frame_ms > 0 and math.isfinite(args.frame_ms)):
         ap.error(f"argument --frame-ms: must be a finite number > 0, got {args.frame_ms}")
-    for option, path in (("--output", args.output), ("--ctm", args.ctm)):
-        problem = why_unwritable(path) if path else None
+    outputs = [(option, path) for option, path in (("--output", args.output), ("--ctm", args.ctm)) if path]
+    for option, path in outputs:
+        problem = why_unwritable(path)
         if problem:
             ap.error(f"argument {option}: cannot write {path}: {problem}")
+    inputs = [("--emissions", args.emissions), ("--refs", args.refs), ("--phrases", args.phrases),
+              ("--confidence-calibration", args.confidence_calibration), ("--lm", args.lm),
+              ("--rescore-lm", args.rescore_lm), ("--graph-lm", args.graph_lm)]
+    for i, (option, path) in enumerate(outputs):  # (written over, an input would be lost, or an output)
+        for other, given in inputs + outputs[:i]:
+            if given and _same_file(path, given):
+                ap.error(f"argument {option}: {path} is the {other} file; write it elsewhere")
+
+
+def _same_file(a, b) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # (one of them is not there yet: the same path, then)
+        return os.path.abspath(a) == os.path.abspath(b)
 
 
 def _decode(args, config: DecoderConfig | None, beam_decoder=None, phrases=None) -> int:

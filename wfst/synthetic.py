@@ -186,6 +186,8 @@ def emissions(token_seqs: Sequence[Sequence[int]], num_columns: int, blank: int,
         raise OptionError(f"confusion must be a probability in [0, 1], got {confusion!r}")
     if len(token_seqs) == 0:
         raise OptionError("token_seqs is empty: no utterances to make")
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+        raise OptionError(f"seed must be an integer >= 0, got {seed!r}")
 
     seqs = []
     for b, seq in enumerate(token_seqs):

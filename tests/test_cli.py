@@ -196,8 +196,8 @@ def test_detokenize_inverts_tokenize(demo):
 
 @pytest.mark.parametrize("options,message", [
     (["--beam", "-1"], "--beam=-1.0: must be a finite number > 0"),
-    (["--threads", "0"], "--threads=0: must be None or an integer >= 1"),
-    (["--max-active", "5", "--min-active", "9"], "--min-active=9: must be an integer in [0, max-active=5]"),
+    (["--threads", "0"], "argument --threads=0: must be None or an integer >= 1"),
+    (["--max-active", "5", "--min-active", "9"], "--min-active=9: must be an integer in [0, --max-active=5]"),
     (["--batch-size", "0"], "--batch-size: must be >= 1"),
     (["--beam", "wide"], "argument --beam: invalid float value: 'wide'"),
     (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
@@ -282,10 +282,13 @@ def test_decode_cli_beam_search_without_a_graph(tiny_setup, tmp_path, capsys):
     with pytest.raises(SystemExit):
         decode_main(["--emissions", str(em)])
     assert "required: --graph (or --beam-search" in capsys.readouterr().err
-    assert decode_main(base + ["--beam-size", "0"]) == 2  # the decoder's own checks
-    assert "beam_size=0" in capsys.readouterr().err
-    assert decode_main(base + ["--beam-size", "300000000"]) == 2  # (numpy's MemoryError, a traceback)
-    assert "beam_size=300000000: beam_size x the 5 tokens must be at most 2**30" in capsys.readouterr().err
+    for extra, message in ((["--beam-size", "0"], "argument --beam-size=0: must be"),  # the decoder's own checks,
+                           (["--beam-size", "300000000"],  # (numpy's MemoryError, a traceback)
+                            "argument --beam-size=300000000: --beam-size x the 5 tokens must be at most 2**30"),
+                           (["--token-insertion", "nan"], "argument --token-insertion=nan: must be a finite")):
+        with pytest.raises(SystemExit) as e:  # said with the options' names (was "beam_size=0")
+            decode_main(base + extra)
+        assert e.value.code == 2 and message in capsys.readouterr().err
     assert decode_main(base + ["--spm", str(tmp_path / "nope.model")]) == 2  # (decoded with '|' in the words)
     assert "cannot read sentencepiece model (spm)" in capsys.readouterr().err
     phrases.write_text("ab\tlots\n")

@@ -26,6 +26,7 @@ import dataclasses
 import functools
 import math
 import os
+import re
 import sys
 import time
 import warnings
@@ -35,7 +36,7 @@ import numpy as np
 
 from .config import MIN_ACTIVE, PHRASE_REWARD, DecoderConfig
 from .decoder import RESCORE_MODES, Decoder
-from .errors import InputFileError, WfstError
+from .errors import InputFileError, OptionError, WfstError
 from .files import read_lines, split_fields, why_unwritable, write_text_atomic
 from .scoring import FRAME_SECONDS, rtfx, word_errors
 from .synthetic import load_npz
@@ -177,11 +178,10 @@ def decode_main(argv: list[str] | None = None) -> int:
                                num_threads=args.threads, lattice_beam=args.lattice_beam,
                                confidence_calibration=args.confidence_calibration, token_top_n=args.token_top_n,
                                token_rel_threshold=args.token_rel_threshold, context_beam=args.context_beam)
-    except WfstError as e:  # say it with the option's name
-        message = str(e).replace("num_threads", "threads")
-        for field in dataclasses.fields(DecoderConfig):
-            message = message.replace(field.name, field.name.replace("_", "-"))
-        ap.error(message.replace("DecoderConfig.", "--"))
+    except OptionError as e:
+        ap.error(_as_options(str(e).replace("DecoderConfig.", ""), [f.name for f in dataclasses.fields(DecoderConfig)]))
+    except WfstError as e:  # an unreadable --confidence-calibration
+        ap.error(one_line(e))
     _check_shared(ap, args)
     if args.nbest is not None and args.lattice_beam is None:
         ap.error("argument --nbest: N-best lists come from the lattice; give --lattice-beam too")
@@ -239,9 +239,23 @@ def _beam_search_main(ap, args) -> int:
         decoder = CtcBeamDecoder(args.tokens, args.lm, beam_size=args.beam_size, lm_weight=args.lm_weight,
                                  token_insertion=args.token_insertion, beam_threshold=args.beam_threshold,
                                  spm=args.spm, num_threads=args.threads, device=args.device)
+    except OptionError as e:
+        ap.error(_as_options(str(e), ["beam_size", "lm_weight", "token_insertion", "beam_threshold", "spm",
+                                      "num_threads", "device"]))
+    except WfstError as e:
+        return fail("wfst-decode", e)
+    try:
         return _decode(args, None, decoder, _boosts(args.phrases, decoder.phrase_reward))
     except WfstError as e:
         return fail("wfst-decode", e)
+
+
+def _as_options(message: str, names: list[str]) -> str:
+    """A library error about keyword arguments, said with the command's option names
+    ("beam_size=0: must be ..." -> "argument --beam-size=0: must be ...")."""
+    pattern = re.compile(r"\b(" + "|".join(sorted(names, key=len, reverse=True)) + r")\b")
+    message = pattern.sub(lambda m: "--" + ("threads" if m[1] == "num_threads" else m[1].replace("_", "-")), message)
+    return "argument " + message if message.startswith("--") else message
 
 
 def _check_shared(ap, args) -> None:

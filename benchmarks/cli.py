@@ -92,7 +92,7 @@ def _wer(refs, hyps) -> float | None:
 
 
 def format_table(rows: list[dict], title: str) -> str:
-    lines = [title, "", "| decoder | WER % | RTFx | frames/s | tokens/frame | peak MB ¹ |",
+    lines = [title, "", "| decoder | WER % | RTFx | frames/s | tokens/frame | peak MiB ¹ |",
              "|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         name = DECODERS[r["decoder"]][0] if r["decoder"] in DECODERS else r["decoder"]

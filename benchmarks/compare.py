@@ -44,6 +44,7 @@ import os
 import re
 import shutil
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -427,6 +428,7 @@ def plot_wer_rtfx(rows: Sequence[dict], path: str | os.PathLike, *, line_key: st
     cols = len({p[1] for p in panels})
     nrows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(5.2 * cols, 4.0 * nrows), squeeze=False)
+    title = "\n".join(textwrap.wrap(title, int(11 * 5.2 * cols)))  # (one panel's width cut a long title)
     for ax, (ts, prof) in zip(axes.flat, panels):
         lines: dict[str, list] = {}
         for r in ok:
@@ -460,17 +462,22 @@ def plot_graph_sizes(graphs: Sequence[dict], path: str | os.PathLike, *, title: 
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     names = [g["target"] for g in graphs]
+    palette = {t: f"C{i}" for i, t in enumerate(dict.fromkeys(g["token_set"] for g in graphs))}
     for ax, (key, label, scale) in zip(axes, [("states", "TLG states (millions)", 1e6),
                                                ("arcs", "TLG arcs (millions)", 1e6),
                                                ("file_mb", "TLG.fst (MiB)", 1.0)]):
-        colors = ["C0" if g["token_set"] == "char" else "C1" for g in graphs]
+        colors = [palette[g["token_set"]] for g in graphs]
         ax.bar(range(len(graphs)), [g[key] / scale for g in graphs], color=colors)
         ax.set_xticks(range(len(graphs)), names, rotation=30, ha="right", fontsize=8)
         ax.set_title(label, fontsize=10)
         ax.grid(True, axis="y", alpha=0.3)
+    spelled = {"char": "characters", "bpe": "BPE"}
+    axes[0].legend(handles=[Patch(color=c, label=spelled.get(t, t)) for t, c in palette.items()], fontsize=8,
+                   title="token set", title_fontsize=8)
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     with atomic_path(path) as tmp:
@@ -785,7 +792,7 @@ def _tuned_rows(result: dict) -> list[dict]:
 
 
 TUNED_COLUMNS = [Column("target", "graph"), Column("profile", "emissions"), Column("label", "decoder"),
-                 Column("tuned", "chosen on dev"), Column("dev_wer", "dev WER %", "{:.2%}"),
+                 Column("tuned", "chosen on dev"), Column("dev_wer", "dev WER", "{:.2%}"),
                  Column("tried", "settings tried"), Column("edge", "at the grid's edge")]
 
 
@@ -864,7 +871,7 @@ def compare_topologies(out: str | os.PathLike, targets: Sequence[Target], *, dev
                  Column("file_mb", "MiB", "{:.1f}"), Column("build_seconds", "build s", "{:.1f}"),
                  Column("wer_pct", "WER %", "{:.2f}"), Column("iv_wer_pct", "in-vocab WER %", "{:.2f}"),
                  Column("rtfx", "RTFx", "{:,.0f}"), Column("tokens_per_frame", "tokens/frame", "{:,.0f}"),
-                 Column("peak_mb", "peak MB", "{:,.0f}")]
+                 Column("peak_mb", "peak MiB", "{:,.0f}")]
     ref = _fmt_params(OURS_POINTS[0])
     summary = [r for r in rows if r.get("setting") == ref or r.get("status") != "ok"]
     cold = all(g["cold_build"] for g in graphs.values())
@@ -912,7 +919,7 @@ def compare_decoders(out: str | os.PathLike, targets: Sequence[Target], *, dev_t
             Column("setting", "setting"), Column("wer_pct", "WER %", "{:.2f}"),
             Column("iv_wer_pct", "in-vocab WER %", "{:.2f}"), Column("oov_wer_pct", "OOV WER %", "{:.2f}"),
             Column("rtfx", "RTFx", "{:,.0f}"),
-            Column("tokens_per_frame", "tokens/frame", "{:,.0f}"), Column("peak_mb", "peak MB", "{:,.0f}"),
+            Column("tokens_per_frame", "tokens/frame", "{:,.0f}"), Column("peak_mb", "peak MiB", "{:,.0f}"),
             Column("tuned", "tuned on dev"), Column("dev_wer_pct", "dev WER %", "{:.2f}")]
     best = _best_rows(rows)
     ours = [k for k in ("ours-cpu1", "ours-cpu1-top4")]

@@ -436,19 +436,21 @@ class FlashlightLexiconFreeSystem(System):
         self.word_boundary = target.word_boundary
         silence = tokens.symbols.index(target.word_boundary) if target.word_boundary else None
         self.fixed["token_lm"] = _file_digest(target.token_lm)
-        self.decoder = FlashlightLexiconFree(target.token_lm, tokens, silence)
+        self.args = (target.token_lm, tokens, silence)
+        self.decoder = FlashlightLexiconFree(*self.args)  # for the untimed (tuning) cells; timed cells load their own
 
     def identity(self):
         return {**super().identity(), **versions("flashlight-text")}
 
     def decode(self, em, params, *, timed, repeat=1):
         p = {**self.fixed, **params}
-        with _Peak() as mem:
+        with _Peak() as mem:  # (a timed cell's LM loaded inside, so that it counts, as the others')
+            decoder = FlashlightLexiconFree(*self.args) if timed else self.decoder
             best = None
             for _ in range(max(1, repeat)):
-                run = self.decoder.decode(em.log_probs, em.lengths, beam_size=int(p["beam_size"]),
-                                          lm_weight=p["lm_weight"], beam_threshold=p["beam_threshold"],
-                                          sil_score=p.get("sil_score", 0.0), word_boundary=self.word_boundary)
+                run = decoder.decode(em.log_probs, em.lengths, beam_size=int(p["beam_size"]),
+                                     lm_weight=p["lm_weight"], beam_threshold=p["beam_threshold"],
+                                     sil_score=p.get("sil_score", 0.0), word_boundary=self.word_boundary)
                 best = run.seconds if best is None else min(best, run.seconds)
         return DecodeRun(run.hyps, best, None, mem.mb, mem.process_mb)
 

@@ -34,7 +34,7 @@ from wfst.errors import (
 )
 from wfst.files import atomic_path
 from wfst.graph import FST_NAME, INFO_NAME, check_replaceable, graph_from_fst, write_graph_dir
-from wfst.memory import reset_peak_rss, rss_mb
+from wfst.memory import reset_peak_rss, rss_mb, take_child_peak
 from wfst.symbols import BOS, EOS, TokenTable, WordTable
 
 from .grammar import arpa_vocabulary, grammar_fst
@@ -71,13 +71,13 @@ class Stages:
     def run(self, name: str, fn, *args, **kwargs):
         self.bar.set_postfix_str(f"{name} ...", refresh=True)
         per_stage = reset_peak_rss()
+        take_child_peak()
         t0 = time.perf_counter()
         result = fn(*args, **kwargs)
         seconds = time.perf_counter() - t0
         peak = rss_mb("VmHWM:") if per_stage else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-        self.records[name] = {"seconds": round(seconds, 3), "peak_rss_mb": round(max(peak or 0, child), 1)}
-        self._say(f"  {name:<28} {seconds:8.2f} s  peak {self.records[name]['peak_rss_mb']:8.1f} MB")
+        self.records[name] = {"seconds": round(seconds, 3), "peak_rss_mb": round(max(peak or 0, take_child_peak()), 1)}
+        self._say(f"  {name:<28} {seconds:8.2f} s  peak {self.records[name]['peak_rss_mb']:8.1f} MiB")
         self.bar.update(1)
         return result
 

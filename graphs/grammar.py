@@ -22,6 +22,7 @@ import pywrapfst as fst
 
 from wfst.arpa import ArpaReader, check_sentence_marks, is_gzip, open_arpa, parse_ngram
 from wfst.errors import InputFileError
+from wfst.memory import note_child_peak
 from wfst.symbols import EPSILON, WORD_DISAMBIG, is_disambig_symbol
 
 _ERROR = re.compile(r"\[E\] line (\d+) \[(.*?)\]: (.*)")
@@ -56,11 +57,13 @@ def arpa_vocabulary(path: str | os.PathLike) -> tuple[list[str], list[int]]:
 
 
 _CHILD = """
-import sys, kaldilm
+import resource, sys, kaldilm
 arpa, out, syms, disambig = sys.argv[1:5]
 kaldilm.arpa2fst(input_arpa=arpa, output_fst=out, disambig_symbol=disambig,
                  read_symbol_table=syms, max_arpa_warnings=-1)
+print("wfst-child-peak-kib", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
 """
+_CHILD_PEAK = re.compile(r"^wfst-child-peak-kib (\d+)$", re.M)
 
 
 def _plain_text(path: Path) -> bool:
@@ -92,6 +95,8 @@ def grammar_fst(arpa_path: str | os.PathLike, words_txt: str | os.PathLike,
         proc = subprocess.run([sys.executable, "-c", _CHILD, str(plain), str(out), str(words_txt),
                                WORD_DISAMBIG], capture_output=True, text=True, errors="replace")
         log = proc.stderr + proc.stdout
+        if peak := _CHILD_PEAK.search(log):
+            note_child_peak(int(peak.group(1)) / 1024)
         notes = [m.group(1) for m in map(_WARNING.search, log.splitlines()) if m]
         if notes:
             shown = "\n  ".join(notes[:max_warnings])

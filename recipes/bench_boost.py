@@ -44,6 +44,7 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
     recipe_cli.check_json(ap, args.json)
+    recipe_cli.check_graphs(ap, args.graphs, ("char_compact", "bpe_compact"))
     texts = sentences("test")
     m = machine()
     print(f"Word boosting on SYNTHETIC emissions of {len(texts)} held-out sentences (seed {args.seed}); "

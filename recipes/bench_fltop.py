@@ -50,6 +50,7 @@ def main() -> int:
     ap.add_argument("--json", help="also write the rows here")
     args = ap.parse_args()
     recipe_cli.check_json(ap, args.json)
+    recipe_cli.check_graphs(ap, args.graphs, ("char_compact", "bpe_compact"))
     m = machine()
     print(f"FLToP on SYNTHETIC emissions of the demo's held-out sentences (seed {args.seed}); beam 16, "
           f"max_active 7000; CPU backend, 1 thread; {m['cpu']}\n")

@@ -80,7 +80,7 @@ def generate_arpa(path: Path, num_words: int, num_bigrams: int, num_trigrams: in
         lo, hi = starts[b], starts[b + 1]
         if hi > lo and b != 1:
             tri.append((a, b, b_sorted[rng.integers(lo, hi), 1]))
-    trigrams = np.unique(np.array(tri, dtype=np.int64), axis=0)[:num_trigrams]
+    trigrams = np.unique(np.array(tri, dtype=np.int64).reshape(-1, 3), axis=0)[:num_trigrams]
     del by_hist
 
     bi_lp = np.minimum(uni[bigrams[:, 1]] + rng.uniform(0.3, 2.0, len(bigrams)), -0.01)
@@ -112,7 +112,7 @@ def generate_arpa(path: Path, num_words: int, num_bigrams: int, num_trigrams: in
     return counts
 
 
-def main():
+def main() -> int:
     ap = recipe_cli.parser(__doc__)
     ap.add_argument("--words", type=recipe_cli.whole(), default=100_000)
     ap.add_argument("--bigrams", type=recipe_cli.whole(), default=700_000)
@@ -122,6 +122,7 @@ def main():
     ap.add_argument("--out", default="build/bench_graph")
     ap.add_argument("--seed", type=recipe_cli.whole(0), default=0)
     args = ap.parse_args()
+    recipe_cli.check_folder(ap, "--out", args.out)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     arpa = out / "lm.arpa"
@@ -143,7 +144,8 @@ def main():
                "--word-boundary", "|", "--topo", topo, "--out", str(gdir), "--cache-dir", str(cache), "--force"]
         print(f"\n$ {' '.join(cmd)}", flush=True)
         t = time.perf_counter()
-        subprocess.run(cmd, check=True)
+        if subprocess.run(cmd).returncode != 0:  # (the build said why)
+            return 1
         wall = time.perf_counter() - t
         info = json.loads((gdir / "graph.json").read_text())
         results["graphs"][topo] = {"wall_seconds": round(wall, 1), "build_seconds": info["build_seconds"],
@@ -153,6 +155,7 @@ def main():
     md = report(results)
     (out / "results.md").write_text(md)
     print("\n" + md)
+    return 0
 
 
 def report(r: dict) -> str:
@@ -189,4 +192,4 @@ def report(r: dict) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(recipe_cli.run(main))

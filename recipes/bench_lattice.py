@@ -99,9 +99,15 @@ def run(graphs, name, profile, texts, x, lengths, repeat, lattice_beam, count, t
     wide.decode(x[:1], lengths[:1])
     row["wide_lattice_s"], _ = timed(lambda: wide.decode(x[k], lengths[k]), repeat)
     kaldi = KaldiLatticeDecoder(graphs / name / "TLG.fst", beam=16.0, lattice_beam=lattice_beam)
-    kaldi.lattices(x[k], lengths[k])
-    row["kaldi_lattice_s"] = kaldi.seconds
-    row["kaldi_vs_ours"] = kaldi.seconds / row["wide_lattice_s"]
+    kaldi.lattices(x[:1], lengths[:1])  # (warm, as ours is: the best of `repeat` runs each)
+    runs = []
+    for _ in range(repeat):
+        kaldi.seconds = 0.0
+        kaldi.lattices(x[k], lengths[k])
+        runs.append(kaldi.seconds)
+    row["kaldi_utterances"] = len(lengths[k])
+    row["kaldi_lattice_s"] = min(runs)
+    row["kaldi_vs_ours"] = row["kaldi_lattice_s"] / row["wide_lattice_s"]
     return row
 
 
@@ -115,6 +121,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     recipe_cli.check_json(ap, args.json)
+    recipe_cli.check_graphs(ap, args.graphs, ("char_compact", "bpe_compact"))
     print("SYNTHETIC emissions of the demo's held-out sentences; one CPU thread", flush=True)
     rows = []
     for name, token_set in (("char_compact", "char"), ("bpe_compact", "bpe")):
@@ -129,7 +136,8 @@ def main(argv=None) -> int:
             rows.append(row)
             print(f"{name:13s} {profile:6s} best path {row['best_path_s']:.3f}s  lattice {row['lattice_s']:.3f}s "
                   f"({row['lattice_vs_best_path']:.2f}x)  N-best(10) {row['nbest10_s']:.3f}s  confidences "
-                  f"{row['confidences_s']:.3f}s  | Kaldi LatticeSimpleDecoder {row['kaldi_lattice_s']:.3f}s vs ours "
+                  f"{row['confidences_s']:.3f}s  | {row['kaldi_utterances']} utterances: Kaldi LatticeSimpleDecoder "
+                  f"{row['kaldi_lattice_s']:.3f}s vs ours "
                   f"{row['wide_lattice_s']:.3f}s ({row['kaldi_vs_ours']:.1f}x)  | WER {row['wer']:.2f} oracle "
                   f"{row['oracle_wer']:.2f}  NCE {row['nce']:.3f} (calibrated on dev: {row['nce_calibrated']:.3f})  "
                   f"{row['states_per_utt']:.0f} states/utt, "

@@ -12,7 +12,7 @@ from a Zipf distribution over --vocab words, so that prefixes and suffixes of n-
 n-grams as in a real LM; log-probabilities and backoffs are random numbers (the store's
 build does not depend on them), so they are no normalised model.  The graph's LM for the
 Rescorer is the same file cut to a 3-gram (wfst.lm.truncate_arpa).  Generated once into
-build/lm-store/ (seeded).  The large setup of make bench-rescore (1.1M n-grams, a real
+--out (default build/lm-store/; seeded).  The large setup of make bench-rescore (1.1M n-grams, a real
 English vocabulary) is measured too where it has been built.
 """
 from __future__ import annotations
@@ -27,8 +27,8 @@ import recipe_cli
 from tqdm import tqdm
 from wfst_bench.machine import machine
 
-OUT = Path("build/lm-store")
-LARGE = Path("build/rescore/large/big_4gram.arpa")
+ROOT = Path(__file__).resolve().parent.parent
+LARGE = ROOT / "build/rescore/large/big_4gram.arpa"
 
 
 def scale_arpa(path: Path, ngrams: int, vocab: int, order: int = 4, seed: int = 0) -> Path:
@@ -118,17 +118,20 @@ def main() -> int:
                     default=[1_000_000, 10_000_000, 30_000_000],
                     help="sizes of the synthetic LMs, in n-grams (approximate; comma-separated)")
     ap.add_argument("--vocab", type=recipe_cli.whole(10), default=200_000, help="their vocabulary")
+    ap.add_argument("--out", type=Path, default=ROOT / "build/lm-store",
+                    help="where the synthetic LMs are written (once: an LM of the same size and vocabulary is kept)")
     ap.add_argument("--json", type=Path, help="also write the rows here")
     args = ap.parse_args()
     recipe_cli.check_json(ap, args.json)
+    recipe_cli.check_folder(ap, "--out", args.out)
     from wfst.lm import prepare_lm, truncate_arpa
 
-    tiny = OUT / "tiny.arpa"
+    tiny = args.out / "tiny.arpa"
     scale_arpa(tiny, 2_000, 50)
     setups = [(LARGE, LARGE.with_name("small_3gram.arpa"))] if LARGE.is_file() else []
-    for n in args.ngrams:
-        arpa = scale_arpa(OUT / f"zipf_{n}.arpa", n, args.vocab)
-        small = OUT / f"zipf_{n}_3gram.arpa"
+    for n in args.ngrams:  # (named by both: a file of another vocabulary is another LM)
+        arpa = scale_arpa(args.out / f"zipf_{n}_v{args.vocab}.arpa", n, args.vocab)
+        small = arpa.with_name(f"{arpa.stem}_3gram.arpa")
         if not small.is_file():
             truncate_arpa(arpa, small, 3)
         setups.append((arpa, small))

@@ -240,6 +240,7 @@ def main() -> int:
                     help="also rescore on the GPU (device='cuda') in batches of B utterances (0: not)")
     args = ap.parse_args()
     recipe_cli.check_json(ap, args.json)
+    recipe_cli.check_folder(ap, "--out", args.out)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     setups = args.setups
@@ -276,6 +277,7 @@ def main() -> int:
         print("GPU rows: not asked (--gpu-batch 64 adds them on a machine with a GPU"
               + (f": {gpu_name()})" if gpu_name() else "; this one has none)"))
     if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(dict(machine=m, rows=rows, memory=mem), indent=2))
     return 0
 

@@ -43,11 +43,14 @@ def main() -> int:
     ap.add_argument("--seed", type=recipe_cli.whole(0), default=0)
     ap.add_argument("--venv", default=str(PYCTCDECODE_VENV),
                     help="pyctcdecode's own venv (make pyctcdecode-venv makes it)")
-    ap.add_argument("--force", action="store_true", help="recompute every cell")
-    ap.add_argument("--retime", action="store_true", help="measure the test cells again (keeps the tuning)")
+    again = ap.add_mutually_exclusive_group()
+    again.add_argument("--force", action="store_true", help="recompute every cell")
+    again.add_argument("--retime", action="store_true", help="measure the test cells again (keeps the tuning)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args()
     args.out = args.out or ("build/compare-decoders-quick" if args.quick else "build/compare-decoders")
+    recipe_cli.check_folder(ap, "--out", args.out)
+    recipe_cli.check_folder(ap, "--graphs", args.graphs)
     graphs = Path(args.graphs)
     code = code_state()  # before the run: the code imported now is the code that runs
     n_dev = args.dev_sentences or (20 if args.quick else None)

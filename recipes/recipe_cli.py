@@ -59,9 +59,24 @@ def positive(text: str) -> float:
 
 
 def check_json(ap: argparse.ArgumentParser, path) -> None:
-    """--json is written at the end: say now, not after the run, when it cannot be."""
-    if path and (problem := why_unwritable(path)):
+    """--json is written at the end (its folders made then): say now, not after the run,
+    when it cannot be."""
+    if path and (problem := why_unwritable(path, make_parents=True)):
         ap.error(f"argument --json: cannot write {path}: {problem}")
+
+
+def check_folder(ap: argparse.ArgumentParser, option: str, path) -> None:
+    """An output folder (made if missing) must not be a file: say now, not after the work."""
+    if Path(path).exists() and not Path(path).is_dir():
+        ap.error(f"argument {option}: {path} is a file, not a folder")
+
+
+def check_graphs(ap: argparse.ArgumentParser, graphs, names) -> None:
+    """--graphs must hold the graphs the run reads: say now, not after loading the LMs."""
+    missing = [name for name in names if not (Path(graphs) / name / "graph.json").is_file()]
+    if missing:
+        ap.error(f"argument --graphs: {Path(graphs) / missing[0]} holds no graph (make demo builds the demo's, "
+                 f"--graphs names another folder of them)")
 
 
 def run(main) -> int:

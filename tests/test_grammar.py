@@ -232,3 +232,23 @@ def test_ngram_words_outside_the_unigrams_are_reported(tiny, tmp_path):
     words.write(tmp_path / "words.txt")
     with pytest.warns(UserWarning, match=r"bad.arpa: 1 warnings from arpa2fst:\n  line 22 .*'qq' not in symbol"):
         grammar_fst(bad, tmp_path / "words.txt")
+
+
+def test_a_build_stage_counts_only_its_own_child_process(tmp_path):
+    """arpa2fst runs in a child; its peak memory goes to the stage that ran it (the kernel's
+    RUSAGE_CHILDREN keeps the largest child ever: every later stage, and the next graph's,
+    reported the first G's peak)."""
+    from wfst.graphs.compile import Stages
+
+    from wfst.memory import note_child_peak, take_child_peak
+
+    arpa = random_arpa(tmp_path / "lm.arpa", ["a", "b", "c"], 2, seed=3)
+    build_G(arpa, tmp_path)  # (writes words.txt)
+    take_child_peak()
+    stages = Stages(["G", "after", "huge G", "after it"], progress=False, label="t")
+    stages.run("G", grammar_fst, arpa, tmp_path / "words.txt")
+    stages.run("after", lambda: None)
+    stages.run("huge G", note_child_peak, 1e7)  # (as a child of 10 TiB would be reported)
+    stages.run("after it", lambda: None)
+    peak = {name: r["peak_rss_mb"] for name, r in stages.records.items()}
+    assert peak["G"] > 0 and peak["huge G"] == 1e7 and peak["after it"] < 1e6

@@ -233,7 +233,7 @@ def test_what_has_no_word_times(demo, demo_graphs, tmp_path, capsys):
     base = ["--graph", str(path), "--emissions", str(em)]
     with pytest.raises(SystemExit):
         decode_main(base + ["--ctm", str(tmp_path / "missing" / "o.ctm")])
-    assert "missing is not a directory" in capsys.readouterr().err
+    assert "missing does not exist" in capsys.readouterr().err
 
 
 def test_streams_have_the_offline_word_times(demo, demo_graphs, tmp_path):

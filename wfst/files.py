@@ -66,13 +66,17 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
         raise OutputFileError(path, "file", e.strerror or str(e)) from None
 
 
-def why_unwritable(path: str | os.PathLike) -> str | None:
+def why_unwritable(path: str | os.PathLike, make_parents: bool = False) -> str | None:
     """Why a file cannot be written at `path`, or None: for commands to check their outputs
-    before the work, not after it."""
+    before the work, not after it.  make_parents: the writer makes missing folders first."""
     path = Path(path)
     if path.is_dir():
         return "it is a directory"
     parent = path.parent
+    while make_parents and not parent.exists() and parent.parent != parent:
+        parent = parent.parent
+    if not parent.exists():
+        return f"the folder {parent} does not exist"
     if not parent.is_dir():
         return f"{parent} is not a directory"
     if not os.access(parent, os.W_OK | os.X_OK):

@@ -31,6 +31,21 @@ def rss_mb(field: str = "VmRSS:") -> float | None:
     return None
 
 
+_child_peak_mb = [0.0]  # the largest peak of the child processes reported since take_child_peak
+
+
+def note_child_peak(mb: float) -> None:
+    """A child process's peak resident memory (MiB), for the stage that ran it (the kernel's
+    RUSAGE_CHILDREN keeps the largest of every child ever: a later stage would inherit it)."""
+    _child_peak_mb[0] = max(_child_peak_mb[0], mb)
+
+
+def take_child_peak() -> float:
+    """The largest child peak noted since the last call (0.0: none)."""
+    peak, _child_peak_mb[0] = _child_peak_mb[0], 0.0
+    return peak
+
+
 def reset_peak_rss() -> bool:
     """Reset VmHWM, the peak resident memory, to the current RSS (Linux >= 4.0); False where
     that cannot be done (the peak then counts from the process start)."""

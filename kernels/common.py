@@ -215,6 +215,8 @@ def end_key(cost, state, ctx, final, context, row, with_final):
         if context is not None and contextual(context, row):
             f = np.float32(f + context_final(context, row, ctx))
         c = np.float32(c + f)
+    elif context is not None and c < INF:  # (no final state: a phrase matched in part still earns nothing)
+        c = np.float32(c + phrase_final(context, row, ctx))
     if c < INF:
         return pack(c, state)
     return MAX_PACKED
@@ -614,3 +616,13 @@ def context_final(context, row, ctx):
     if P > 1:
         cost = np.float32(cost + context.phrases.final[row, ph_s])
     return cost
+
+
+@njit(inline="always", cache=True)
+def phrase_final(context, row, ctx):
+    """The refund of a phrase matched only in part (context_final's phrase share), owed at
+    the end of every path, final state or not: only whole phrases earn their reward."""
+    P = context.phrase_states[row]
+    if P > 1:
+        return context.phrases.final[row, ctx % P]
+    return np.float32(0.0)

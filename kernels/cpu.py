@@ -59,6 +59,7 @@ from .common import (
     order_statistics_needed,
     out_of_reach,
     pack,
+    phrase_final,
     token_key,
     trace_length,
     trace_path,
@@ -1176,13 +1177,15 @@ def finish_lattice(graph, context, ws, n, trace, first, stored, lat):
     if not store_links(lat, ws.mark, ws.gid, n, first, stored):
         return LINK_OVERFLOW, empty, empty, False, empty, no_costs
     final_cost = np.zeros(stored - before, np.float32)
-    if reached_final:
-        for j in range(n):
-            if ws.mark[j]:
+    for j in range(n):
+        if ws.mark[j]:
+            if reached_final:
                 f = graph.final[tl.state[j]]
                 if context is not None and f < INF and contextual(context, 0):
                     f = np.float32(f + context_final(context, 0, tl.ctx[j]))
-                final_cost[ws.gid[j] - before] = f
+            else:  # (the search ended where it could: a phrase matched in part still earns nothing)
+                f = np.float32(0.0) if context is None else phrase_final(context, 0, tl.ctx[j])
+            final_cost[ws.gid[j] - before] = f
     final_gids, final_costs = close_links(lat, trace.steps, first, lat.alpha[before:stored], final_cost, ws.gid[keep])
     status, path_arcs, path_gids = _traced(prev, arc, ws.gid[keep], stored)
     if status != OK:

@@ -97,6 +97,7 @@ from .common import (
     pack,
     packed_arc,
     packed_cost,
+    phrase_final,
     token_key,
     trace_length,
     trace_path,
@@ -1078,6 +1079,8 @@ def lattice_store_kernel(clock, u, graph, context, cur, bp, lat):
                     f = graph.final[cur.state[b, j]]
                     if f < np.inf and contextual(context, b):
                         f = float32(f + context_final(context, b, cur.ctx[b, j]))
+                elif context is not None:  # (a phrase matched in part still earns nothing)
+                    f = phrase_final(context, b, cur.ctx[b, j])
                 lat.final_alpha[b, g - start] = cur.cost[b, j]
                 lat.final_cost[b, g - start] = f
     cuda.syncthreads()

@@ -24,7 +24,7 @@ import numpy as np
 from numba import njit, types
 from numba.typed import Dict
 
-from .common import INF, context_final, context_step, in_frame
+from .common import INF, context_final, context_step, in_frame, phrase_final
 
 
 class Links(NamedTuple):
@@ -485,6 +485,8 @@ def rescore_lattice(src, dst, word, cost, graph_arc, num_states, final_states, f
             if final_cost[s] < np.inf:
                 if with_final:
                     ctx_final[k] = context_final(context, 0, n_ctx[k])
+                else:  # (a phrase matched in part still earns nothing)
+                    ctx_final[k] = phrase_final(context, 0, n_ctx[k])
                 end[k] = final_cost[s] + np.float64(ctx_final[k])
                 if alpha[k] + end[k] < best:
                     best, best_node = alpha[k] + end[k], k

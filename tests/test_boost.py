@@ -286,6 +286,42 @@ def test_phrase_boost_equals_static_composition(tiny_graph, boost):
         assert got.acoustic_cost + got.graph_cost + got.boost_cost == pytest.approx(got.cost)
 
 
+def test_a_phrase_matched_in_part_earns_nothing_where_no_final_state_is_reached(tiny_graph):
+    """An utterance that ends inside a word reaches no final state: the search ends at its best
+    token without the graph's final costs, but a phrase matched in part is still refunded its
+    advance (it kept 2 words' advance, -6, and chose its words by it: a boost for an absent
+    phrase changed the output), in the result, its lattice and a stream's finish."""
+    g, tlg = tiny_graph
+    ids = g.words.ids()
+    phrase = ("ab", "cab", "ab")
+    open_end = tlg.copy()
+    for s in open_end.states():  # every state an end, at no cost: the graph's final costs left out
+        open_end.set_final(s, 0.0)
+    B = phrase_acceptor(phrase_automaton({tuple(ids[w] for w in phrase): 9.0}), len(g.words)).arcsort("ilabel")
+    composed = fst.compose(open_end.arcsort("olabel"), B)
+    composed.arcsort("ilabel")
+    x = random_log_probs(11, batch=12, frames=8, columns=5, sharpness=1.5)
+    x[:, -2:] = -np.inf
+    x[:, -2, 4] = x[:, -1, 2] = 0.0  # it ends reading "c a": inside "cab", where no final state is
+    boost = {" ".join(phrase): 9.0}
+    dec = Decoder(g, **WIDE)
+    results = dec.decode(x, boost=boost)
+    with_lattices = Decoder(g, **WIDE, lattice_beam=4.0).decode(x, boost=boost, nbest=3)
+    for b, r in enumerate(results):
+        words, cost = shortest_decode(composed, x[b])
+        assert not r.reached_final and r.word_ids == tuple(words)
+        assert r.cost == pytest.approx(cost, abs=1e-4)
+        assert r.boost_cost == pytest.approx(-9.0 * occurrences(r.words, phrase), abs=1e-5)
+        lat = with_lattices[b]
+        assert (lat.word_ids, lat.nbest[0].word_ids) == (r.word_ids, r.word_ids)
+        assert lat.cost == pytest.approx(r.cost, abs=1e-4) and lat.nbest[0].cost == pytest.approx(r.cost, abs=1e-4)
+        s = dec.stream(boost=boost)
+        dec.advance([s], [x[b, :5]])
+        dec.advance([s], [x[b, 5:]])
+        (streamed,) = dec.finish([s])
+        assert streamed.word_ids == r.word_ids and streamed.cost == pytest.approx(r.cost, abs=1e-5)
+
+
 def test_boost_recovers_a_weakly_supported_phrase(char_graph):
     g, texts, x, lengths = char_graph
     dec = Decoder(g)

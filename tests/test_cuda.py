@@ -186,6 +186,22 @@ def test_phrase_boosting_cuda_equals_cpu(tiny):
     assert any(r.boost_cost != 0 for r in got)
 
 
+def test_a_phrase_matched_in_part_at_an_open_end_cuda_equals_cpu(tiny):
+    """Utterances that end inside a word (no final state): the refund of a phrase matched in
+    part still applies, to the best token and to the lattice's ends, on both backends."""
+    r = compile_graph(tiny / "g", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=tiny / "lexicon.txt",
+                      word_boundary="|", topology="compact")
+    g = wfst.load_graph(r.directory)
+    x = random_log_probs(11, batch=2, frames=8, columns=5, sharpness=1.5)
+    x[:, -2:] = -np.inf
+    x[:, -2, 4] = x[:, -1, 2] = 0.0  # "c a": inside "cab"
+    boost = {"ab cab ab": 9.0}
+    config = dict(beam=20.0, max_active=30, min_active=1)
+    _, got = assert_same(g, x, np.array([8, 8]), boost=boost, **config)
+    assert not any(r.reached_final for r in got) and all(abs(r.boost_cost) < 1e-5 for r in got)
+    assert_same_lattices(g, x, np.array([8, 8]), boost=boost, lattice_beam=4.0, **config)
+
+
 def tie_graph(epsilon_weight: float):
     """Words w1 and w2 on two arcs alike from the start to state 1, then w3 on an epsilon
     arc (to 2, then on to 3) and on an emitting arc (to 3).  With phrases "w1 w3" and

@@ -226,8 +226,9 @@ class PhraseAutomaton:
     def automaton(self):
         return (self.offsets, self.labels, self.weights, self.nexts, self.backoff, self.bo_weight, self.final)
 
-    def path_cost(self, word_ids, final: bool = True) -> float:
-        """The boost cost of a word sequence (with the end refund when `final`)."""
+    def path_cost(self, word_ids) -> float:
+        """The boost cost of a word sequence, its end refund included (a phrase matched in part
+        earns nothing, whether or not the path ends in a final state)."""
         from wfst.kernels.common import automaton_step
 
         from .contexts import automata
@@ -237,7 +238,7 @@ class PhraseAutomaton:
         for w in word_ids:
             cost, s = automaton_step(a, 0, s, w)
             total += float(cost)
-        return total + (float(self.final[s]) if final else 0.0)
+        return total + float(self.final[s])
 
 
 def phrase_automaton(phrases: dict[tuple[int, ...], float], *, separator: int | None = None,

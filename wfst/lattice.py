@@ -10,8 +10,9 @@ between them, kept while some path through them was within `lattice_beam` of the
     graph_cost      the rest: the graph arc's weight, and with boosting or on-the-fly
                     rescoring the boost and the big-LM difference of a word arc
 
-Final states carry the graph's final cost (with rescoring: and the big LM's difference),
-or 0 when no final state was reached (the best path then ends where it can).  The total
+Final states carry the graph's final cost (with rescoring: and the big LM's difference;
+with phrases: the refund of one matched in part), or, when no final state was reached
+(the best path then ends where it can), that refund alone.  The total
 cost of a path is the sum of both parts over its arcs plus the final cost, the cost its
 DecodeResult would have.
 

@@ -261,8 +261,8 @@ def part_result(graph, part: PathPart, acoustic_cost: float, reached_final: bool
     word_ids = part.word_ids
     words = tuple(map(graph.words.symbols.__getitem__ if graph.words is not None else str, word_ids))
     boost_cost = float(sum(np.float32(boost.get(w, 0.0)) for w in word_ids)) if boost else 0.0
-    if phrases.num_states > 1:
-        boost_cost += phrases.path_cost(word_ids, reached_final)
+    if phrases.num_states > 1:  # (the end refund whether or not a final state was reached: the search's too)
+        boost_cost += phrases.path_cost(word_ids)
     rescore_cost = rescorer.path_cost(word_ids, reached_final) if rescorer is not None else 0.0
     return DecodeResult(words, word_ids, part.word_frames,
                         acoustic_cost + graph_cost + boost_cost + rescore_cost, acoustic_cost, graph_cost,

@@ -111,7 +111,7 @@ def format_table(rows: list[dict], title: str) -> str:
 def _parse(argv) -> argparse.Namespace:
     d = wfst.DecoderConfig()
     ap = CliParser(prog="wfst-bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--graph", required=True)
+    ap.add_argument("--graph", required=True, help="graph directory (TLG.fst, tokens.txt, words.txt)")
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--emissions", help=".npz with log_probs, lengths (and texts as references)")
     src.add_argument("--texts", help="make SYNTHETIC emissions of these sentences (one per line)")
@@ -119,10 +119,12 @@ def _parse(argv) -> argparse.Namespace:
     ap.add_argument("--word-boundary", help="word-boundary token of a character graph, e.g. '|'")
     ap.add_argument("--seeds", type=int, default=1, help="synthetic copies of each sentence (seeds 0..N-1)")
     ap.add_argument("--decoders", default=",".join(DECODERS), help=f"comma-separated, of: {', '.join(DECODERS)}")
-    ap.add_argument("--beam", type=float, default=d.beam)
-    ap.add_argument("--max-active", type=int, default=d.max_active)
+    ap.add_argument("--beam", type=float, default=d.beam, help="every decoder's beam (default: %(default)g)")
+    ap.add_argument("--max-active", type=int, default=d.max_active,
+                    help="every decoder's max_active (default: %(default)s)")
     ap.add_argument("--min-active", type=int, default=None, help=f"default: {MIN_ACTIVE}, or --max-active if fewer")
-    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--batch-size", type=int, default=64,
+                    help="utterances per decode() call of ours (default: %(default)s)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="decode everything this many times, the decoders taking turns; keep each one's fastest")
     ap.add_argument("--json", help="write the rows and settings here")

@@ -21,7 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = CliParser(
         prog=PROG,
         description="Build TLG = T ∘ min(det(L ∘ G)) for a CTC model and write a graph directory "
-                    "(TLG.fst, tokens.txt, words.txt, graph.json, TLG.csr.npz). Rebuilds only when stale.")
+                    "(TLG.fst, tokens.txt, words.txt, lexicon.txt, T.fst, graph.json, TLG.csr.npz). Rebuilds only when "
+                    "stale.")
     p.add_argument("--tokens", required=True, help="the model's tokens (symbol [column] per line) with a blank")
     p.add_argument("--lm", required=True, help="ARPA language model (.arpa or .arpa.gz), any order")
     src = p.add_mutually_exclusive_group()

@@ -292,7 +292,7 @@ def compile_graph(out_dir: str | os.PathLike, *, tokens: str | os.PathLike, lm: 
             raise OutputFileError(path, what, str(e)) from None
     cache_dir = Path(cache_dir) if cache_dir is not None else out_dir.resolve().parent / ".wfst-cache"
     if cache_dir.resolve().is_relative_to(out_dir.resolve()):
-        raise OptionError(f"cache_dir {cache_dir} is inside the graph directory {out_dir}, which a build "
+        raise OptionError(f"the cache directory {cache_dir} is inside the graph directory {out_dir}, which a build "
                           f"replaces as a whole; put it beside (the default: {out_dir.resolve().parent}/.wfst-cache)")
 
     inputs = {"tokens": _input_record(tokens, "token table"), "lm": _input_record(lm, "ARPA language model")}

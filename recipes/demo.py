@@ -8,7 +8,6 @@ with a fixed seed, not from audio) with each graph, next to greedy CTC decoding.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -23,14 +22,14 @@ from wfst.scoring import rtfx, word_errors
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = recipe_cli.parser(__doc__)
     ap.add_argument("--out", default="build/demo", help="where the graph directories go")
     ap.add_argument("--sentences", type=recipe_cli.whole(), default=1000,
                     help="held-out sentences to decode (at most)")
     ap.add_argument("--seed", type=recipe_cli.whole(0), default=0, help="seed of the synthetic emissions")
     ap.add_argument("--graphs-only", action="store_true", help="build the graphs, do not decode")
-    ap.add_argument("--beam", type=float, default=16.0)
-    ap.add_argument("--max-active", type=int, default=7000)
+    ap.add_argument("--beam", type=recipe_cli.positive, default=16.0)
+    ap.add_argument("--max-active", type=recipe_cli.whole(), default=7000)
     ap.add_argument("--force", action="store_true", help="rebuild even if up to date")
     args = ap.parse_args()
     out = Path(args.out)
@@ -103,4 +102,4 @@ def stream_one(decoder, x, offline) -> list[str]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(recipe_cli.run(main))

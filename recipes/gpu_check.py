@@ -43,7 +43,6 @@ it checks the script where there is no GPU (CI); its figures measure nothing.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -798,7 +797,7 @@ python3 recipes/gpu_check.py --only {only} --out "${{OUT:-build/gpu-check}}" "$@
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = recipe_cli.parser(__doc__)
     ap.add_argument("--simulate", action="store_true", help="Numba's CUDA simulator on a tiny subset (no GPU)")
     ap.add_argument("--out", default="build/gpu-check", help="where report.md and report.json go")
     ap.add_argument("--only", type=recipe_cli.listed(SECTIONS), default=",".join(SECTIONS),
@@ -807,7 +806,7 @@ def main() -> int:
     ap.add_argument("--test-workers", type=recipe_cli.whole(), default=test_workers(), metavar="N",
                     help="pytest processes for the CUDA tests (pytest-xdist; default: 8 on a GPU machine of 16+ "
                          "cores that has it, else 1)")
-    ap.add_argument("--stop-after", type=float, default=math.inf, metavar="S",
+    ap.add_argument("--stop-after", type=recipe_cli.positive, default=math.inf, metavar="S",
                     help="skip the sections not begun after S seconds (a device's time limit)")
     ap.add_argument("--kit", type=Path, metavar="DIR",
                     help="no check: pack the graphs and wheels the --only sections need on a GPU machine with no "

@@ -217,6 +217,14 @@ def test_boost_input_is_checked_and_reported(tiny_graph):
             dec.decode(x, boost=bad)
     with pytest.raises(BoostError, match=r"reward -1e\+39 is below -10000"):  # it overflowed float32
         dec.decode(x, boost={"ab": -1e39})
+    for bad in [{"ab": 10**400}, {"ab ba": -10**400}]:  # (beyond float64: an OverflowError)
+        with pytest.raises(BoostError, match="reward of 401 digits must be a finite number"):
+            dec.decode(x, boost=bad)
+    for bad in [{"": 1.0}, {"  ": 1.0, "ab": 1.0}]:  # (was "not in the graph's vocabulary")
+        with pytest.raises(BoostError, match="boost key .* holds no word"):
+            dec.decode(x, boost=bad)
+    # keys spelled alike but for spaces are one word or phrase: their rewards add up
+    assert dec.decode(x, boost={"ab ba": 1.0, " ab  ba": 0.5}) == dec.decode(x, boost={"ab ba": 1.5})
     top = Decoder(g, beam=1e6).decode(x, boost={"ab": 1e4})[0]  # the largest reward taken
     assert "ab" in top.words and np.isfinite(top.cost)
     with pytest.warns(UserWarning, match=r"\(listed in Stream.boost_unknown\): 'zzz'"):  # a stream's own

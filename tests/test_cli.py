@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -146,10 +148,13 @@ def test_decode_cli_bad_boosts_and_rescoring_lms_are_one_line(tiny_setup, tmp_pa
     boosts.write_text("ab ba\t2\nba\t1\nab  ba\t3\n")  # which reward was meant cannot be told
     assert decode_main(base + ["--phrases", str(boosts)]) == 2
     assert "boost.txt:3: 'ab ba' is listed again (first on line 1)" in capsys.readouterr().err
-    boosts.write_text("ab\tnan\n")  # the decoder's own checks, named
-    assert decode_main(base + ["--phrases", str(boosts)]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "nan" in err and "Traceback" not in err
+    for text, message in (("ab\t1\nba\tnan\n", "boost.txt:2: 'ba': reward nan must be a finite number"),  # the
+                          ("ba\t2e4\n", "boost.txt:1: 'ba': reward 20000 is above 10000"),  # decoder's checks,
+                          ("ab\n\t3\n", "boost.txt:2: a reward (3) but no word or phrase before it")):  # of the line
+        boosts.write_text(text)  # (were "utterance 0: ..."; a lone reward was skipped)
+        assert decode_main(base + ["--phrases", str(boosts)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err and "Traceback" not in err
     assert decode_main(base + ["--rescore-lm", str(tmp_path / "big.arpa")]) == 2
     assert "cannot read language model (ARPA or LM store file)" in capsys.readouterr().err
 
@@ -219,7 +224,10 @@ def test_detokenize_inverts_tokenize(demo):
     (["--spm", "bpe.model"], "--spm: is for --beam-search"),
     (["--lm-weight", "100"], "--lm-weight: is for --beam-search, not the graph search"),  # (it was ignored)
     (["--beam-size", "1"], "--beam-size: is for --beam-search, not the graph search"),
-    (["--context-beam", "-1"], "--context-beam=-1.0: must be None (every context expanded) or a finite number >= 0"),
+    (["--context-beam", "-1", "--phrases", "p.txt"],
+     "--context-beam=-1.0: must be None (every context expanded) or a finite number >= 0"),
+    (["--context-beam", "4"], "--context-beam: prunes the contexts of --rescore-lm or --phrases"),  # (were ignored)
+    (["--chunk-ms", "80"], "--chunk-ms: is the chunk of --stream; give --stream too"),
     (["--lattice-beam", "8", "--confidence-calibration", "/no/cal.json"],
      "cannot read confidence calibration /no/cal.json: not found"),
 ])
@@ -314,3 +322,14 @@ def test_commands_show_warnings_and_interrupts_as_one_line(capsys):
     assert capsys.readouterr().err == "wfst-x: warning: the LM has 3 unreachable words\n"
     assert main(True) == 130
     assert capsys.readouterr().err.splitlines()[-1] == "wfst-x: interrupted"
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(tiny_setup):
+    """wfst-decode ... | head: the pipe closes before the output is printed (a traceback and
+    exit status 1 on one run in three)."""
+    graph, em, _ = tiny_setup
+    p = subprocess.Popen([sys.executable, "-m", "wfst.cli", "--graph", str(graph), "--emissions", str(em)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()  # (before decoding is done: every print meets the closed pipe)
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 141 and "Traceback" not in err and "Broken pipe" not in err, err

@@ -388,7 +388,7 @@ def test_bad_inputs_name_the_problem(tiny_decoder):
     d = tiny_decoder
     x = random_log_probs(0, batch=3, frames=6, columns=5)
     cases = [
-        (x[:, :, :4], None, "V=4 columns but the graph's tokens.txt has 5"),
+        (x[:, :, :4], None, r"V=4 columns but the token table \(tokens.txt\) has 5"),
         (x.astype(np.float64), None, "float32"),
         (x[0], None, r"shape \(B, T, V\).*add a batch axis"),
         (x, np.array([6, 7, 2]), r"utterance 1: length 7 outside \[0, T=6\]"),

@@ -18,7 +18,7 @@ from wfst.graphs import compile_graph
 from wfst.kernels.common import BUCKET_NONE, GAIN_BUCKETS, bucket_bound, bucket_code, context_final, context_step
 
 import wfst
-from wfst import contexts
+from wfst import contexts, synthetic
 from wfst.boost import NO_PHRASES
 from wfst.decoder import Decoder
 from wfst.errors import MissingFileError
@@ -421,7 +421,7 @@ def test_context_beam_expands_only_the_cheapest_contexts_of_a_state(small_graph)
     assert sum(r.cost > w.cost + 1e-4 for r, w in zip(got, want)) >= 1
 
 
-def test_graph_lm_is_found_through_graph_json(small_graph):
+def test_graph_lm_is_found_through_graph_json(small_graph, capsys):
     g, _, big, small = small_graph
     x = random_log_probs(2, batch=2, frames=8, columns=5)
     found = Decoder(g, rescore_lm=big, **WIDE).decode(x)
@@ -432,8 +432,15 @@ def test_graph_lm_is_found_through_graph_json(small_graph):
     with pytest.warns(UserWarning, match=r"graph_lm= .*small.arpa is not the file the graph was built with"):
         Decoder(g, rescore_lm=big, graph_lm=small)  # given: it may hold the same n-grams (gzipped, say)
     small.unlink()
-    with pytest.raises(MissingFileError, match="graph_lm="):
+    with pytest.raises(MissingFileError, match=r"the graph's LM \(graph.json inputs.lm.path\) .*small.arpa: not "
+                                               r"found; pass graph_lm="):  # (the path came after the hint)
         Decoder(g, rescore_lm=big)
+    from wfst.cli import decode_main
+
+    x_file = small.parent / "x.npz"
+    synthetic.save_npz(x_file, x, np.full(2, 8))
+    assert decode_main(["--graph", str(g.directory), "--emissions", str(x_file), "--rescore-lm", str(big)]) == 2
+    assert "not found; pass --graph-lm= the ARPA file" in capsys.readouterr().err  # the command's option
     with pytest.raises(MissingFileError, match=r"language model \(ARPA or LM store file\) .*: is a directory"):
         Decoder(g, rescore_lm=big.parent, graph_lm=big)
 

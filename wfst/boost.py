@@ -136,7 +136,10 @@ def boost_tables(boost, batch: int, words: WordTable | None, beam: float, *, str
                 reward = check_reward(reward, f"{where}: boost of {word!r}")
                 i = ids.get(word)
                 parts = [word] if i is not None else split_fields(word)  # a plain word skips the split
-                if not parts or any(w not in ids or w in _NOT_WORDS for w in parts):
+                if not parts:
+                    raise BoostError(f"{where}: boost key {word!r} holds no word (a word or a phrase of words "
+                                     f"separated by spaces)")
+                if any(w not in ids or w in _NOT_WORDS for w in parts):
                     missing.append(word)
                     continue
                 if reward > beam / 2:
@@ -180,8 +183,15 @@ _NOT_WORDS = ("<eps>", "#0", "<s>", "</s>")
 
 def check_reward(reward, what: str) -> float:
     """A boost reward as a float, or a BoostError naming `what` (a word or phrase and where)."""
-    if not isinstance(reward, numbers.Real) or isinstance(reward, bool) or not math.isfinite(reward):
+    if not isinstance(reward, numbers.Real) or isinstance(reward, bool):
         raise BoostError(f"{what}: reward {reward!r} must be a finite number")
+    try:
+        finite = math.isfinite(reward)
+    except OverflowError:  # (an int beyond float64's range)
+        finite = False
+    if not finite:
+        shown = f"{reward!r}" if len(repr(reward)) < 20 else f"of {len(str(abs(reward)))} digits"
+        raise BoostError(f"{what}: reward {shown} must be a finite number (at most {MAX_REWARD:g} in size)")
     if reward > MAX_REWARD:
         raise BoostError(f"{what}: reward {reward:g} is above {MAX_REWARD:g}: costs are float32, whose step near "
                          f"-{reward:g} is {float(np.spacing(np.float32(reward))):g} nats; a reward above half the "
@@ -199,7 +209,10 @@ def _plain_words(m: Mapping, ids: dict, beam: float) -> dict | None:
     word_ids = list(map(ids.get, m))
     if None in word_ids or not set(map(type, m.values())) <= {int, float} or any(w in m for w in _NOT_WORDS):
         return None
-    rewards = np.fromiter(m.values(), np.float64, len(m))
+    try:
+        rewards = np.fromiter(m.values(), np.float64, len(m))
+    except OverflowError:  # (an int beyond float64's range: check_reward says so)
+        return None
     if not (np.isfinite(rewards).all() and (rewards <= min(beam / 2, MAX_REWARD)).all()
             and (rewards >= -MAX_REWARD).all()):
         return None

@@ -34,9 +34,10 @@ from pathlib import Path
 
 import numpy as np
 
+from .boost import check_reward
 from .config import MIN_ACTIVE, PHRASE_REWARD, DecoderConfig
 from .decoder import RESCORE_MODES, Decoder
-from .errors import InputFileError, OptionError, WfstError
+from .errors import BoostError, InputFileError, OptionError, WfstError
 from .files import read_lines, split_fields, why_unwritable, write_text_atomic
 from .scoring import FRAME_SECONDS, rtfx, word_errors
 from .synthetic import load_npz
@@ -66,7 +67,8 @@ def fail(prog: str, e: BaseException) -> int:
 
 def command(prog: str):
     """A command's main function, as every command runs: warnings as `prog: warning: ...`
-    (not the library line that raised them), Ctrl-C as one line and exit status 130."""
+    (not the library line that raised them), Ctrl-C as one line and exit status 130, a
+    closed pipe (`| head`) as exit status 141."""
     def wrap(main):
         @functools.wraps(main)
         def run(*args, **kwargs) -> int:
@@ -80,6 +82,9 @@ def command(prog: str):
                 except KeyboardInterrupt:
                     print(f"{prog}: interrupted", file=sys.stderr)
                     return 130
+                except BrokenPipeError:  # a reader that stopped early (| head): no traceback, and none at exit
+                    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # when Python flushes stdout
+                    return 141  # (128 + SIGPIPE, as a tool killed by it)
         return run
     return wrap
 
@@ -98,19 +103,25 @@ def decode_main(argv: list[str] | None = None) -> int:
     ap.add_argument("--emissions", required=True, help=".npz with log_probs (B, T, V) and lengths (B,)")
     ap.add_argument("--refs", help="reference transcripts, one line per utterance, for the WER")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    ap.add_argument("--beam", type=float, default=defaults.beam, help="prune tokens worse than best + beam")
-    ap.add_argument("--max-active", type=int, default=defaults.max_active, help="at most this many tokens a frame")
+    ap.add_argument("--beam", type=float, default=defaults.beam,
+                    help="prune tokens worse than best + beam (default: %(default)g)")
+    ap.add_argument("--max-active", type=int, default=defaults.max_active,
+                    help="at most this many tokens a frame (default: %(default)s)")
     ap.add_argument("--min-active", type=int, default=None,
                     help=f"at least this many tokens a frame (default: {MIN_ACTIVE}, or --max-active if fewer)")
-    ap.add_argument("--acoustic-scale", type=float, default=defaults.acoustic_scale)
-    ap.add_argument("--blank-penalty", type=float, default=defaults.blank_penalty)
+    ap.add_argument("--acoustic-scale", type=float, default=defaults.acoustic_scale,
+                    help="scale of the log-probabilities against the graph's costs (default: %(default)g)")
+    ap.add_argument("--blank-penalty", type=float, default=defaults.blank_penalty,
+                    help="cost added to each frame read as blank (default: %(default)g)")
     ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
-    ap.add_argument("--batch-size", type=int, default=64, help="utterances per decode() call")
-    ap.add_argument("--frame-ms", type=float, default=1000 * FRAME_SECONDS, help="audio per frame, for RTFx")
+    ap.add_argument("--batch-size", type=int, default=64, help="utterances per decode() call (default: %(default)s)")
+    ap.add_argument("--frame-ms", type=float, default=1000 * FRAME_SECONDS,
+                    help="audio per frame, for RTFx and times (default: %(default)g)")
     ap.add_argument("--stream", action="store_true",
                     help="decode as live streams (--batch-size at once), chunk by chunk, printing partial results "
                          "as they change ('stable words | the rest') and endpoints")
-    ap.add_argument("--chunk-ms", type=float, default=320.0, help="with --stream: audio per chunk")
+    ap.add_argument("--chunk-ms", type=float, default=320.0,
+                    help="with --stream: audio per chunk (default: %(default)g)")
     ap.add_argument("--lattice-beam", type=float, default=None,
                     help="keep a word lattice of the paths within this of the best; prints each word's confidence")
     ap.add_argument("--confidence-calibration", metavar="FILE", default=None,
@@ -147,10 +158,13 @@ def decode_main(argv: list[str] | None = None) -> int:
     beam.add_argument("--beam-search", action="store_true", help="decode with the token-level beam search")
     beam.add_argument("--tokens", help="the model's tokens.txt")
     beam.add_argument("--lm", help="a token-level ARPA LM (or LM store) over those tokens")
-    beam.add_argument("--beam-size", type=int, default=8)
-    beam.add_argument("--lm-weight", type=float, default=0.5)
-    beam.add_argument("--token-insertion", type=float, default=1.0, help="bonus per token emitted")
-    beam.add_argument("--beam-threshold", type=float, default=20.0)
+    beam.add_argument("--beam-size", type=int, default=8, help="prefixes kept a frame (default: %(default)s)")
+    beam.add_argument("--lm-weight", type=float, default=0.5,
+                      help="weight of the token LM's natural-log cost (default: %(default)g)")
+    beam.add_argument("--token-insertion", type=float, default=1.0,
+                      help="bonus per token emitted (default: %(default)g)")
+    beam.add_argument("--beam-threshold", type=float, default=20.0,
+                      help="drop prefixes worse than the best by this (default: %(default)g)")
     beam.add_argument("--spm", help="sentencepiece model that spells phrases into BPE tokens")
     args = ap.parse_args(argv)
     if args.beam_search:
@@ -170,6 +184,10 @@ def decode_main(argv: list[str] | None = None) -> int:
                  "(e.g. 8)")
     if args.graph_lm is not None and args.rescore_lm is None:
         ap.error("argument --graph-lm: names the graph's LM for --rescore-lm; give --rescore-lm too")
+    if args.context_beam is not None and args.rescore_lm is None and args.phrases is None:
+        ap.error("argument --context-beam: prunes the contexts of --rescore-lm or --phrases; give one of them")
+    if args.chunk_ms != ap.get_default("chunk_ms") and not args.stream:
+        ap.error("argument --chunk-ms: is the chunk of --stream; give --stream too")
     if args.confidence_calibration is not None and args.lattice_beam is None:
         ap.error("argument --confidence-calibration: confidences come from the lattice; give --lattice-beam too")
     try:
@@ -193,8 +211,9 @@ def decode_main(argv: list[str] | None = None) -> int:
                  f"got {args.chunk_ms}")
     try:
         return _decode(args, config, phrases=_boosts(args.phrases, PHRASE_REWARD))
-    except WfstError as e:
-        return fail("wfst-decode", e)
+    except WfstError as e:  # (the decoder's "pass graph_lm= ..." said with the option)
+        print(f"wfst-decode: error: {_as_options(one_line(e), ['graph_lm'])}", file=sys.stderr)
+        return 2
 
 
 def _boosts(path, reward: float) -> dict[str, float] | None:
@@ -206,12 +225,16 @@ def _boosts(path, reward: float) -> dict[str, float] | None:
         phrase, _, given = line.partition("\t")
         phrase = " ".join(split_fields(phrase))
         if not phrase:
+            if given.strip():  # (a reward for nothing: a tab too many, or the phrase lost)
+                raise InputFileError(path, no, f"a reward ({given.strip()}) but no word or phrase before it")
             continue
         if phrase in first:  # (which reward was meant cannot be told)
             raise InputFileError(path, no, f"{phrase!r} is listed again (first on line {first[phrase]})")
         first[phrase] = no
         try:
-            boosts[phrase] = float(given) if given.strip() else reward
+            boosts[phrase] = check_reward(float(given), repr(phrase)) if given.strip() else reward
+        except BoostError as e:  # (NaN, inf, beyond ±10,000: said of the line, not of "utterance 0")
+            raise InputFileError(path, no, str(e)) from None
         except ValueError:
             raise InputFileError(path, no, f"reward {given!r} is not a number") from None
     return boosts
@@ -351,7 +374,8 @@ def _decode(args, config: DecoderConfig | None, beam_decoder=None, phrases=None)
         search += f", {len(phrases)} boosted words or phrases"
     if args.context_beam is not None:
         search += f", context_beam={args.context_beam:g}"
-    print(f"\n{B} utterances, {frames} frames ({frames * args.frame_ms / 1000:.1f} s of audio at "
+    gap = "" if args.quiet else "\n"
+    print(f"{gap}{B} utterances, {frames} frames ({frames * args.frame_ms / 1000:.1f} s of audio at "
           f"{args.frame_ms:g} ms/frame){label}; device={args.device}, {search}")
     if refs is not None:
         print(word_errors(refs, [r.words for r in results]))

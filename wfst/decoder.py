@@ -511,8 +511,8 @@ def _rescorer(graph: Graph, rescore_lm, graph_lm):
     if graph_lm is None:
         path = lm.get("path")
         if not path or not os.path.isfile(path):
-            raise MissingFileError(path or "(none recorded)", "the graph's LM (graph.json inputs.lm.path); pass "
-                                   "graph_lm= the ARPA file or LM store the graph was built with")
+            raise MissingFileError(path or "(none recorded)", "the graph's LM (graph.json inputs.lm.path)",
+                                   "not found; pass graph_lm= the ARPA file or LM store the graph was built with")
         if lm.get("sha256") and _sha256(Path(path)) != lm["sha256"]:
             raise OptionError(f"{path} changed since the graph was built (sha256 differs from graph.json); "
                               f"pass graph_lm= the LM the graph was built with")

@@ -95,7 +95,7 @@ class GraphBuildError(WfstError, RuntimeError):
     """Graph-compiler inputs that are individually valid but do not make a usable graph."""
 
 
-class LmStoreError(WfstError):
+class LmStoreError(WfstError, ValueError):
     """An LM store file that is missing, not a store, or damaged; says which and why."""
 
 

@@ -24,8 +24,8 @@ def check_batch(x, lengths, num_columns: int) -> np.ndarray:
         raise DecodeInputError(f"log_probs must be float32 log-posteriors; got {x.dtype} "
                                f"(convert with .float() / .astype(np.float32))")
     if V_in != num_columns:
-        raise DecodeInputError(f"log_probs has V={V_in} columns but the graph's tokens.txt has "
-                               f"{num_columns} (blank included); is it the graph of this model?")
+        raise DecodeInputError(f"log_probs has V={V_in} columns but the token table (tokens.txt) has "
+                               f"{num_columns} (blank included); is it this model's?")
     return check_lengths(lengths, B, T)
 
 

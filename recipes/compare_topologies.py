@@ -17,8 +17,8 @@ from pathlib import Path
 
 import recipe_cli
 from code_state import code_state
-from demo_data import LM, TOKEN_SETS, emission_options, sentences
-from wfst.graphs import TOPOLOGIES, compile_graph
+from demo_data import LM, TOKEN_SETS, build_apart, emission_options, sentences
+from wfst.graphs import TOPOLOGIES
 from wfst_bench import compare
 
 
@@ -51,10 +51,8 @@ def main() -> int:
     targets = []
     for name, kw in TOKEN_SETS.items():
         for topo in TOPOLOGIES:
-            r = compile_graph(graphs / f"{name}_{topo}", lm=LM, topology=topo,
-                              cache_dir=graphs / ".cache" / f"{name}_{topo}", **kw)
-            targets.append(compare.Target(f"{name}_{topo}", r.directory, name, topo, LM,
-                                          **emission_options(name)))
+            directory = build_apart(graphs / f"{name}_{topo}", topo, graphs / ".cache" / f"{name}_{topo}", **kw)
+            targets.append(compare.Target(f"{name}_{topo}", directory, name, topo, LM, **emission_options(name)))
     res = compare.compare_topologies(out, targets, dev_texts=sentences("dev", n_dev),
                                      test_texts=sentences("test", n_test),
                                      profiles=args.profiles, seed=args.seed, repeat=args.repeat,

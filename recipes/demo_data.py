@@ -1,6 +1,8 @@
 """The demo's data (recipes/demo/data) for every recipe: its files, token sets and sentences."""
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 DATA = Path(__file__).resolve().parent / "demo" / "data"
@@ -48,4 +50,20 @@ def with_unknown_words(texts: list[str], share: float = 0.5, seed: int = 0) -> l
                               for i in range(int(rng.integers(5, 10))))
             words.insert(int(rng.integers(0, len(words) + 1)), made_up)
         out.append(" ".join(words))
+    return out
+
+
+def build_apart(out: Path, topology: str, cache_dir: Path, lm: Path = LM, **token_set) -> Path:
+    """compile_graph of one graph in a fresh process (wfst-make-graph): its graph.json's peak
+    memory is then its own build's, not the process's after the graphs built before it.
+    token_set: a TOKEN_SETS entry.  Returns the graph directory."""
+    options = {"tokens": "--tokens", "word_boundary": "--word-boundary", "spm": "--spm", "lexicon": "--lexicon"}
+    argv = [sys.executable, "-m", "wfst.graphs.cli", "--lm", str(lm), "--topo", topology, "--out", str(out),
+            "--cache-dir", str(cache_dir)]
+    for key, value in token_set.items():
+        argv += [options[key], str(value)]
+    if subprocess.run(argv).returncode:  # (its progress and its error on this terminal)
+        from wfst.errors import GraphBuildError
+
+        raise GraphBuildError(f"building {out} failed (wfst-make-graph said why, above)")
     return out

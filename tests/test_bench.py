@@ -251,3 +251,19 @@ def test_a_decoder_tuned_like_another_brings_it_along():
     target = compare.Target("t", Path("."), "char", "compact", Path("lm.arpa"), word_boundary="|")
     keys = [s.key for s in compare.decoder_systems(include=["ours-cpu1-top4", "ours-beam-cuda"])(target)]
     assert keys == ["ours-cpu1", "ours-cpu1-top4", "ours-beam", "ours-beam-cuda"]
+
+
+def test_graphs_built_apart_report_their_own_peak(tiny, tmp_path, monkeypatch):
+    """compare-topologies builds each graph in its own process (its peak memory was the
+    process's after the graphs built before it); a failed build says so in one line."""
+    monkeypatch.syspath_prepend(str(RECIPES))
+    from demo_data import build_apart
+
+    from wfst.errors import GraphBuildError
+
+    kw = dict(lm=tiny / "lm.arpa", tokens=tiny / "tokens.txt", lexicon=tiny / "lexicon.txt", word_boundary="|")
+    out = build_apart(tmp_path / "g", "compact", tmp_path / "cache", **kw)
+    info = json.loads((out / "graph.json").read_text())
+    assert info["topology"] == "compact" and 0 < info["stages"]["G (arpa2fst)"]["peak_rss_mb"] < 1e4
+    with pytest.raises(GraphBuildError, match="building .*bad failed"):
+        build_apart(tmp_path / "bad", "compact", tmp_path / "cache", **{**kw, "lm": tmp_path / "none.arpa"})

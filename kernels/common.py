@@ -179,7 +179,8 @@ def cutoff_and_adaptive_beam(best, kth_max, kth_min, beam, beam_delta):
     One departure from Kaldi: where more than max_active tokens tie at the best cost, its
     cutoff (the max_active-th cost, the best) keeps none of them and the search dies; here
     the cutoff is the next float32 above the best, and the tied tokens survive (so too
-    where best + beam rounds to the best: costs beyond ~2.7e8).
+    where best + beam rounds to the best; past ~2^27 the next frame's bounds round onto its
+    best cost all the same, and every token dies: the design doc, "Weights").
     """
     beam_cutoff = np.float32(best + beam)
     if kth_max < beam_cutoff:

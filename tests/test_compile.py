@@ -157,7 +157,7 @@ def test_a_folder_that_is_not_a_graph_directory_is_refused_untouched(tiny):
         with pytest.raises(OutputFileError, match=what):
             compile_graph(out, **{**kw, "tokens": lang / "tokens.txt"} if out == lang else kw)
         assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
-    with pytest.raises(OptionError, match="cache_dir .*inside the graph directory"):
+    with pytest.raises(OptionError, match="the cache directory .*inside the graph directory"):
         compile_graph(tiny / "g", cache_dir=tiny / "g" / "cache", **kw)
 
 

@@ -20,6 +20,7 @@ from wfst import contexts
 from wfst.boost import NO_PHRASES
 from wfst.decoder import DecodeInputError, Decoder, DecoderConfig, DecoderMemoryError
 from wfst.graph import read_fst
+from wfst.inputs import host_array
 
 WIDE = dict(beam=1e4, max_active=10**6, min_active=0)
 
@@ -511,6 +512,16 @@ def test_edge_inputs_are_handled(tiny_decoder):
     assert empty[0].words == () and empty[0].reached_final and empty[0].cost == empty[0].graph_cost > 0
     strided = np.asfortranarray(x)  # non-contiguous: copied, same answer
     assert d.decode(strided) == full
+    frozen = x.copy()  # read-only (np.load's mmap_mode="r", np.frombuffer) and big-endian: copied as the
+    frozen.flags.writeable = False  # search's type (a read-only array compiled the search anew, seconds;
+    assert d.decode(frozen) == d.decode(x.astype(">f4")) == full  # ">f4" was refused as not float32)
+    for array in (frozen, x.astype(">f4")):
+        held = host_array(array)
+        assert held.flags.writeable and held.dtype.isnative and held.dtype == np.float32
+    s = d.stream()
+    d.advance([s], [frozen[1, :3]])
+    d.advance([s], [x[1, 3:].astype(">f4")])
+    assert d.finish([s])[0] == full[1]
     y = x.copy()
     y[0, 2, 3] = -np.inf  # probability zero is a valid posterior
     assert len(d.decode(y)) == 3

@@ -354,7 +354,7 @@ class Decoder:
             if s._lost:
                 raise DecodeInputError(f"this stream was lost: {s._lost}; open a new one with Decoder.stream()")
             if s.finished:
-                raise OptionError("this stream was finished: its result came from Decoder.finish()")
+                raise DecodeInputError("this stream was finished: its result came from Decoder.finish()")
             (found,) = self._backend.stream_partials([s._state])
         return self._named(s, *found)
 

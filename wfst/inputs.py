@@ -20,7 +20,7 @@ def check_batch(x, lengths, num_columns: int) -> np.ndarray:
         raise DecodeInputError(f"log_probs must have shape (B, T, V); got shape {shape}"
                                + (" (add a batch axis for one utterance)" if len(shape) == 2 else ""))
     B, T, V_in = x.shape
-    if str(x.dtype) != "float32":
+    if str(x.dtype) != "float32" and not (isinstance(x.dtype, np.dtype) and x.dtype.newbyteorder("=") == _FLOAT32):
         raise DecodeInputError(f"log_probs must be float32 log-posteriors; got {x.dtype} "
                                f"(convert with .float() / .astype(np.float32))")
     if V_in != num_columns:
@@ -166,7 +166,7 @@ def joined_chunks(chunks: list, num_columns: int) -> JoinedChunks | None:
     anyway.  A chunk alone (a stream advanced by itself) is not copied."""
     if len(chunks) == 1:
         x = chunks[0]
-        if type(x) is not np.ndarray or x.dtype != _FLOAT32 or not x.flags.c_contiguous:
+        if type(x) is not np.ndarray or x.dtype != _FLOAT32 or not x.flags.c_contiguous or not x.flags.writeable:
             return None
     elif not chunks or set(map(type, chunks)) != {np.ndarray} or set(map(_DTYPE, chunks)) != {_FLOAT32}:
         return None
@@ -247,6 +247,8 @@ def chunk_faults(chunks) -> tuple[tuple[int, int, str] | None, tuple[int, int, f
 def host_array(x) -> np.ndarray:
     """A C-contiguous NumPy view or copy of NumPy / torch / CuPy / DLPack input (GPU data is copied)."""
     if isinstance(x, np.ndarray):
+        if not x.flags.writeable or not x.dtype.isnative:  # (copied: the compiled search takes writable native
+            return np.array(x, dtype=x.dtype.newbyteorder("="), order="C")  # arrays; another type compiles it anew)
         return np.ascontiguousarray(x)
     module = type(x).__module__.split(".")[0]
     if module == "torch":

@@ -9,7 +9,7 @@ import pytest
 import pywrapfst as fst
 
 import wfst.graph
-from wfst import GraphFormatError, MissingFileError, TokenTable, WordTable, load_graph
+from wfst import GraphFormatError, MissingFileError, TokenTable, WordTable, load_graph, synthetic
 from wfst.errors import InputFileError, OutputFileError
 from wfst.graph import graph_from_fst
 
@@ -129,6 +129,45 @@ def test_foreign_graph_directory_loads(tmp_path):
         np.testing.assert_array_equal(getattr(g, name), getattr(g2, name))
 
 
+def test_a_foreign_blank_is_named_when_loading(tmp_path, capsys):
+    """A table whose blank is none of <blk>, <blank>, <b> (wav2vec2's <pad>) loaded as having
+    no blank, silently: FLToP then pruned it as any token.  Now it warns, and load_graph's
+    (and wfst-decode's) blank= names it, as a graph.json of ours would."""
+    from decoding import random_log_probs
+
+    from wfst.cli import decode_main
+
+    d = riva_style_dir(tmp_path)
+    (d / "tokens.txt").write_text("<eps> 0\n<pad> 1\na 2\nb 3\n#0 4\n#1 5\n")
+    with pytest.warns(UserWarning, match=r"tokens.txt names no blank .*blank=SYMBOL\) or wfst-decode --blank"):
+        assert load_graph(d).tokens.blank is None
+    g = load_graph(d, blank="<pad>")
+    assert g.tokens.blank == 0 and load_graph(d, blank=0).tokens.blank == 0
+    x = random_log_probs(4, batch=6, frames=7, columns=3, sharpness=1.0)
+    named = wfst.Decoder(g, token_top_n=1).decode(x)
+    (d / "graph.json").write_text('{"blank_column": 0}')
+    assert wfst.Decoder(load_graph(d), token_top_n=1).decode(x) == named
+    with pytest.raises(wfst.OptionError, match="graph.json says the graph's blank is column 0"):
+        load_graph(d, blank="a")
+    (d / "graph.json").unlink()
+    synthetic.save_npz(tmp_path / "x.npz", x, np.full(6, 7))
+    assert decode_main(["--graph", str(d), "--emissions", str(tmp_path / "x.npz"), "--blank", "<pad>",
+                        "--token-top-n", "1", "--quiet", "--output", str(tmp_path / "out.txt")]) == 0
+    assert (tmp_path / "out.txt").read_text() == "".join(r.text + "\n" for r in named)
+
+
+def test_a_graph_no_search_can_use_is_refused_naming_its_file(tmp_path):
+    d = riva_style_dir(tmp_path)
+    f = fst.Fst.read(str(d / "TLG.fst"))
+    fst.arcmap(f, map_type="to_log").write(str(d / "TLG.fst"))
+    with pytest.raises(GraphFormatError, match=r"riva/TLG.fst: arc type 'log'; only 'standard'"):
+        load_graph(d)
+    f.add_arc(0, fst.Arc(0, 0, fst.Weight(f.weight_type(), 1.0), 2))  # with 2 -> 0: an epsilon cycle
+    f.write(str(d / "TLG.fst"))
+    with pytest.raises(GraphFormatError, match=r"riva/TLG.fst has a cycle of epsilon arcs"):  # (was "Graph(...)")
+        wfst.Decoder(load_graph(d))
+
+
 def test_cache_follows_the_fst(tmp_path):
     d = riva_style_dir(tmp_path)
     assert load_graph(d).num_arcs == 5
@@ -169,8 +208,44 @@ def test_a_copied_graph_directory_loads_from_its_cache(tmp_path, monkeypatch):
     assert (copy / "TLG.fst").stat().st_size == (d / "TLG.fst").stat().st_size
     os.utime(copy / "TLG.fst", ns=(5, 5))
     with np.load(copy / "TLG.csr.npz") as z:
-        assert z["key"][2] != 5  # (the cache's key is the first copy's time: only the digest can tell)
+        assert z["key"][wfst.graph._KEY_FILE] != 5  # (the cache's key is the first copy's time: the digest tells)
     assert load_graph(copy).final[2] == np.float32(0.75)
+
+
+def test_the_cache_misses_an_fst_rewritten_with_its_size_and_time(tmp_path):
+    """A same-size FST written within the mtime's resolution (or copied in with cp -p, rsync
+    -t) kept the old arrays: the key now holds the file's ctime and inode, which a write
+    always changes."""
+    d = riva_style_dir(tmp_path)
+    before = (d / "TLG.fst").stat()
+    assert load_graph(d).final[2] != np.float32(0.75)
+    f = fst.Fst.read(str(d / "TLG.fst"))
+    f.set_final(2, 0.75)
+    f.write(str(d / "TLG.fst"))
+    os.utime(d / "TLG.fst", ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (d / "TLG.fst").stat().st_size == before.st_size
+    assert load_graph(d).final[2] == np.float32(0.75)
+
+
+def test_an_fst_replaced_while_it_is_read_leaves_no_cache(tmp_path, monkeypatch):
+    """A rebuild that replaces TLG.fst while a loader reads it: the loader's arrays are of the
+    old file, and were cached under the new file's key, which every later load then trusted."""
+    d = riva_style_dir(tmp_path)
+    (d / "TLG.csr.npz").unlink(missing_ok=True)
+    new = fst.Fst.read(str(d / "TLG.fst"))
+    new.set_final(2, 0.75)
+    read = wfst.graph.read_fst
+
+    def read_then_replaced(path):
+        old = read(path)
+        new.write(str(tmp_path / "next.fst"))
+        os.replace(tmp_path / "next.fst", path)  # (as a build's rename)
+        return old
+
+    monkeypatch.setattr(wfst.graph, "read_fst", read_then_replaced)
+    assert load_graph(d).final[2] != np.float32(0.75)  # what it read
+    monkeypatch.undo()
+    assert load_graph(d).final[2] == np.float32(0.75)  # the file there now
 
 
 def damage(name, arrays):

@@ -75,6 +75,10 @@ def test_a_table_with_two_blank_names_must_be_told_which(tmp_path):
     ("<blk> 0\na 1\n#1 2\n", r"disambiguation symbols must be #0..#0"),
     ("<blk> 0\n<eps> 1\n", r"tokens.txt:2: '<eps>' is reserved"),
     ("\n\n", r"no tokens"),
+    ("<blk> 0\na 1_0\n", r"tokens.txt:2: id '1_0' is not an integer"),  # (int() took it: 10)
+    ("<blk> 0\na -1\n", r"tokens.txt:2: negative id -1"),
+    # an FST table's #k after the tokens (the graph's labels of them: a gap was blamed on the FST)
+    ("<eps> 0\n<blk> 1\na 2\nb 3\nc 4\n#0 7\n", r"tokens.txt:6: #0 has id 7; .* whose last id is 4: #0 5"),
 ])
 def test_bad_token_tables(tmp_path, text, message):
     with pytest.raises(InputFileError, match=message):
@@ -95,6 +99,8 @@ def test_word_table(tmp_path):
         WordTable.read(write(tmp_path, "<eps> 0\nx 0\n", "words.txt"))
     with pytest.raises(InputFileError, match="words.txt:3: word 'x' already on line 2"):
         WordTable.read(write(tmp_path, "<eps> 0\nx 1\nx 2\n", "words.txt"))
+    with pytest.raises(InputFileError, match="words.txt:2: expected 'word id', got 'x ²'"):  # (a ValueError)
+        WordTable.read(write(tmp_path, "<eps> 0\nx ²\n", "words.txt"))
 
 
 @pytest.mark.parametrize("text,missing", [

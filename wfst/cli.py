@@ -39,6 +39,7 @@ from .config import MIN_ACTIVE, PHRASE_REWARD, DecoderConfig
 from .decoder import RESCORE_MODES, Decoder
 from .errors import BoostError, InputFileError, OptionError, WfstError
 from .files import read_lines, split_fields, why_unwritable, write_text_atomic
+from .graph import load_graph
 from .scoring import FRAME_SECONDS, rtfx, word_errors
 from .synthetic import load_npz
 
@@ -100,6 +101,8 @@ def decode_main(argv: list[str] | None = None) -> int:
     defaults = DecoderConfig()
     ap = CliParser(prog="wfst-decode", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--graph", help="graph directory (TLG.fst, tokens.txt, words.txt)")
+    ap.add_argument("--blank", metavar="SYMBOL",
+                    help="the model's blank, where its tokens.txt has none of <blk>, <blank>, <b> (or several)")
     ap.add_argument("--emissions", required=True, help=".npz with log_probs (B, T, V) and lengths (B,)")
     ap.add_argument("--refs", help="reference transcripts, one line per utterance, for the WER")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
@@ -261,7 +264,7 @@ def _beam_search_main(ap, args) -> int:
     try:
         decoder = CtcBeamDecoder(args.tokens, args.lm, beam_size=args.beam_size, lm_weight=args.lm_weight,
                                  token_insertion=args.token_insertion, beam_threshold=args.beam_threshold,
-                                 spm=args.spm, num_threads=args.threads, device=args.device)
+                                 spm=args.spm, num_threads=args.threads, device=args.device, blank=args.blank)
     except OptionError as e:
         ap.error(_as_options(str(e), ["beam_size", "lm_weight", "token_insertion", "beam_threshold", "spm",
                                       "num_threads", "device"]))
@@ -321,8 +324,9 @@ def _decode(args, config: DecoderConfig | None, beam_decoder=None, phrases=None)
                                                   f"{len(em.lengths)} utterances")
     elif em.texts is not None:
         refs = list(em.texts)
-    decoder = beam_decoder or Decoder(args.graph, config, device=args.device, rescore_lm=args.rescore_lm,
-                                      graph_lm=args.graph_lm, rescore_mode=args.rescore_mode)
+    decoder = beam_decoder or Decoder(load_graph(args.graph, blank=args.blank), config, device=args.device,
+                                      rescore_lm=args.rescore_lm, graph_lm=args.graph_lm,
+                                      rescore_mode=args.rescore_mode)
     if args.ctm and beam_decoder is None:
         from .align import word_aligner
 

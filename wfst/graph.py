@@ -27,9 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import GraphFormatError, MissingFileError, OutputFileError
+from .errors import GraphFormatError, MissingFileError, OptionError, OutputFileError, user_stacklevel
 from .files import atomic_path, write_text_atomic
-from .symbols import TokenTable, WordTable
+from .symbols import BLANK_NAMES, TokenTable, WordTable
 
 FST_NAME = "TLG.fst"
 TOKENS_NAME = "tokens.txt"
@@ -38,7 +38,7 @@ INFO_NAME = "graph.json"
 CSR_NAME = "TLG.csr.npz"
 LEXICON_NAME = "lexicon.txt"  # the spellings, for word times (wfst.align)
 TOPOLOGY_NAME = "T.fst"  # the CTC topology without disambiguation loops, for word times
-CSR_FORMAT = 2  # bump when the cached arrays change meaning
+CSR_FORMAT = 3  # bump when the cached arrays or their key change meaning
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -89,7 +89,7 @@ _FST_MAGIC = 2125659606
 _IS_ALIGNED = 4
 
 
-def _const_fst_arrays(fst) -> tuple[int, np.ndarray, np.ndarray]:
+def _const_fst_arrays(fst, source: str = "FST") -> tuple[int, np.ndarray, np.ndarray]:
     """(start, states, arcs) of a tropical FST, read from its ConstFst serialization.
 
     ConstFst stores every state and every arc in two flat arrays, so a graph of tens of
@@ -98,7 +98,7 @@ def _const_fst_arrays(fst) -> tuple[int, np.ndarray, np.ndarray]:
     import pywrapfst
 
     if fst.arc_type() != "standard":
-        raise GraphFormatError(f"arc type {fst.arc_type()!r}; only 'standard' (tropical) graphs work")
+        raise GraphFormatError(f"{source}: arc type {fst.arc_type()!r}; only 'standard' (tropical) graphs work")
     if fst.input_symbols() is not None or fst.output_symbols() is not None:
         # Symbol tables would be serialized too; drop them from a copy, not the caller's FST.
         fst = fst.copy() if isinstance(fst, pywrapfst.MutableFst) else pywrapfst.convert(fst, "vector")
@@ -149,7 +149,7 @@ def _bad_costs(costs: np.ndarray) -> np.ndarray:
 def graph_from_fst(fst, tokens: TokenTable, words: WordTable | None = None, info: dict | None = None,
                    source: str = "FST") -> Graph:
     """Flatten an OpenFST FST (pywrapfst) into a CSR :class:`Graph`."""
-    start, states, arcs = _const_fst_arrays(fst)
+    start, states, arcs = _const_fst_arrays(fst, source)
     num_states = len(states)
     if num_states == 0 or start < 0:
         raise GraphFormatError(f"{source}: the graph is empty (no start state)")
@@ -214,6 +214,11 @@ def graph_from_fst(fst, tokens: TokenTable, words: WordTable | None = None, info
     )
 
 
+def _where(graph: Graph) -> str:
+    """The graph's FST file where it was loaded from one, else its summary."""
+    return str(graph.directory / FST_NAME) if graph.directory is not None else repr(graph)
+
+
 def check_searchable(graph: Graph) -> None:
     """Refuse a graph that no search can walk: one whose start state reaches no arc that
     reads a frame through epsilon arcs (every non-empty utterance would die at its first
@@ -234,11 +239,11 @@ def check_searchable(graph: Graph) -> None:
                 seen.add(n)
                 todo.append(n)
     else:
-        raise GraphFormatError(f"{graph!r} reads no frame: no arc with a token leaves its start state "
+        raise GraphFormatError(f"{_where(graph)} reads no frame: no arc with a token leaves its start state "
                                f"{graph.start}{' or the states its epsilon arcs reach' if len(seen) > 1 else ''}")
     on_cycle = epsilon_cycle_state(graph.ne_indptr, graph.nextstate, graph.num_states)
     if on_cycle >= 0:
-        raise GraphFormatError(f"{graph!r} has a cycle of epsilon arcs (or disambiguation symbols, read as "
+        raise GraphFormatError(f"{_where(graph)} has a cycle of epsilon arcs (or disambiguation symbols, read as "
                                f"epsilons) through state {on_cycle}: the search needs its epsilon arcs acyclic (the "
                                f"closure of a frame and the trace of a path back assume it, whatever the cycle "
                                f"costs); remove it (a graph whose #k symbols were not removed after composition?)")
@@ -250,12 +255,16 @@ _ARRAYS = ("final", "e_indptr", "ne_indptr", "ilabel", "olabel", "weight", "next
 
 
 def _csr_key(fst_path: Path, tokens: TokenTable) -> np.ndarray:
+    """What the cached arrays were made from: the format, the FST file's size, the tokens,
+    and the file's mtime, ctime and inode (ctime and inode change with every write or
+    replacement of the file, and no copy can set them: a same-size FST written within the
+    mtime's resolution, or copied with its times, still misses)."""
     st = fst_path.stat()
-    return np.array([CSR_FORMAT, st.st_size, st.st_mtime_ns, tokens.num_columns, tokens.num_disambig],
-                    dtype=np.int64)
+    return np.array([CSR_FORMAT, st.st_size, tokens.num_columns, tokens.num_disambig,
+                     st.st_mtime_ns, st.st_ctime_ns, st.st_ino], dtype=np.int64)
 
 
-_KEY_TIME = 2  # the FST's mtime in a _csr_key
+_KEY_FILE = 4  # a _csr_key's entries from here on are the file's times and inode, which a copy changes alone
 
 
 def _fst_digest(fst_path: Path) -> np.ndarray:
@@ -280,7 +289,7 @@ def _read_csr_cache(cache: Path, key: np.ndarray, num_columns: int, num_words: i
     try:
         with np.load(cache) as z:
             if not np.array_equal(z["key"], key) and not (
-                    np.array_equal(np.delete(z["key"], _KEY_TIME), np.delete(key, _KEY_TIME))
+                    np.array_equal(z["key"][:_KEY_FILE], key[:_KEY_FILE])
                     and "digest" in z.files and np.array_equal(z["digest"], _fst_digest(fst_path))):
                 return None
             arrays = {name: z[name] for name in (*_ARRAYS, "start")}
@@ -309,11 +318,15 @@ def _csr_consistent(a: dict, num_columns: int, num_words: int | None) -> bool:
                 and not _bad_costs(a["final"]).any() and not _bad_costs(a["weight"]).any())
 
 
-def write_csr_cache(graph: Graph, fst_path: str | os.PathLike, cache: str | os.PathLike) -> None:
-    key = _csr_key(Path(fst_path), graph.tokens)
+def write_csr_cache(graph: Graph, fst_path: str | os.PathLike, cache: str | os.PathLike,
+                    key: np.ndarray | None = None, digest: np.ndarray | None = None) -> None:
+    """The CSR cache of `graph`, read from `fst_path` (key and digest: the file's, taken
+    before it was read; default: now)."""
+    key = _csr_key(Path(fst_path), graph.tokens) if key is None else key
+    digest = _fst_digest(Path(fst_path)) if digest is None else digest
     with atomic_path(cache) as tmp:
         with open(tmp, "wb") as f:
-            np.savez(f, key=key, digest=_fst_digest(Path(fst_path)), start=np.int64(graph.start),
+            np.savez(f, key=key, digest=digest, start=np.int64(graph.start),
                      **{name: getattr(graph, name) for name in _ARRAYS})
 
 
@@ -330,13 +343,15 @@ def read_fst(path: str | os.PathLike):
         raise GraphFormatError(f"{path}: not a readable OpenFST binary ({e})") from None
 
 
-def load_graph(path: str | os.PathLike, *, use_cache: bool = True) -> Graph:
+def load_graph(path: str | os.PathLike, *, blank: str | int | None = None, use_cache: bool = True) -> Graph:
     """Load a decoding graph as CSR arrays.
 
     `path` is a graph directory (ours, or riva/NeMo/Kaldi-style: TLG.fst + tokens.txt
     + words.txt, no graph.json) or an FST file with tokens.txt (and optionally
     words.txt) beside it.  The CSR arrays are cached in ``TLG.csr.npz`` (``<name>.csr.npz``
-    for another FST file) and rebuilt when the FST changes.
+    for another FST file) and rebuilt when the FST changes.  `blank`: the blank's symbol
+    (or column) where the graph's files do not say it (a foreign table whose blank is not
+    <blk>, <blank> or <b>: wav2vec2's <pad>, say); graph.json's, where it names one, must agree.
     """
     path = Path(path)
     if path.is_dir():
@@ -360,10 +375,17 @@ def load_graph(path: str | os.PathLike, *, use_cache: bool = True) -> Graph:
             raise GraphFormatError(f"{info_path}: not valid JSON ({e})") from None
         if not isinstance(info, dict):
             raise GraphFormatError(f"{info_path}: not a JSON object (found a {type(info).__name__})")
-    blank = info.get("blank_column")  # the graph's own blank (a build with blank=... names one of any symbol)
-    if blank is not None and (type(blank) is not int or blank < 0):
-        raise GraphFormatError(f"{info_path} says the blank is column {blank!r}: not a column number")
-    tokens = TokenTable.read(tokens_path, blank=blank)
+    recorded = info.get("blank_column")  # the graph's own blank (a build with blank=... names one of any symbol)
+    if recorded is not None and (type(recorded) is not int or recorded < 0):
+        raise GraphFormatError(f"{info_path} says the blank is column {recorded!r}: not a column number")
+    tokens = TokenTable.read(tokens_path, blank=recorded if blank is None else blank)
+    if recorded is not None and blank is not None and tokens.blank != recorded:
+        raise OptionError(f"blank={blank!r} is column {tokens.blank}, but {info_path} says the graph's blank is "
+                          f"column {recorded} ({tokens.symbols[recorded]!r})")
+    if tokens.blank is None:  # (a CTC model has one: FLToP would prune it as any token, blank_penalty is refused)
+        warnings.warn(f"{tokens_path} names no blank (none of {', '.join(BLANK_NAMES)}): name the model's, "
+                      f"load_graph(..., blank=SYMBOL) or wfst-decode --blank SYMBOL; decoding as if there were none",
+                      stacklevel=user_stacklevel())
     words_path = directory / WORDS_NAME
     words = WordTable.read(words_path) if words_path.is_file() else None
     if info:
@@ -383,11 +405,14 @@ def load_graph(path: str | os.PathLike, *, use_cache: bool = True) -> Graph:
     if arrays is not None:
         start = int(arrays.pop("start"))
         return Graph(start=start, tokens=tokens, words=words, info=info, directory=home, **arrays)
+    digest = _fst_digest(fst_path) if use_cache else None  # (of the bytes read next, unless they change meanwhile)
     graph = dataclasses.replace(graph_from_fst(read_fst(fst_path), tokens, words, info, source=str(fst_path)),
                                 directory=home)
-    if use_cache:
+    # a file written or replaced while it was read (a rebuild beside a loading server) keeps no
+    # cache: its arrays may be of the old file, which the new file's key would then serve
+    if use_cache and np.array_equal(_csr_key(fst_path, tokens), key):
         try:
-            write_csr_cache(graph, fst_path, cache)
+            write_csr_cache(graph, fst_path, cache, key, digest)
         except OSError as e:  # a read-only foreign graph directory still loads
             warnings.warn(f"could not write the CSR cache {cache}: {e}", stacklevel=2)
     return graph

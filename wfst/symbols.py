@@ -114,10 +114,9 @@ class TokenTable:
                 raise InputFileError(path, no, f"expected 'symbol [id]', got {raw!r}")
             ident = None
             if len(fields) == 2:
-                try:
-                    ident = int(fields[1])
-                except ValueError:
-                    raise InputFileError(path, no, f"id {fields[1]!r} is not an integer") from None
+                if not re.fullmatch(r"-?[0-9]+", fields[1]):  # (int() would take "1_0", "+3" and other scripts' digits)
+                    raise InputFileError(path, no, f"id {fields[1]!r} is not an integer")
+                ident = int(fields[1])
                 if ident < 0:
                     raise InputFileError(path, no, f"negative id {ident}")
             rows.append((no, fields[0], ident))
@@ -149,6 +148,7 @@ class TokenTable:
                     raise InputFileError(path, no, f"id 0 is reserved for {EPSILON}")
                 if is_disambig_symbol(sym):
                     disambig.append(sym)
+                    disambig_ids.append((no, i))
                     continue
                 tokens[column_of_ilabel(i)] = sym
             else:
@@ -176,6 +176,13 @@ class TokenTable:
             expected = [f"#{k}" for k in range(len(disambig))]
             if sorted(disambig, key=lambda s: int(s[1:])) != expected:
                 raise InputFileError(path, None, f"disambiguation symbols must be #0..#{len(disambig) - 1}")
+            if fst_table:  # the graph's labels of #k: right after the tokens' (the kernels read them so)
+                for (no, i), sym in zip(disambig_ids, disambig):
+                    want = ilabel_of_column(len(columns)) + int(sym[1:])
+                    if i != want:
+                        raise InputFileError(path, no, f"{sym} has id {i}; the disambiguation symbols must follow "
+                                                       f"the tokens, whose last id is {want - int(sym[1:]) - 1}: "
+                                                       f"{sym} {want}")
         return cls(symbols, _blank_column(path, symbols, blank), len(disambig))
 
 
@@ -192,7 +199,7 @@ def _blank_column(path, symbols: tuple[str, ...], blank: str | int | None) -> in
     if len(found) > 1:  # a wrong pick would decode every frame's blank as a token
         named = ", ".join(f"{n} (column {symbols.index(n)})" for n in found)
         raise InputFileError(path, None, f"several symbols could be the blank: {named}; name it "
-                                         f"with blank=SYMBOL (wfst-make-graph --blank)")
+                                         f"with blank=SYMBOL (wfst-make-graph and wfst-decode: --blank)")
     return symbols.index(found[0]) if found else None
 
 
@@ -235,7 +242,7 @@ class WordTable:
             fields = split_fields(raw)
             if not fields:
                 continue
-            if len(fields) != 2 or not fields[1].isdigit():
+            if len(fields) != 2 or not (fields[1].isascii() and fields[1].isdigit()):  # (int() fails on "²")
                 raise InputFileError(path, no, f"expected 'word id', got {raw!r}")
             i = int(fields[1])
             if i in table:

@@ -243,6 +243,20 @@ def test_bpe_words_start_at_their_word_piece():
         x[0, t, c] = 0.0
     r = CtcBeamDecoder(table, token_insertion=0.0, num_threads=1).decode(x)[0]
     assert r.words == ("ab", "c") and r.word_frames == (0, 4) and r.word_times == ((0, 2), (4, 7))
+    for t, c in enumerate([1, 0, 0, 2, 3, 0, 0, 0, 0]):  # ▁ <blk> <blk> ▁a b ...: the bare "▁" is an empty word
+        x[0, t] = math.log(1e-4)  # (the word began at it: frame 0)
+        x[0, t, c] = 0.0
+    r = CtcBeamDecoder(table, token_insertion=0.0, num_threads=1).decode(x)[0]
+    assert r.words == ("ab",) and r.word_times == ((3, 4),)
+    # a sentencepiece table that has a "|" piece too is cut at its "▁" pieces (it was read as characters, '|'
+    # the boundary: one word "▁ab▁c")
+    piped = TokenTable(("<blk>", "\u2581", "\u2581a", "b", "c", "|"), 0, 0)
+    y = np.concatenate([x, np.full((1, 9, 1), math.log(1e-4), np.float32)], axis=2)
+    for t, c in enumerate([2, 3, 3, 0, 1, 0, 4, 4, 0]):
+        y[0, t] = math.log(1e-4)
+        y[0, t, c] = 0.0
+    r = CtcBeamDecoder(piped, token_insertion=0.0, num_threads=1).decode(y)[0]
+    assert r.words == ("ab", "c") and r.word_times == ((0, 2), (4, 7))
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -89,7 +89,7 @@ class CtcBeamDecoder:
     candidates more than this above the frame's best are dropped; phrase_reward: the
     reward of a phrase given without one; spm: the sentencepiece model that cuts phrases
     into the model's pieces (BPE tokens); word_boundary: the token between words of
-    per-character tokens (default: `|` when the table has it)."""
+    per-character tokens (default: `|` when the table has it and no sentencepiece "▁" pieces)."""
 
     def __init__(self, tokens: str | os.PathLike | TokenTable, lm: str | os.PathLike | LmStore | None = None, *,
                  beam_size: int = 8, lm_weight: float = 0.5, token_insertion: float = 1.0,
@@ -123,14 +123,15 @@ class CtcBeamDecoder:
             raise OptionError(f"device={device!r}: must be 'cpu' or 'cuda'")
         if num_threads is not None and not (_int(num_threads) and num_threads >= 1):
             raise OptionError(f"num_threads={num_threads!r}: must be None (all cores) or an integer >= 1")
+        pieces = any(s.startswith("\u2581") for s in self.tokens.symbols)  # sentencepiece's: words begin at "▁"
         if spm is not None:  # read only when phrases come, but it decides how words are told apart: checked now
             if not os.path.isfile(spm):
                 raise MissingFileError(spm, "sentencepiece model (spm)")
-            if not any(s.startswith("\u2581") for s in self.tokens.symbols):
+            if not pieces:
                 raise OptionError(f"spm={str(spm)!r}: the token table has no sentencepiece pieces (none begins "
                                   f"with '\u2581'); a model of characters needs no spm")
-        if word_boundary is None and spm is None and "|" in self.tokens.symbols:
-            word_boundary = "|"
+        if word_boundary is None and spm is None and "|" in self.tokens.symbols and not pieces:
+            word_boundary = "|"  # (a BPE table may hold a "|" piece: its words are still cut at "▁")
         if word_boundary is not None and word_boundary not in self.tokens.symbols:
             raise OptionError(f"word_boundary={word_boundary!r} is not a token of the model")
         if word_boundary is not None and word_boundary == self.tokens.symbols[self.tokens.blank]:
@@ -329,9 +330,9 @@ class CtcBeamDecoder:
                     continue
                 body = sym
             else:
-                if sym.startswith("\u2581"):
+                if sym.startswith("\u2581"):  # a word begins here (a bare "▁" before another: an empty word)
                     in_word = False
-                    start = f if start is None else start
+                    start = f
                 body = sym.lstrip("\u2581")
             if body and not in_word:
                 out.append([start if start is not None else f, e])

@@ -34,9 +34,11 @@ def check_lengths(lengths, B: int, T: int, of: str = "log_probs", item: str = "u
     int64 NumPy."""
     if lengths is None:
         return np.full(B, T, np.int64)
+    given = tuple(getattr(lengths, "shape", None) or np.shape(lengths))  # (host_array makes a number (1,))
     lengths = host_array(lengths)
     if lengths.ndim != 1 or lengths.shape[0] != B:
-        raise DecodeInputError(f"lengths must have shape ({B},) to match {of}; got {lengths.shape}")
+        raise DecodeInputError(f"lengths must have shape ({B},) to match {of}; got "
+                               + (f"one number, {lengths.reshape(-1)[0]}" if given == () else f"{given}"))
     if lengths.dtype.kind not in "iu" and not (lengths.dtype.kind == "f" and np.all(np.floor(lengths) == lengths)):
         raise DecodeInputError(f"lengths must be integers; got {lengths.dtype}")
     # (before the cast: a uint64 above 2**63, or 1e300, would wrap; min and max first: cheaper than the mask)

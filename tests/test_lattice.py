@@ -356,7 +356,9 @@ def test_bad_calibrations(noisy, tmp_path):
     with pytest.raises(MissingFileError, match="is a directory"):
         Calibration.load(tmp_path)
     for text, why in (('{"slope": 1.0}', "'offset'"), ('{"slope": 1' + "0" * 400 + ', "offset": 0}', "too large"),
-                      ('[1, 2]', "attribute"), ('{"format": 2, "slope": 1, "offset": 0}', "format 2")):
+                      ('[1, 2]', "attribute"), ('{"format": 2, "slope": 1, "offset": 0}', "format 2"),
+                      ('{"format": true, "slope": 1, "offset": 0}', "format True"),  # (these four loaded)
+                      ('{"slope": 1, "offset": 0, "bias": 3}', "unknown keys \\['bias'\\]")):
         (tmp_path / "bad.json").write_text(text)
         with pytest.raises(InputFileError, match=f"bad.json: not a saved Calibration.*{why}"):
             Calibration.load(tmp_path / "bad.json")
@@ -364,10 +366,22 @@ def test_bad_calibrations(noisy, tmp_path):
         Calibration.fit_posteriors([0.5, 0.9], ["no", "yes"])  # "no" read as True
     with pytest.raises(OptionError, match="no words to fit on"):
         Calibration.fit_posteriors([], [])
+    for text in ('{"slope": true, "offset": 0}', '{"slope": "1.5", "offset": 0}'):
+        (tmp_path / "bad.json").write_text(text)
+        with pytest.raises(InputFileError, match="bad.json: Calibration slope=.*: must be a finite number"):
+            Calibration.load(tmp_path / "bad.json")
     with pytest.raises(OptionError, match="rank wrong words above right ones"):
         Calibration.fit_posteriors(np.linspace(0.05, 0.95, 50), np.arange(50) < 25)
+    for right in (True, False):  # (blamed on the ranking: the data have none)
+        with pytest.raises(OptionError, match=f"all 3 words are {'right' if right else 'wrong'}: nothing tells"):
+            Calibration.fit_posteriors([0.2, 0.5, 0.9], [right] * 3)
+    alike = Calibration.fit_posteriors([0.8] * 10, np.arange(10) < 2)  # no slope to find: the share right
+    assert alike.slope == 0.0 and alike([0.1, 0.8])[0] == pytest.approx(2.5 / 11)
     with pytest.raises(OptionError, match="confidence_calibration"):
         Decoder(g, lattice_beam=8.0, confidence_calibration=3)
+    with pytest.raises(OptionError, match="confidence_calibration maps the lattice's word confidences: set "
+                                          "lattice_beam"):  # (it did nothing)
+        Decoder(g, confidence_calibration=Calibration())
     with pytest.raises(OptionError, match="references"):
         Calibration.fit(results, texts[:-1])
 
@@ -457,3 +471,26 @@ def test_a_word_counts_the_paths_that_start_it_earlier(tmp_path, topology):
     assert r.words == ("ab",) and r.word_times[0][0] == 1  # (the best path starts it at frame 1)
     assert r.word_confidences[0] == pytest.approx(r.confidence, abs=1e-5)
     assert r.confidence == pytest.approx(r.lattice.sequence_posterior(["ab"]), abs=1e-5) and r.confidence > 0.85
+
+
+def test_a_repeated_word_does_not_count_its_twin(tmp_path):
+    """"ab ab": the first word's window reaches into the second, whose arcs (on every path)
+    counted for it too, so an uncertain first word reported ~1.  Its confidence is the share
+    of the paths that start with it."""
+    from wfst.graphs import compile_graph
+
+    (tmp_path / "tokens.txt").write_text("<blk> 0\na 1\nb 2\n")
+    (tmp_path / "lexicon.txt").write_text("ab a b\nb b\n")
+    (tmp_path / "lm.arpa").write_text("\\data\\\nngram 1=4\n\n\\1-grams:\n-0.5\t</s>\n-99\t<s>\n-0.3\tab\n"
+                                      "-0.4\tb\n\n\\end\\\n")
+    g = wfst.load_graph(compile_graph(tmp_path / "g", tokens=tmp_path / "tokens.txt", lm=tmp_path / "lm.arpa",
+                                      lexicon=tmp_path / "lexicon.txt", topology="compact").directory)
+    sure = [[1e-3, 1e-3, 0.998], [0.998, 1e-3, 1e-3], [1e-3, 0.998, 1e-3], [1e-3, 1e-3, 0.998], [0.998, 1e-3, 1e-3]]
+    p = np.array([[0.40, 0.60, 1e-6], *sure])  # "a" or blank first: "ab ab" or "b ab"
+    x = np.log(p / p.sum(1, keepdims=True)).astype(np.float32)[None]
+    (r,) = Decoder(g, lattice_beam=8.0, num_threads=1).decode(x, np.array([6]))
+    assert r.words == ("ab", "ab")
+    first = sum(r.lattice.sequence_posterior(e.word_ids) for e in r.lattice.nbest(20)
+                if e.words[:1] == ("ab",) and e.word_frames[0] == 0)
+    assert 0.5 < first < 0.8 and r.word_confidences[0] == pytest.approx(first, abs=1e-3)
+    assert r.word_confidences[1] > 0.99  # (the second "ab" is on nearly every path)

@@ -76,6 +76,12 @@ class Calibration:
         if not ((posteriors >= 0) & (posteriors <= 1)).all():
             raise OptionError("Calibration.fit: posteriors must be probabilities in [0, 1]")
         x, y = _logit(posteriors), labels.astype(np.float64)
+        if y.min() == y.max():  # (the fit would blame a ranking that the data do not have)
+            raise OptionError(f"Calibration.fit: all {len(y)} words are {'right' if y[0] else 'wrong'}: nothing "
+                              f"tells right words from wrong ones (fit on results with both)")
+        if np.ptp(x) < 1e-9:  # every posterior alike: no slope to find, each maps to the share right
+            share = (y.sum() + 0.5) / (len(y) + 1.0)
+            return cls(0.0, float(np.log(share / (1.0 - share))))
 
         def loss(w):  # the negative log-likelihood, penalized
             z = w[0] * x + w[1]
@@ -109,10 +115,14 @@ class Calibration:
         try:
             data = json.loads(text)
             version = data.get("format", _FORMAT)
-            slope, offset = float(data["slope"]), float(data["offset"])
-        except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as e:
+            slope, offset = (float(v) if type(v) is int else v for v in (data["slope"], data["offset"]))
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as e:  # (strings and bools stay,
+            # for Calibration to refuse: save writes numbers)
             raise InputFileError(path, None, f"{why}: {e}") from None
-        if version != _FORMAT:
+        odd = sorted(set(data) - {"format", "slope", "offset"})
+        if odd:  # (a file of something else that happens to hold the two keys)
+            raise InputFileError(path, None, f"{why}: unknown keys {odd}")
+        if type(version) is not int or version != _FORMAT:  # (true == 1)
             raise InputFileError(path, None, f"{why}: format {version!r}, this version reads format {_FORMAT}")
         try:
             return cls(slope, offset)

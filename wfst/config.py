@@ -91,6 +91,9 @@ class DecoderConfig:
                 object.__setattr__(self, "confidence_calibration", Calibration.load(calibration))
             check(isinstance(self.confidence_calibration, Calibration), "confidence_calibration",
                   "None, a wfst.confidence.Calibration or the path of one saved as JSON")
+            if self.lattice_beam is None:  # (it would map nothing, silently)
+                raise OptionError("DecoderConfig.confidence_calibration maps the lattice's word confidences: set "
+                                  "lattice_beam too (e.g. 8.0)")
 
     def fltop(self, num_columns: int) -> tuple[int, float]:
         """(top_n, log R) as the kernels take them; (V, -inf) when pruning is off."""

@@ -218,14 +218,19 @@ class Lattice:
         A word's label sits anywhere from its first frame into the next word (determinizing
         L ∘ G delays it), and other paths may start the word earlier than the best path, so
         word i owns the frames from halfway back to word i - 1's start (the first word: from
-        frame 0) to the next word's end (result.word_times).  On a graph without word times:
-        from halfway between its label frame and word i - 1's to halfway to word i + 1's."""
+        frame 0) to the next word's end (result.word_times).  On a graph without word times,
+        and between two words alike: from halfway between its label frame and word i - 1's to
+        halfway to word i + 1's."""
         if not result.word_ids:
             return ()
         post = self.arc_posteriors()
         raw = self._raw
         frames = np.maximum(raw.step[raw.dst].astype(np.int64) - 1, 0)
         lo, hi = _word_windows(result)
+        at = np.asarray(result.word_frames, np.int64)
+        for i in np.flatnonzero(np.diff(np.asarray(result.word_ids)) == 0).tolist():  # "the the": a path's arcs
+            mid = (at[i] + at[i + 1]) // 2  # of the one would count for the other; their windows split at
+            hi[i], lo[i + 1] = min(hi[i], mid), max(lo[i + 1], mid + 1)  # the midpoint of the best path's labels
         confidences = []
         for w, a, b in zip(result.word_ids, lo.tolist(), hi.tolist()):
             near = (self.olabel == w) & (frames >= a) & (frames <= b)

@@ -381,7 +381,7 @@ def load_graph(path: str | os.PathLike, *, blank: str | int | None = None, use_c
     tokens = TokenTable.read(tokens_path, blank=recorded if blank is None else blank)
     if recorded is not None and blank is not None and tokens.blank != recorded:
         raise OptionError(f"blank={blank!r} is column {tokens.blank}, but {info_path} says the graph's blank is "
-                          f"column {recorded} ({tokens.symbols[recorded]!r})")
+                          f"column {recorded}")
     if tokens.blank is None:  # (a CTC model has one: FLToP would prune it as any token, blank_penalty is refused)
         warnings.warn(f"{tokens_path} names no blank (none of {', '.join(BLANK_NAMES)}): name the model's, "
                       f"load_graph(..., blank=SYMBOL) or wfst-decode --blank SYMBOL; decoding as if there were none",

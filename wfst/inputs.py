@@ -34,7 +34,7 @@ def check_lengths(lengths, B: int, T: int, of: str = "log_probs", item: str = "u
     int64 NumPy."""
     if lengths is None:
         return np.full(B, T, np.int64)
-    given = tuple(getattr(lengths, "shape", None) or np.shape(lengths))  # (host_array makes a number (1,))
+    given = np.shape(lengths)  # (host_array makes a number (1,))
     lengths = host_array(lengths)
     if lengths.ndim != 1 or lengths.shape[0] != B:
         raise DecodeInputError(f"lengths must have shape ({B},) to match {of}; got "

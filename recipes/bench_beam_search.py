@@ -39,7 +39,6 @@ def main(argv=None) -> int:
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     recipe_cli.check_json(ap, args.json)
-    recipe_cli.check_graphs(ap, args.graphs, ("char_compact", "bpe_compact"))
     for option, values in (("--beam-sizes", args.beam_sizes), ("--lm-weights", args.lm_weights)):
         twice = [v for i, v in enumerate(values) if v in values[:i]]
         if twice:
@@ -47,6 +46,8 @@ def main(argv=None) -> int:
     odd = [w for w in args.lm_weights if not 0 <= w <= 1e4]  # (CtcBeamDecoder's range; NaN fails both)
     if odd:
         ap.error(f"argument --lm-weights: must be numbers in [0, 10000], got {odd[0]:g}")
+    # (the graphs last, so that a bad option is named on a checkout without them)
+    recipe_cli.check_graphs(ap, args.graphs, ("char_compact", "bpe_compact"))
     print("SYNTHETIC emissions of the demo's held-out sentences; one CPU thread", flush=True)
     rows = []
     for token_set, table, graph, spelling in SETUPS:

@@ -178,13 +178,14 @@ def main() -> int:
     args = ap.parse_args()
     recipe_cli.check_json(ap, args.json)
     recipe_cli.check_folder(ap, "--out", args.out)
-    recipe_cli.check_graphs(ap, args.graphs, [f"{s}_compact" for s in args.setups if s in ("char", "bpe")])
     counts, chunks_ms = args.streams, args.chunk_ms
     steps = [max(1, int(ms / 1000 / FRAME_SECONDS + 0.5)) for ms in chunks_ms]  # each chunk fed, in whole frames
     for i, step in enumerate(steps):
         if step in steps[:i]:  # (the same cell twice, both labelled with the frames' ms)
             ap.error(f"argument --chunk-ms: {chunks_ms[steps.index(step)]:g} and {chunks_ms[i]:g} are both fed as "
                      f"{step} frames of {1000 * FRAME_SECONDS:g} ms")
+    # (the graphs last, so that a bad option is named on a checkout without them)
+    recipe_cli.check_graphs(ap, args.graphs, [f"{s}_compact" for s in args.setups if s in ("char", "bpe")])
     feed = args.partials, args.rounds, args.batched  # how stream_loop runs
     m = machine()
     where = (f"CPU backend, {args.threads or 'all'} threads; {m['cpu']}" if args.device == "cpu" else

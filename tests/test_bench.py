@@ -195,11 +195,13 @@ RECIPES = Path(__file__).resolve().parent.parent / "recipes"
     (["bench_fltop.py", "--json", "no/such/folder/b.json", "--graphs", "no/graphs"],
      "argument --graphs: no/graphs/char_compact holds no graph"),
 ])
-def test_recipes_refuse_bad_options_before_any_work(argv, message):
+def test_recipes_refuse_bad_options_before_any_work(argv, message, tmp_path):
     """As the console scripts do: one line, exit status 2 (a typo ran nothing and exited 0, a
-    0 crashed after the work, an unwritable --json lost the whole run)."""
+    0 crashed after the work, an unwritable --json lost the whole run). Run where no graphs are,
+    as on a fresh clone: the option is named, not the missing build/demo."""
+    (tmp_path / "README.md").write_text("a file\n")
     p = subprocess.run([sys.executable, str(RECIPES / argv[0]), *argv[1:]], capture_output=True, text=True,
-                       timeout=120)
+                       timeout=120, cwd=tmp_path)
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.count("\n") == 1 and p.stderr.startswith(f"{argv[0]}: error: {message}"), p.stderr
 

@@ -43,7 +43,7 @@ def test_unreachable_lm_state_is_a_damaged_store(tiny):
     damaged = dataclasses.replace(store, depth=depth)
     with pytest.raises(LmStoreError, match=r"the LM store made from .*lm.arpa is damaged: an LM state cannot be "
                                            r"reached from the root; prepare it again"):
-        _small_states(damaged, store)
+        _small_states(damaged, store, store.ids_of(damaged.words))
 
 
 def test_a_text_output_that_cannot_be_written_names_the_file(tmp_path):

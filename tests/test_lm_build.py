@@ -183,7 +183,7 @@ def test_small_states_equal_the_reference(demo, tmp_path):
             while h not in small_state:
                 h = h[1:]
             expected.append(small_state[h])
-        assert _small_states(big, small).tolist() == expected
+        assert _small_states(big, small, small.ids_of(big.words)).tolist() == expected
 
 
 def _sections(lines):

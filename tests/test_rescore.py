@@ -3,6 +3,7 @@ decoding a small-LM graph with rescoring against OpenFST's exact shortest path o
 TLG_small ∘ D, D the automaton that replaces the small LM's score by the big LM's."""
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from types import SimpleNamespace
@@ -701,3 +702,30 @@ def test_no_gain_bounds_where_the_lms_read_a_graph_word_differently(tiny, tmp_pa
     for b, got in enumerate(dec.decode(x)):
         words, cost = shortest_decode(composed, x[b])
         assert got.word_ids == tuple(words) and got.cost == pytest.approx(cost, abs=1e-4)
+
+
+def test_a_graph_word_the_big_lm_lacks_leaves_the_graph_lm_in_its_own_state(tiny, tmp_path):
+    """A graph word the big LM reads as its <unk> ('cab'), where both LMs give <unk> a
+    history: after it the graph's LM is in its state after 'cab', not after its <unk> (that
+    subtracted the next word's graph-LM cost in the wrong history: other words won)."""
+    base = (TINY_ARPA.replace("-2.0\t<unk>\n", "-2.0\t<unk>\t-0.5\n").replace("ngram 2=7", "ngram 2=9")
+            .replace("\\2-grams:\n", "\\2-grams:\n-0.2\t<unk> ab\n-2.5\t<unk> ba\n"))
+    (tmp_path / "base.arpa").write_text(base)
+    small = truncate_arpa(tmp_path / "base.arpa", tmp_path / "small.arpa", 2)
+    big = tmp_path / "big.arpa"
+    big.write_text(base.replace("-1.6\tcab\n", "").replace("-0.45\ta cab\n", "").replace("ngram 1=8", "ngram 1=7")
+                   .replace("ngram 2=9", "ngram 2=8"))
+    r = compile_graph(tmp_path / "g", tokens=tiny / "tokens.txt", lm=small, lexicon=tiny / "lexicon.txt",
+                      word_boundary="|", topology="compact")
+    g = wfst.load_graph(r.directory)
+    with pytest.warns(UserWarning, match="scored as <unk>: 'cab'"):
+        dec = Decoder(g, rescore_lm=big, graph_lm=small, **WIDE)
+    ids = g.words.ids()
+    scores = dec.rescorer.big.score, dec.rescorer.small.score  # (equal to kenlm's: the tests above)
+    for n in (1, 2, 3):
+        for words in itertools.product(["a", "ab", "ba", "abc", "cab"], repeat=n):
+            expected = scores[0](words) - scores[1](words)
+            assert dec.rescorer.path_cost([ids[w] for w in words]) == pytest.approx(expected, abs=1e-4), words
+    x = random_log_probs(7, batch=8, frames=12, columns=5, sharpness=1.5)
+    for got in dec.decode(x):
+        assert got.rescore_cost == pytest.approx(scores[0](got.words) - scores[1](got.words), abs=1e-4)

@@ -522,7 +522,8 @@ class Rescorer:
         scored[0] = False  # (<eps>)
         self.lm_map, self.big_report = _word_map(big, graph_words, scored, "the big LM")
         self.lm0_map, _ = _word_map(small, graph_words, scored, "the graph's LM")
-        self.small_of = _small_states(big, small)
+        self.small_of = _small_states(big, small, _big_to_small(big, small, graph_words, self.lm_map, self.lm0_map,
+                                                                scored))
         self.automata()  # built now: a decode should not pay for it
         self.gain, self.buckets = _gain_bounds(self, scored)
         self._path_cost = None  # (made at its first call)
@@ -630,9 +631,43 @@ def _gain_bounds(rescorer: Rescorer, scored: np.ndarray):
 _GAIN_PIECE = 1 << 16  # big-LM states a thread takes at a time (the bounds of 10M n-grams: ~1.2 s on one core)
 
 
-def _small_states(big: LmStore, small: LmStore) -> np.ndarray:
+def _big_to_small(big: LmStore, small: LmStore, graph_words, lm_map, lm0_map, scored) -> np.ndarray:
+    """Big-LM word id -> the graph LM's word id of the graph words a path scores as it (-1:
+    none), so that a big-LM history maps to the graph LM's history of the same path.  A graph
+    word the big LM lacks is the big LM's <unk> there but itself in the graph's LM: after it,
+    the graph LM is in its own state after that word, not after its <unk>.  Graph words the
+    big LM reads as one word (its <unk>) but the graph's LM as several: these lead to the
+    graph LM's root (the state after a word in none of its histories), unless one of them
+    is in a history of the graph's LM, which no single map can follow (refused)."""
+    from wfst.kernels import lmbuild
+
+    to_small = small.ids_of(big.words)
+    g = np.flatnonzero(scored)
+    pairs = np.unique(np.stack([lm_map[g], lm0_map[g]], 1), axis=0) if len(g) else np.zeros((0, 2), np.int64)
+    b, s = pairs[:, 0], pairs[:, 1]
+    to_small[b] = s
+    shared = np.unique(b[np.flatnonzero(b[1:] == b[:-1])])  # big words read as several graph-LM words
+    if len(shared):
+        _, last = lmbuild.history_tree(small.offsets, small.labels, small.nexts, small.depth)
+        in_history = np.zeros(len(small.words), bool)
+        in_history[last[last >= 0]] = True
+        for w in shared:
+            alike = s[b == w]
+            if in_history[alike].any():
+                names = [graph_words[i] for i in g[lm_map[g] == w]]
+                shown = ", ".join(repr(n) for n in names[:5]) + (" ..." if len(names) > 5 else "")
+                raise VocabularyError(
+                    f"the big LM reads the graph words {shown} as one word ({big.words[w]!r}), the graph's LM as "
+                    f"different words with different histories after them; rescoring needs a big LM that has "
+                    f"the graph LM's words, such as the unpruned LM the graph's LM was pruned from")
+            to_small[w] = -1
+    return to_small
+
+
+def _small_states(big: LmStore, small: LmStore, to_small: np.ndarray) -> np.ndarray:
     """For each big-LM state, the small-LM state of the same history (its longest suffix
-    that is a small-LM state); every small-LM history must be a big-LM history."""
+    that is a small-LM state, its words read by to_small: _big_to_small); every small-LM
+    history must be a big-LM history."""
     from wfst.kernels import lmbuild
 
     trees = []
@@ -642,7 +677,7 @@ def _small_states(big: LmStore, small: LmStore) -> np.ndarray:
             raise LmStoreError(f"the LM store made from {store.source.get('path', 'an unknown ARPA file')} is "
                                f"damaged: an LM state cannot be reached from the root; prepare it again")
         trees.append((np.argsort(store.depth, kind="stable"), parent, last))
-    to_small, to_big = small.ids_of(big.words), big.ids_of(small.words)
+    to_big = big.ids_of(small.words)
     in_big = lmbuild.same_histories(*trees[1], to_big, big.offsets, big.labels, big.nexts, big.depth)
     missing = np.flatnonzero(in_big < 0)
     if len(missing):

@@ -50,9 +50,10 @@ from .lexicon import (
 from .topology import check_topology, ctc_topology, topology_size
 
 GRAPH_FORMAT = 1
-# Bump when a change to the compiler changes the graphs it writes (4: lexicon.txt, T.fst);
-# LG_REVISION when it changes min(det(L ∘ G)), whose cache it keys.
-COMPILER_REVISION = 4
+# Bump when a change to the compiler changes the graphs it writes (4: lexicon.txt, T.fst; 5: an
+# LM's orphan n-grams left out whatever their line order); LG_REVISION when it changes
+# min(det(L ∘ G)), whose cache it keys.
+COMPILER_REVISION = 5
 LG_REVISION = 3
 
 
@@ -154,15 +155,15 @@ def _check_nonempty(f, what: str, hint: str):
 # --------------------------------------------------------------------------- stages
 
 def _lg_stages(stages: Stages, lexicon: Lexicon, entries, tokens: TokenTable, words: WordTable,
-               lm: Path) -> tuple[fst.MutableFst, dict]:
-    """min(det(L ∘ G))."""
+               lm: Path, orphans: list[int]) -> tuple[fst.MutableFst, dict]:
+    """min(det(L ∘ G)) (orphans: the LM's n-grams G leaves out, arpa_vocabulary's)."""
     sizes = {}
     L = stages.run("L (lexicon FST)", lexicon_fst, entries, tokens, words, lexicon.separator)
     sizes["L"] = _size(L)
     with tempfile.TemporaryDirectory(prefix="wfst-words-") as tmp:
         words_txt = Path(tmp) / "words.txt"
         words.write(words_txt)
-        G = stages.run("G (arpa2fst)", grammar_fst, lm, words_txt)
+        G = stages.run("G (arpa2fst)", grammar_fst, lm, words_txt, orphans=orphans)
     sizes["G"] = _size(G)
     G.arcsort("ilabel")
 
@@ -319,7 +320,7 @@ def compile_graph(out_dir: str | os.PathLike, *, tokens: str | os.PathLike, lm: 
     if word_boundary is not None and word_boundary == tok.symbols[tok.blank]:
         raise OptionError(f"word-boundary unit {word_boundary!r} is the blank of {tokens}; "
                           f"the word boundary must be another token")
-    lm_words, ngram_counts = arpa_vocabulary(lm)
+    lm_words, ngram_counts, orphans = arpa_vocabulary(lm)
 
     if lexicon is not None:
         lex = read_lexicon(lexicon, tok, separator=word_boundary)
@@ -362,10 +363,10 @@ def compile_graph(out_dir: str | os.PathLike, *, tokens: str | os.PathLike, lm: 
     try:
         lg_key = _digest({"revision": LG_REVISION, "tokens": tok.fst_symbol_lines(),
                           "lexicon": hashlib.sha256(lex.digest_text().encode()).hexdigest(),
-                          "lm": inputs["lm"]["sha256"]})
+                          "lm": inputs["lm"]["sha256"], **({"orphans": orphans} if orphans else {})})
         LG, sizes = _cached_lg(cache_dir, lg_key, stages)
         if LG is None:
-            LG, sizes = _lg_stages(stages, lex, entries, tok, word_table, Path(lm))
+            LG, sizes = _lg_stages(stages, lex, entries, tok, word_table, Path(lm), orphans)
             _store_lg(cache_dir, lg_key, LG, sizes)
         T = stages.run("T", ctc_topology, topology, tok)
         sizes["T"] = _size(T)

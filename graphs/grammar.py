@@ -17,6 +17,7 @@ import sys
 import tempfile
 import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 import pywrapfst as fst
 
@@ -30,16 +31,29 @@ _ERROR_NO_LINE = re.compile(r"\[E\] (.*)")
 _WARNING = re.compile(r"\[W\] (.*)")
 
 
-def arpa_vocabulary(path: str | os.PathLike) -> tuple[list[str], list[int]]:
-    """The unigram words of an ARPA file and its n-gram counts per order.
+class ArpaVocabulary(NamedTuple):
+    words: list[str]  # the unigrams, in the file's order
+    counts: list[int]  # the header's n-gram count per order
+    orphans: list[int]  # line numbers of the n-grams G leaves out: their history is no n-gram of the file
+
+
+def arpa_vocabulary(path: str | os.PathLike) -> ArpaVocabulary:
+    """The unigram words of an ARPA file, its n-gram counts per order and its orphan n-grams.
 
     Checks the structure (wfst.arpa.ArpaReader) and every n-gram line (wfst.arpa.parse_ngram:
     fields, numbers, no probability above 1), n-grams listed twice, <s> and </s>, with
     line numbers, as the rescoring LM's reader does; kaldilm builds G from the lines.
+
+    An n-gram of order 3 or more whose history is not an n-gram of the file (or is one
+    skipped so) is an orphan, skipped with a warning, as the rescoring LM's reader skips it.
+    arpa2fst skips it too, but only while no earlier n-gram has made its history's state: a
+    file's line order decided whether the graph had it (grammar_fst leaves them out itself).
     """
     reader = ArpaReader(path)
     words: list[str] = []
     seen: dict[int, set] = {}
+    orphans: list[int] = []
+    orphan_keys: dict[int, set] = {}
     for no, order, line in reader:
         _, gram, _ = parse_ngram(path, no, order, line, top=order == len(reader.counts))
         if order == 1:
@@ -52,8 +66,16 @@ def arpa_vocabulary(path: str | os.PathLike) -> tuple[list[str], list[int]]:
         if key in seen.setdefault(order, set()):
             raise InputFileError(path, no, f"{order}-gram {key!r} listed twice")
         seen[order].add(key)
+        if order > 2 and all(w in seen[1] for w in gram):  # (a word no unigram: arpa2fst skips it, and says so)
+            history = key[:len(key) - len(gram[-1]) - 1]
+            if history not in seen[order - 1] or history in orphan_keys.get(order - 1, ()):
+                orphans.append(no)
+                orphan_keys.setdefault(order, set()).add(key)
     check_sentence_marks(path, seen.get(1, ()))
-    return words, [reader.counts[k] for k in sorted(reader.counts)]
+    if orphans:
+        warnings.warn(f"{path}: {len(orphans)} n-grams skipped whose history is not an n-gram of the file (the "
+                      f"first on line {orphans[0]}), as Kaldi's arpa2fst skips them", stacklevel=2)
+    return ArpaVocabulary(words, [reader.counts[k] for k in sorted(reader.counts)], orphans)
 
 
 _CHILD = """
@@ -81,16 +103,24 @@ def _plain_text(path: Path) -> bool:
     return True
 
 
-def grammar_fst(arpa_path: str | os.PathLike, words_txt: str | os.PathLike,
-                max_warnings: int = 5) -> fst.MutableFst:
-    """G for `arpa_path` with word ids from `words_txt` (which must hold every ARPA word and #0)."""
+def grammar_fst(arpa_path: str | os.PathLike, words_txt: str | os.PathLike, max_warnings: int = 5,
+                orphans: list[int] | None = None) -> fst.MutableFst:
+    """G for `arpa_path` with word ids from `words_txt` (which must hold every ARPA word and #0),
+    without the file's orphan n-grams (orphans: their line numbers, arpa_vocabulary's; found
+    here when not given)."""
     arpa_path = Path(arpa_path)
+    if orphans is None:
+        orphans = arpa_vocabulary(arpa_path).orphans
     with tempfile.TemporaryDirectory(prefix="wfst-G-") as tmp:
         plain = arpa_path
-        if not _plain_text(arpa_path):  # kaldilm reads LF text only: a \r would end each line's last field
-            plain = Path(tmp) / "lm.arpa"
+        if orphans or not _plain_text(arpa_path):  # kaldilm reads LF text only: a \r would end each line's
+            plain = Path(tmp) / "lm.arpa"  # last field
             with open_arpa(arpa_path) as src, open(plain, "w", encoding="utf-8") as dst:
-                shutil.copyfileobj(src, dst)
+                if orphans:  # blanked, so that kaldilm's line numbers stay the file's (it skips blank lines)
+                    skip = set(orphans)
+                    dst.writelines("\n" if no in skip else line for no, line in enumerate(src, start=1))
+                else:
+                    shutil.copyfileobj(src, dst)
         out = Path(tmp) / "G.fst"
         proc = subprocess.run([sys.executable, "-c", _CHILD, str(plain), str(out), str(words_txt),
                                WORD_DISAMBIG], capture_output=True, text=True, errors="replace")

@@ -15,7 +15,7 @@ kenlm = pytest.importorskip("kenlm", reason="kenlm is a test dependency: pip ins
 
 
 def build_G(arpa, tmp_path):
-    vocab, _ = arpa_vocabulary(arpa)
+    vocab = arpa_vocabulary(arpa).words
     words = WordTable.from_words(vocab)
     words.write(tmp_path / "words.txt")
     return grammar_fst(arpa, tmp_path / "words.txt"), words
@@ -76,7 +76,7 @@ def test_demo_G_matches_kenlm(demo, tmp_path):
     """200+ sentences: held-out real text and random word strings (backoff-heavy), incl. OOVs."""
     rng = random.Random(1)
     real = [line.split() for line in (demo / "test.txt").read_text().splitlines() if line.strip()]
-    vocab, _ = arpa_vocabulary(demo / "lm.arpa")
+    vocab = arpa_vocabulary(demo / "lm.arpa").words
     vocab = [w for w in vocab if w not in ("<s>", "</s>")] + ["qqqzx"]
     sentences = rng.sample(real, min(150, len(real)))
     sentences += [[rng.choice(vocab) for _ in range(rng.randint(1, 12))] for _ in range(150)]
@@ -175,7 +175,7 @@ def test_line_endings_and_marks(tiny, tmp_path):
     import gzip
 
     text = (tiny / "lm.arpa").read_text()
-    words = WordTable.from_words(arpa_vocabulary(tiny / "lm.arpa")[0])
+    words = WordTable.from_words(arpa_vocabulary(tiny / "lm.arpa").words)
     words.write(tmp_path / "words.txt")
     reference = grammar_fst(tiny / "lm.arpa", tmp_path / "words.txt")
     (tmp_path / "crlf.arpa").write_bytes(("\ufeff" + text).replace("\n", "\r\n").encode())
@@ -190,21 +190,46 @@ def test_line_endings_and_marks(tiny, tmp_path):
     for reader in (arpa_vocabulary, read_arpa):
         with pytest.raises(InputFileError, match=r"noeos.arpa: no </s> unigram: no sentence can end"):
             reader(tmp_path / "noeos.arpa")
-    skipped = [("whose history is not an n-gram of the file", "-0.05\tab ba abc", "-0.05\tabc cab a"),
-               ("with a word that is not a unigram of the file", "-0.45\ta cab", "-0.45\ta zz")]
-    for why, old, new in skipped:  # no bigram "abc cab"; no word "zz": both skip the line
+    skipped = [("whose history is not an n-gram of the file", "-0.05\tab ba abc", "-0.05\tabc cab a",
+                r"bad.arpa: 1 n-grams skipped whose history is not an n-gram of the file \(the first on line 27\)"),
+               ("with a word that is not a unigram of the file", "-0.45\ta cab", "-0.45\ta zz",
+                r"bad.arpa: 1 warnings from arpa2fst")]
+    for why, old, new, by_g in skipped:  # no bigram "abc cab"; no word "zz": both skip the line
         bad = corrupt(tiny, old, new)
         with pytest.warns(UserWarning, match=rf"bad.arpa: 1 n-grams skipped {why} \(the first on line \d+\)"):
             store = read_arpa(bad)
         assert store.num_arcs == read_arpa(tiny / "lm.arpa").num_arcs - 1
-        with pytest.warns(UserWarning, match=r"bad.arpa: 1 warnings from arpa2fst"):
+        with pytest.warns(UserWarning, match=by_g):
             grammar_fst(bad, tmp_path / "words.txt")
+
+
+@pytest.mark.parametrize("first", ["kept", "orphan"])
+def test_an_orphan_ngram_is_left_out_whatever_the_line_order(tiny, tmp_path, first):
+    """'cab ba abc' has no bigram 'cab ba' for history. arpa2fst skipped it only while no
+    earlier n-gram had made that state: after 'a cab ba' (whose state after is 'cab ba') it
+    kept it, silently, where the rescoring LM's reader leaves it out."""
+    kept, orphan = "-0.2\ta cab ba\n", "-0.3\tcab ba abc\n"
+    lines = kept + orphan if first == "kept" else orphan + kept
+    text = (tiny / "lm.arpa").read_text().replace("ngram 3=2", "ngram 3=4")
+    (tmp_path / "o.arpa").write_text(text.replace("\\3-grams:\n", "\\3-grams:\n" + lines))
+    (tmp_path / "ref.arpa").write_text(text.replace("ngram 3=4", "ngram 3=3")
+                                       .replace("\\3-grams:\n", "\\3-grams:\n" + kept))
+    words = WordTable.from_words(arpa_vocabulary(tiny / "lm.arpa").words)
+    words.write(tmp_path / "words.txt")
+    with pytest.warns(UserWarning, match=r"o.arpa: 1 n-grams skipped whose history is not an n-gram"):
+        orphans = arpa_vocabulary(tmp_path / "o.arpa").orphans
+    assert orphans == [(tmp_path / "o.arpa").read_text().splitlines().index(orphan.strip("\n")) + 1]
+    g = grammar_fst(tmp_path / "o.arpa", tmp_path / "words.txt", orphans=orphans)
+    assert fst.isomorphic(g, grammar_fst(tmp_path / "ref.arpa", tmp_path / "words.txt"))
+    with pytest.warns(UserWarning, match=r"o.arpa: 1 n-grams skipped"):
+        store = read_arpa(tmp_path / "o.arpa")
+    assert store.num_arcs == read_arpa(tmp_path / "ref.arpa").num_arcs
 
 
 def test_arpa2fst_failure_without_a_line_is_one_line(tiny, tmp_path, monkeypatch):
     import subprocess
 
-    words = WordTable.from_words(arpa_vocabulary(tiny / "lm.arpa")[0])
+    words = WordTable.from_words(arpa_vocabulary(tiny / "lm.arpa").words)
     words.write(tmp_path / "words.txt")
     crash = subprocess.CompletedProcess([], -6, stdout="", stderr="terminate called\n  what(): bad_alloc\n")
     monkeypatch.setattr(subprocess, "run", lambda *a, **kw: crash)
@@ -228,7 +253,7 @@ def test_not_an_arpa_file(tmp_path):
 
 def test_ngram_words_outside_the_unigrams_are_reported(tiny, tmp_path):
     bad = corrupt(tiny, "-0.45\ta cab", "-0.45\ta qq")
-    words = WordTable.from_words(arpa_vocabulary(bad)[0])
+    words = WordTable.from_words(arpa_vocabulary(bad).words)
     words.write(tmp_path / "words.txt")
     with pytest.warns(UserWarning, match=r"bad.arpa: 1 warnings from arpa2fst:\n  line 22 .*'qq' not in symbol"):
         grammar_fst(bad, tmp_path / "words.txt")

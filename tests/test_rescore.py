@@ -729,3 +729,26 @@ def test_a_graph_word_the_big_lm_lacks_leaves_the_graph_lm_in_its_own_state(tiny
     x = random_log_probs(7, batch=8, frames=12, columns=5, sharpness=1.5)
     for got in dec.decode(x):
         assert got.rescore_cost == pytest.approx(scores[0](got.words) - scores[1](got.words), abs=1e-4)
+
+
+def test_a_word_that_starts_with_a_hash_is_scored(tiny, tmp_path):
+    """'#cab' is a word (only #0, #1, ... are disambiguation symbols): the big LM scores it,
+    and where it lacks it and has no <unk>, that is refused as for any word (it was read as
+    the big LM's word 0, silently)."""
+    base = TINY_ARPA.lstrip().replace("cab", "#cab").replace("-2.0\t<unk>\n", "").replace("ngram 1=8", "ngram 1=7")
+    (tmp_path / "lm.arpa").write_text(base)
+    (tmp_path / "lexicon.txt").write_text("a a\nab a b\nba b a\nabc a b c\n#cab c a b\n")
+    small = truncate_arpa(tmp_path / "lm.arpa", tmp_path / "small.arpa", 2)
+    r = compile_graph(tmp_path / "g", tokens=tiny / "tokens.txt", lm=small, lexicon=tmp_path / "lexicon.txt",
+                      word_boundary="|", topology="compact")
+    g = wfst.load_graph(r.directory)
+    dec = Decoder(g, rescore_lm=tmp_path / "lm.arpa", graph_lm=small)
+    ids = g.words.ids()
+    for words in (["#cab"], ["a", "#cab", "ba"], ["#cab", "a"]):
+        expected = dec.rescorer.big.score(words) - dec.rescorer.small.score(words)
+        assert dec.rescorer.path_cost([ids[w] for w in words]) == pytest.approx(expected, abs=1e-4)
+    lacking = tmp_path / "lacking.arpa"
+    lacking.write_text(base.replace("-1.6\t#cab\n", "").replace("-0.45\ta #cab\n", "")
+                       .replace("ngram 1=7", "ngram 1=6").replace("ngram 2=7", "ngram 2=6"))
+    with pytest.raises(VocabularyError, match="1 of the graph's 5 words are not in the big LM.*'#cab'"):
+        Decoder(g, rescore_lm=lacking, graph_lm=small)

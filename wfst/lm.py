@@ -49,6 +49,7 @@ from .errors import (
     user_stacklevel,
 )
 from .files import atomic_path, split_fields
+from .symbols import is_disambig_symbol
 
 LN10 = math.log(10.0)
 UNKNOWN_COST = 100.0 * LN10  # of a word that an LM without <unk> lacks: kenlm's log10 probability -100
@@ -562,7 +563,7 @@ class Rescorer:
 
 def _never_scored(word: str) -> bool:
     """Graph words that no path scores with an LM: disambiguation symbols and the specials."""
-    return word.startswith("#") or word in ("<eps>", "<s>", "</s>", "<unk>")
+    return is_disambig_symbol(word) or word in ("<eps>", "<s>", "</s>", "<unk>")  # ('#tag' is a word)
 
 
 def _word_map(store: LmStore, graph_words, scored: np.ndarray, what: str):

@@ -124,6 +124,11 @@ STRUCTURE_FAULTS = [  # wfst.arpa.ArpaReader's checks, shared by the graph compi
 LINE_FAULTS = [  # wfst.arpa.parse_ngram's, n-grams twice, <s> and </s>: also the same for both
     ("-0.45\ta cab", "-0.45 a", r"bad.arpa:22: a 2-gram line needs 3 or 4 fields"),
     ("-0.45\ta cab", "x\ta cab", r"bad.arpa:22: not a number"),
+    # Python's float() reads these (-10, -inf, -0.3), arpa2fst -1 and -0 and kenlm none: refused by both
+    ("-0.45\ta cab", "-1_0\ta cab", r"bad.arpa:22: not a number"),
+    ("-0.45\ta cab", "-Infinity\ta cab", r"bad.arpa:22: not a number"),
+    ("-0.8\ta\t-0.30", "-\u0660.\u0663\ta\t-0.30", r"bad.arpa:10: not a number"),
+    ("-0.8\ta\t-0.30", "-0.8\ta\t-0_3", r"bad.arpa:10: not a number"),
     ("-0.8\ta\t-0.30", "-0.8", r"bad.arpa:10: a 1-gram line needs 2 or 3 fields"),
     ("-0.8\ta\t-0.30", "-0.8\ta\tnan", r"bad.arpa:10: NaN or infinite value"),
     ("-0.45\ta cab", "-0.45\tab ba", r"bad.arpa:22: 2-gram 'ab ba' listed twice"),

@@ -30,6 +30,17 @@ def open_arpa(path: str | os.PathLike):
     return gzip.open(path, "rt", encoding="utf-8-sig") if is_gzip(path) else open(path, encoding="utf-8-sig")
 
 
+# an ARPA number: ASCII decimal, as kenlm and arpa2fst read them (Python's float() also takes
+# '-1_0', '-Infinity' and other scripts' digits, which arpa2fst read as something else: -1)
+_NUMBER = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf|nan)", re.ASCII | re.IGNORECASE)
+
+
+def _number(text: str) -> float:
+    if _NUMBER.fullmatch(text) is None:
+        raise ValueError(text)
+    return float(text)
+
+
 MAX_LOG10 = 1e4  # |log10 value| beyond it: no LM's number (-99 is "never"); OpenFST's determinisation spun on -1e38
 
 
@@ -47,8 +58,8 @@ def parse_ngram(path, no: int, k: int, line: str, top: bool = False) -> tuple[fl
         raise InputFileError(path, no, f"a backoff weight on a {k}-gram, the LM's highest order (nothing backs "
                              f"off from it): {line!r}")
     try:
-        logp = float(fields[0])
-        bo = float(fields[k + 1]) if len(fields) == k + 2 else 0.0
+        logp = _number(fields[0])
+        bo = _number(fields[k + 1]) if len(fields) == k + 2 else 0.0
     except ValueError:
         raise InputFileError(path, no, f"not a number in {line!r}") from None
     if not (math.isfinite(bo) and (math.isfinite(logp) or logp == -math.inf)):

@@ -177,10 +177,16 @@ def test_damaged_store_files_are_refused(tmp_path):
     labels = {**meta["arrays"]["labels"], "offset": 10**9}  # an array past the file's end
     cases["beyond"] = (with_header(json.dumps({**meta, "arrays": {**meta["arrays"], "labels": labels}}).encode()),
                        "damaged header")
+    cases["short"] = (good[:10], r"truncated \(10 bytes, no header\)")
+    cases["cut"] = (good[:-1], rf"truncated \({len(good) - 1} bytes, the header says {len(good)}\); prepare it again$")
+    cases["longer"] = (good + b"x" * 64, rf"damaged \({len(good) + 64} bytes, the header says {len(good)}\)")
+    cases["empty"] = (b"", "not an LM store file")
     for name, (data, message) in cases.items():
         (tmp_path / f"{name}.lmstore").write_bytes(data)
-        with pytest.raises(LmStoreError, match=message):
-            load_lm(tmp_path / f"{name}.lmstore")
+        for load in (load_lm, open_lm):  # (open_lm: a damaged .lmstore is no ARPA file to parse)
+            with pytest.raises(LmStoreError, match=message) as e:
+                load(tmp_path / f"{name}.lmstore")
+            assert "LmStoreError" not in str(e.value), e.value  # (was one inside another)
 
 
 def test_truncate_and_prepare_refuse_what_they_cannot_write(tmp_path, monkeypatch):

@@ -382,10 +382,14 @@ def load_lm(path: str | os.PathLike) -> LmStore:
             if magic != MAGIC:
                 raise LmStoreError(f"{path}: not an LM store file (bad magic {magic!r}); "
                                    f"make one with wfst.lm.prepare_lm")
+            if size < len(MAGIC) + 8:
+                raise LmStoreError(f"{path}: truncated ({size} bytes, no header); prepare it again")
             n = int(np.frombuffer(f.read(8), np.uint64)[0])
             if n > size:
-                raise LmStoreError(f"{path}: damaged header (length {n} > file size {size})")
+                raise LmStoreError(f"{path}: damaged header (length {n} > file size {size}); prepare it again")
             meta = json.loads(f.read(n))
+    except LmStoreError:
+        raise
     except (ValueError, IndexError, UnicodeDecodeError) as e:
         raise LmStoreError(f"{path}: damaged header ({e})") from None
     needed = ("format", "order", "counts", "start", "num_states", "num_arcs", "words", "arrays", "data_bytes")
@@ -396,8 +400,9 @@ def load_lm(path: str | os.PathLike) -> LmStore:
                            f"prepare it again")
     data_start = -(-(len(MAGIC) + 8 + n) // _ALIGN) * _ALIGN
     try:
-        if size < data_start + meta["data_bytes"]:
-            raise LmStoreError(f"{path}: truncated ({size} bytes, the header needs {data_start + meta['data_bytes']})")
+        if size != data_start + meta["data_bytes"]:  # (longer: another file's bytes after it, or a wrong header)
+            raise LmStoreError(f"{path}: {'truncated' if size < data_start + meta['data_bytes'] else 'damaged'} "
+                               f"({size} bytes, the header says {data_start + meta['data_bytes']}); prepare it again")
         arrays = {}
         for name, dtype in _ARRAYS.items():
             spec = meta["arrays"][name]
@@ -408,6 +413,8 @@ def load_lm(path: str | os.PathLike) -> LmStore:
         if not (_int(meta["start"]) and _int(meta["order"]) and isinstance(meta["words"], list)
                 and isinstance(meta["counts"], list) and isinstance(meta.get("source", {}), dict)):
             raise LmStoreError(f"{path}: damaged header (fields of the wrong type); prepare it again")
+    except LmStoreError:
+        raise
     except (KeyError, TypeError, ValueError) as e:  # a hand-edited or damaged header
         raise LmStoreError(f"{path}: damaged header ({type(e).__name__}: {e}); prepare it again") from None
     o = arrays["offsets"]
@@ -474,7 +481,7 @@ def open_lm(source: str | os.PathLike | LmStore) -> LmStore:
     if not path.is_file():
         raise MissingFileError(path, "language model (ARPA or LM store file)")
     with open(path, "rb") as f:
-        is_store = f.read(len(MAGIC)) == MAGIC
+        is_store = f.read(len(MAGIC)) == MAGIC or path.suffix == ".lmstore"  # (a damaged one: load_lm says so)
     return load_lm(path if is_store else prepare_lm(path, progress=path.stat().st_size > 32 << 20))
 
 

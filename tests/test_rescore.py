@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from collections import Counter
 from types import SimpleNamespace
 
@@ -758,3 +759,31 @@ def test_a_word_that_starts_with_a_hash_is_scored(tiny, tmp_path):
                        .replace("ngram 1=7", "ngram 1=6").replace("ngram 2=7", "ngram 2=6"))
     with pytest.raises(VocabularyError, match="1 of the graph's 5 words are not in the big LM.*'#cab'"):
         Decoder(g, rescore_lm=lacking, graph_lm=small)
+
+
+def test_a_store_whose_arpa_changed_since_is_warned_about(tmp_path):
+    """A store file given as such keeps the numbers of the ARPA it was made from; a change of
+    that file (its size, or a time after the store's) is said, not used silently."""
+    import os
+
+    arpa = tmp_path / "lm.arpa"
+    arpa.write_text(TINY_ARPA.lstrip())
+    store = prepare_lm(arpa)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        open_lm(store)  # (unchanged: nothing said)
+    arpa.write_text(TINY_ARPA.lstrip().replace("-0.45\ta cab", "-0.55\ta cab"))  # the same size
+    later = store.stat().st_mtime + 10
+    os.utime(arpa, (later, later))
+    with pytest.warns(UserWarning, match=rf"{store.name} was made from .*lm.arpa, which has changed since \(it is "
+                                         r"newer than the store\); its scores are the old file's"):
+        open_lm(store)
+    arpa.write_text(TINY_ARPA.lstrip().replace("-0.45\ta cab", "-0.455\ta cab"))
+    with pytest.warns(UserWarning, match=rf"\({arpa.stat().st_size} bytes, it had {arpa.stat().st_size - 1}\)"):
+        open_lm(store)
+    assert open_lm(arpa).source["bytes"] == arpa.stat().st_size  # (the ARPA given: its store made again)
+    for _ in ("made again", "its ARPA gone"):  # (a store travels without its ARPA)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            open_lm(store)
+        arpa.unlink(missing_ok=True)

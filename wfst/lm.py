@@ -482,7 +482,30 @@ def open_lm(source: str | os.PathLike | LmStore) -> LmStore:
         raise MissingFileError(path, "language model (ARPA or LM store file)")
     with open(path, "rb") as f:
         is_store = f.read(len(MAGIC)) == MAGIC or path.suffix == ".lmstore"  # (a damaged one: load_lm says so)
-    return load_lm(path if is_store else prepare_lm(path, progress=path.stat().st_size > 32 << 20))
+    if not is_store:
+        return load_lm(prepare_lm(path, progress=path.stat().st_size > 32 << 20))
+    store = load_lm(path)
+    _warn_if_stale(store, path)
+    return store
+
+
+def _warn_if_stale(store: LmStore, path: Path) -> None:
+    """A store given as a file keeps its numbers when its ARPA file changes (an ARPA given is
+    checked by its digest): say so where the ARPA, still in its place, has another size or
+    is newer than the store (a stat, not a read of the ARPA)."""
+    src = store.source.get("path")
+    try:
+        st = Path(src).stat() if src else None
+    except OSError:
+        return
+    if st is None:
+        return
+    why = (f"{st.st_size} bytes, it had {store.source.get('bytes')}" if st.st_size != store.source.get("bytes")
+           else "it is newer than the store" if st.st_mtime > path.stat().st_mtime else None)
+    if why:
+        warnings.warn(f"{path} was made from {src}, which has changed since ({why}); its scores are the old "
+                      f"file's: prepare it again (wfst.lm.prepare_lm) or give the ARPA file",
+                      stacklevel=user_stacklevel())
 
 
 # ---------------------------------------------------------------------- rescoring

@@ -787,3 +787,32 @@ def test_a_store_whose_arpa_changed_since_is_warned_about(tmp_path):
             warnings.simplefilter("error")
             open_lm(store)
         arpa.unlink(missing_ok=True)
+
+
+def test_graph_words_one_big_lm_word_stands_for_are_refused_where_histories_differ(tmp_path):
+    """A foreign graph's words 'cab' (only the graph's LM has it) and 'zzz' (neither has it)
+    are both the big LM's <unk>, but 'cab' and <unk> in the graph's LM, where <unk> begins a
+    history: no one map of big-LM histories follows both (refused); without that history
+    both lead to the graph LM's root."""
+    base = (TINY_ARPA.lstrip().replace("-2.0\t<unk>\n", "-2.0\t<unk>\t-0.5\n").replace("ngram 2=7", "ngram 2=8")
+            .replace("\\2-grams:\n", "\\2-grams:\n-0.2\t<unk> ab\n"))
+    (tmp_path / "small.arpa").write_text(base)
+    (tmp_path / "big.arpa").write_text(base.replace("-1.6\tcab\n", "").replace("-0.45\ta cab\n", "")
+                                       .replace("ngram 1=8", "ngram 1=7").replace("ngram 2=8", "ngram 2=7"))
+    words = ("<eps>", "a", "ab", "ba", "abc", "cab", "zzz")
+    big, small = read_arpa(tmp_path / "big.arpa"), read_arpa(tmp_path / "small.arpa")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the words scored as <unk>)
+        with pytest.raises(VocabularyError, match=r"the big LM reads the graph words 'cab', 'zzz' as one word "
+                                                  r"\('<unk>'\), the graph's LM as different words"):
+            Rescorer(big, small, words)
+        plain = base.replace("<unk>\t-0.5\n", "<unk>\n").replace("-0.2\t<unk> ab\n", "").replace("ngram 2=8",
+                                                                                                 "ngram 2=7")
+        (tmp_path / "small.arpa").write_text(plain)
+        (tmp_path / "big.arpa").write_text(plain.replace("-1.6\tcab\n", "").replace("-0.45\ta cab\n", "")
+                                           .replace("ngram 1=8", "ngram 1=7").replace("ngram 2=7", "ngram 2=6"))
+        big, small = read_arpa(tmp_path / "big.arpa"), read_arpa(tmp_path / "small.arpa")
+        r = Rescorer(big, small, words)
+    for seq in (["cab", "ab"], ["zzz", "ab"], ["a", "cab", "ba"]):
+        expected = big.score(seq) - small.score(seq)
+        assert r.path_cost([words.index(w) for w in seq]) == pytest.approx(expected, abs=1e-4), seq

@@ -87,6 +87,26 @@ def test_decode_cli_streams_print_partials_then_the_offline_finals(tiny_setup, t
     assert cuda.read_text() == (tmp_path / "offline.txt").read_text()
 
 
+@pytest.mark.parametrize("frame_ms", [40, 10])
+def test_decode_cli_stream_endpoints_count_seconds_of_frame_ms(tiny_setup, tmp_path, capsys, frame_ms):
+    """An utterance, then 150 frames of blank: the endpoint comes after at least 0.5 s of
+    trailing silence (Kaldi's shortest rule) at the frames' length (at 10 ms it came after
+    the frames of 40 ms: 0.13 s)."""
+    graph, em, _ = tiny_setup
+    data = np.load(em)
+    x, n = data["log_probs"][:1, :int(data["lengths"][0])], int(data["lengths"][0])
+    blank = np.full((1, 150, x.shape[2]), -30.0, np.float32)
+    blank[..., 0] = 0.0
+    speech_end = int(np.flatnonzero(x[0].argmax(1) != 0).max()) + 1
+    synthetic.save_npz(tmp_path / "pause.npz", np.concatenate([x, blank], 1), np.array([n + 150]), ["ab ba"])
+    assert decode_main(["--graph", str(graph), "--emissions", str(tmp_path / "pause.npz"), "--stream",
+                        "--frame-ms", str(frame_ms), "--chunk-ms", str(frame_ms)]) == 0
+    ends = [line.split("\t")[1] for line in capsys.readouterr().out.splitlines() if line.endswith("(endpoint)")]
+    assert ends, "no endpoint in 150 frames of blank"
+    frame = round(float(ends[0].split()[0]) * 1000 / frame_ms)
+    assert (frame - speech_end) * frame_ms >= 500 and frame < speech_end + 150
+
+
 def test_decode_cli_boosts_rescores_and_prunes_tokens_as_the_api_does(tiny, tiny_setup, tmp_path, capsys):
     """--phrases (words and phrases, with a reward or the default one), --rescore-lm (with
     a --context-beam) and FLToP's options give the words Decoder gives with the same settings, offline and as

@@ -41,6 +41,7 @@ from .errors import BoostError, InputFileError, OptionError, WfstError
 from .files import read_lines, split_fields, why_unwritable, write_text_atomic
 from .graph import load_graph
 from .scoring import FRAME_SECONDS, rtfx, word_errors
+from .stream import EndpointConfig
 from .synthetic import load_npz
 
 
@@ -456,7 +457,8 @@ def _streams(decoder: Decoder, em, lo: int, hi: int, args, clock: _Clock, boost=
     per frame).  Prints each stream's partial result when it changes."""
     step = _chunk_frames(args)
     lengths = [int(n) for n in em.lengths[lo:hi]]
-    streams = [decoder.stream(boost) for _ in lengths]
+    endpoint = EndpointConfig(frame_seconds=args.frame_ms / 1000)  # (its rules are in seconds)
+    streams = [decoder.stream(boost, endpoint=endpoint) for _ in lengths]
     shown: dict[int, str] = {}
     survivors = 0.0
     for pos in range(0, max(lengths, default=0), step):

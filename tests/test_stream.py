@@ -966,8 +966,12 @@ def test_bad_stream_input_is_refused_before_any_stream_moves(demo, demo_graphs):
         EndpointConfig(rules=EndpointRule(True, 0.5))
     rule = EndpointRule(True, 0.5)
     assert hash(EndpointConfig(rules=[rule])) == hash(EndpointConfig(rules=(rule,)))  # a list: unhashable
-    with pytest.raises(OptionError, match=r"min_trailing_silence=True: must be a finite number"):
+    with pytest.raises(OptionError, match=r"min_trailing_silence=True: must be a number of seconds"):
         EndpointRule(True, True)  # a bool is no number of seconds (it was taken as 1 s)
+    with pytest.raises(OptionError, match=r"min_utterance_length=nan: must be a number of seconds >= 0"):
+        EndpointRule(False, 0.0, math.inf, math.nan)
+    never = EndpointRule(False, math.inf)  # (a rule switched off, as Kaldi takes it)
+    assert not never.fires(1e9, 0.0, 1e9) and EndpointRule(False, 0.0, math.inf, math.inf).fires(1.0, 0.0, 1.0) is False
     assert EndpointConfig((EndpointRule(True, np.float32(0.5)),), np.float32(0.04)).frame_seconds == np.float32(0.04)
 
 

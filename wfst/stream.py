@@ -45,8 +45,8 @@ class EndpointRule:
                               f"True or False")
         for name in ("min_trailing_silence", "min_utterance_length"):
             v = getattr(self, name)
-            if not (_number(v) and math.isfinite(v) and v >= 0):
-                raise OptionError(f"EndpointRule.{name}={v!r}: must be a finite number of seconds >= 0")
+            if not (_number(v) and v >= 0):  # (NaN fails; inf: the rule never fires, as in Kaldi)
+                raise OptionError(f"EndpointRule.{name}={v!r}: must be a number of seconds >= 0 (inf: never)")
         v = self.max_relative_cost
         if not (_number(v) and not math.isnan(v)):
             raise OptionError(f"EndpointRule.max_relative_cost={v!r}: must be a number (inf: any cost)")

@@ -703,6 +703,12 @@ def _closure(cutoff, n, graph, boosts, context, memo, ht, tl, stack, lat, sg):
             reach = lm_reach(context, 0, ctx)
             word_arcs += states[s + 1, 0] - states[s, 3]
         if lat is not None:
+            if context is not None and lat.first[j] == lat.count[0]:
+                # j queued twice, its first expansion's links all deferred: those steps carry
+                # this stamp too, and would each add their link twice; a link of j's that
+                # store_links drops (one before its first) moves the stamp on
+                if not add_link(lat, in_frame_prev(j), j, 0, np.float32(0.0), np.float32(0.0)):
+                    return n, True
             lat.first[j] = lat.count[0]  # the links of an earlier expansion of j are dropped
         for p in range(states[s, 2], states[s + 1, 0]):
             w = _arc_weight(arcs, p, boosts)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import pywrapfst as fst
 from decoding import random_log_probs
-from fst_paths import shortest_decode
+from fst_paths import emission_fsa, shortest_decode
 from hypothesis import given
 from hypothesis import strategies as st
 from wfst.graphs import compile_graph
@@ -292,6 +292,29 @@ def test_phrase_boost_equals_static_composition(tiny_graph, boost):
         expected = -sum(r * occurrences(got.words, k.split()) for k, r in boost.items())
         assert got.boost_cost == pytest.approx(expected, abs=1e-5)  # partial matches earn nothing
         assert got.acoustic_cost + got.graph_cost + got.boost_cost == pytest.approx(got.cost)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])  # (cuda: Numba's simulator without a GPU)
+def test_a_phrase_boosted_lattice_holds_every_path_once(tiny_graph, device):
+    """With a lattice beam wider than any path, the lattice's probability mass (the log
+    semiring's sum over its paths) is that of emissions ∘ TLG ∘ B: on the compact graph a
+    token queued twice in the closure, its word arcs' steps deferred, added those links
+    twice (posteriors and confidences counted those paths twice)."""
+    g, tlg = tiny_graph
+    ids = g.words.ids()
+    boost = {"ab ba ab": 2.5, "ba ab": 1.0, "a ab": 2.0}
+    phrases = {tuple(ids[w] for w in k.split()): v for k, v in boost.items()}
+    B = phrase_acceptor(phrase_automaton(phrases), len(g.words)).arcsort("ilabel")
+    composed = fst.arcmap(fst.compose(tlg.copy().arcsort("olabel"), B), map_type="to_log").arcsort("ilabel")
+    x = random_log_probs(0, batch=6, frames=9, columns=5, sharpness=1.0)
+    results = Decoder(g, **WIDE, lattice_beam=1e3, device=device).decode(x, boost=boost)
+    for b, r in enumerate(results):
+        links = list(zip(r.lattice.src.tolist(), r.lattice.dst.tolist(), r.lattice._raw.arc.tolist()))
+        assert len(set(links)) == len(links), "a link held twice"
+        emissions = fst.arcmap(emission_fsa(x[b]), map_type="to_log")
+        total = float(fst.shortestdistance(fst.compose(emissions, composed), reverse=True)[0])
+        mass = float(fst.shortestdistance(r.lattice.to_fst("log"), reverse=True)[0])
+        assert mass == pytest.approx(total, abs=1e-3)
 
 
 def test_a_phrase_matched_in_part_earns_nothing_where_no_final_state_is_reached(tiny_graph):

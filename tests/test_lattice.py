@@ -258,6 +258,14 @@ def test_bad_lattice_options(noisy):
     r = results[0]
     assert lattice.sequence_posterior(r.words) == lattice.sequence_posterior(r.word_ids) > 0
     assert lattice.sequence_posterior(("no-such-word",)) == 0.0
+    # <eps> (id 0) is no word: it was read as nothing (the posterior of ('a', 0) was that of ('a',))
+    for eps in ([0], ["<eps>"], [*r.word_ids, 0]):
+        assert lattice.sequence_posterior(eps) == 0.0
+    assert lattice.oracle(list(r.word_ids)) == lattice.oracle(r.words) == (0, r.words)  # ids, as a result's
+    with pytest.raises(OptionError, match="word_confidences: give the DecodeResult of this lattice's best path"):
+        lattice.word_confidences(None)
+    with pytest.raises(OptionError, match="Lattice.write: give a path or a text file open for writing, not None"):
+        lattice.write(None)
     with pytest.raises(OptionError, match="nbest"):  # a stream's N-best list is checked alike
         dec.finish([dec.stream()], nbest=0)
     with pytest.raises(OptionError, match="lattice_beam"):

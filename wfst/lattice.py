@@ -191,8 +191,10 @@ class Lattice:
         text = "\n".join(lines) + "\n\n"
         if isinstance(path_or_file, (str, os.PathLike)):
             write_text_atomic(path_or_file, text)
-        else:
+        elif callable(getattr(path_or_file, "write", None)):
             path_or_file.write(text)
+        else:
+            raise OptionError(f"Lattice.write: give a path or a text file open for writing, not {path_or_file!r}")
 
     # ---------------------------------------------------------------- posteriors
 
@@ -221,6 +223,9 @@ class Lattice:
         frame 0) to the next word's end (result.word_times).  On a graph without word times,
         and between two words alike: from halfway between its label frame and word i - 1's to
         halfway to word i + 1's."""
+        if not isinstance(result, DecodeResult):
+            raise OptionError(f"word_confidences: give the DecodeResult of this lattice's best path, not "
+                              f"{type(result).__name__}")
         if not result.word_ids:
             return ()
         post = self.arc_posteriors()
@@ -254,8 +259,8 @@ class Lattice:
             word_ids = [ids.get(w, -1) if isinstance(w, str) else w for w in word_ids]
         if not all(isinstance(w, (int, np.integer)) and not isinstance(w, bool) for w in word_ids):
             raise OptionError(f"sequence_posterior: word ids must be integers, got {word_ids!r}")
-        if not len(self._raw.final_states) or min(word_ids, default=0) < 0:  # (a word the graph does not have)
-            return 0.0
+        if not len(self._raw.final_states) or min(word_ids, default=1) < 1:  # (a word the graph does not have,
+            return 0.0  # or <eps>: no word)
         if ("sorted", "log") not in self._fsts:
             self._fsts["sorted", "log"] = self._fst(self.ilabel, "log", key="plain").copy().arcsort("olabel")
         f = self._fsts["sorted", "log"]
@@ -352,16 +357,18 @@ class Lattice:
     # ---------------------------------------------------------------- the oracle
 
     def oracle(self, reference) -> tuple[int, tuple[str, ...]]:
-        """(the fewest word errors of any path of the lattice against `reference` (a string or
-        a word sequence), the words of such a path): the lattice's oracle, by edit distance
+        """(the fewest word errors of any path of the lattice against `reference` (a string, or
+        a sequence of words or word ids), the words of such a path): the lattice's oracle, by edit distance
         over its word acceptor (unknown reference words never match).  Without words.txt words
         are their ids, as in the results ("17")."""
         words = self._scorer.graph.words
         if not isinstance(reference, str) and not hasattr(reference, "__iter__"):
             raise OptionError(f"oracle: the reference must be a string or a sequence of words, not {reference!r}")
         ref = split_fields(reference) if isinstance(reference, str) else list(reference)
-        if words is not None:
-            ref_ids = np.array([words.ids().get(w, -1) for w in ref], np.int64)
+        if words is not None:  # (ids taken too, as a result's word_ids)
+            ids = words.ids()
+            ref_ids = np.array([(int(w) if 0 < w < len(words) else -1) if isinstance(w, (int, np.integer))
+                                and not isinstance(w, bool) else ids.get(w, -1) for w in ref], np.int64)
         else:
             ref_ids = np.array([int(w) if str(w).isdecimal() and str(w).isascii() else -1 for w in ref], np.int64)
         if not len(self._raw.final_states):

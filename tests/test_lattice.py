@@ -502,3 +502,54 @@ def test_a_repeated_word_does_not_count_its_twin(tmp_path):
                 if e.words[:1] == ("ab",) and e.word_frames[0] == 0)
     assert 0.5 < first < 0.8 and r.word_confidences[0] == pytest.approx(first, abs=1e-3)
     assert r.word_confidences[1] > 0.99  # (the second "ab" is on nearly every path)
+
+
+BIGRAM_ARPA = """\\data\\
+ngram 1=12
+ngram 2=8
+
+\\1-grams:
+-1.0 </s>
+-99 <s> -0.5
+-1.2 ab -0.3
+-1.3 ba -0.3
+-1.1 a -0.2
+-1.1 b -0.2
+-1.5 cab -0.3
+-1.6 dd -0.3
+-1.4 ad -0.3
+-1.4 da -0.3
+-1.2 c -0.3
+-1.7 bad -0.3
+
+\\2-grams:
+-0.3 <s> ab
+-0.4 <s> a
+-0.5 ab ba
+-0.3 a b
+-0.6 b a
+-0.4 cab dd
+-0.5 ad da
+-0.2 bad </s>
+
+\\end\\
+"""
+
+
+def test_a_word_is_at_least_as_certain_as_its_sentence(tmp_path):
+    """Every path that outputs the sentence outputs each of its words, so no word's confidence
+    is below the sentence's posterior; the window alone read less where a phrase-boosted
+    path put a word a frame outside it."""
+    from wfst.graphs import compile_graph
+
+    (tmp_path / "tokens.txt").write_text("<blk> 0\na 1\nb 2\nc 3\nd 4\n")
+    words = ["ab", "ba", "a", "b", "cab", "dd", "ad", "da", "c", "bad"]
+    (tmp_path / "lexicon.txt").write_text("".join(f"{w} {' '.join(w)}\n" for w in words))
+    (tmp_path / "lm.arpa").write_text(BIGRAM_ARPA)
+    g = wfst.load_graph(compile_graph(tmp_path / "g", tokens=tmp_path / "tokens.txt", lm=tmp_path / "lm.arpa",
+                                      lexicon=tmp_path / "lexicon.txt", topology="normal").directory)
+    dec = Decoder(g, beam=1e4, max_active=10**6, min_active=0, lattice_beam=3.0, num_threads=1)
+    z = np.random.default_rng(0).normal(size=(40, 8, 5)) * 2.0
+    x = (z - np.log(np.exp(z).sum(2, keepdims=True))).astype(np.float32)
+    for r in dec.decode(x, boost={"ab ba": 3.0, "a b": 2.0, "ad": 1.0}):
+        assert all(c >= r.confidence - 1e-6 for c in r.word_confidences), (r.word_confidences, r.confidence)

@@ -222,7 +222,7 @@ class Lattice:
         word i owns the frames from halfway back to word i - 1's start (the first word: from
         frame 0) to the next word's end (result.word_times).  On a graph without word times,
         and between two words alike: from halfway between its label frame and word i - 1's to
-        halfway to word i + 1's."""
+        halfway to word i + 1's.  Never below the posterior of the whole word sequence."""
         if not isinstance(result, DecodeResult):
             raise OptionError(f"word_confidences: give the DecodeResult of this lattice's best path, not "
                               f"{type(result).__name__}")
@@ -236,10 +236,13 @@ class Lattice:
         for i in np.flatnonzero(np.diff(np.asarray(result.word_ids)) == 0).tolist():  # "the the": a path's arcs
             mid = (at[i] + at[i + 1]) // 2  # of the one would count for the other; their windows split at
             hi[i], lo[i + 1] = min(hi[i], mid), max(lo[i + 1], mid + 1)  # the midpoint of the best path's labels
+        # at least the whole sequence's posterior: each of its paths has the word (where a path puts
+        # it outside the window, the window alone read less than the sentence)
+        floor = self.sequence_posterior(result.word_ids)
         confidences = []
         for w, a, b in zip(result.word_ids, lo.tolist(), hi.tolist()):
             near = (self.olabel == w) & (frames >= a) & (frames <= b)
-            confidences.append(float(min(post[near].sum(), 1.0)))
+            confidences.append(float(min(max(post[near].sum(), floor), 1.0)))
         calibration = self._scorer.config.confidence_calibration
         if calibrated and calibration is not None:
             return tuple(float(c) for c in calibration(confidences))

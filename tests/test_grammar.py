@@ -108,7 +108,7 @@ def corrupt(tiny, old, new):
     text = (tiny / "lm.arpa").read_text()
     assert old in text
     p = tiny / "bad.arpa"
-    p.write_text(text.replace(old, new, 1))
+    p.write_bytes(text.replace(old, new, 1).encode("utf-8", "surrogateescape"))  # (\udcff: the byte 0xff)
     return p
 
 
@@ -124,6 +124,8 @@ STRUCTURE_FAULTS = [  # wfst.arpa.ArpaReader's checks, shared by the graph compi
 LINE_FAULTS = [  # wfst.arpa.parse_ngram's, n-grams twice, <s> and </s>: also the same for both
     ("-0.45\ta cab", "-0.45 a", r"bad.arpa:22: a 2-gram line needs 3 or 4 fields"),
     ("-0.45\ta cab", "x\ta cab", r"bad.arpa:22: not a number"),
+    ("-0.45\ta cab", "-0.45\ta c\udcffab",
+     r"bad.arpa:22: not UTF-8 text \(invalid start byte at byte 10 of the line\)"),
     # Python's float() reads these (-10, -inf, -0.3), arpa2fst -1 and -0 and kenlm none: refused by both
     ("-0.45\ta cab", "-1_0\ta cab", r"bad.arpa:22: not a number"),
     ("-0.45\ta cab", "-Infinity\ta cab", r"bad.arpa:22: not a number"),

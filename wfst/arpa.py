@@ -79,6 +79,18 @@ def check_sentence_marks(path, unigrams) -> None:
             raise InputFileError(path, None, f"no {mark} unigram: {why}")
 
 
+def _first_non_utf8(path: Path) -> tuple[int | None, int]:
+    """(line number, byte in it) of the first text that is not UTF-8 (the lines read in
+    blocks of characters: the decoder's error says neither)."""
+    with (gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")) as f:
+        for no, line in enumerate(f, start=1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return no, e.start + 1  # (counted from 1, as the line)
+    return None, 0
+
+
 class CountMismatch(InputFileError):
     """A section whose number of lines differs from the header's count: found at the end of
     the file, after every line was read (a line listed twice shows as one too many)."""
@@ -162,7 +174,8 @@ class ArpaReader:
                         section = self._line(no, text[pos:end].strip(" \t\r\n"), section, found, header_line)
                         pos = end
         except UnicodeDecodeError as e:
-            raise InputFileError(path, None, f"not UTF-8 text ({e.reason})") from None
+            line, at = _first_non_utf8(path)
+            raise InputFileError(path, line, f"not UTF-8 text ({e.reason} at byte {at} of the line)") from None
         except MissingFileError:
             raise
         except (OSError, EOFError) as e:

@@ -23,6 +23,43 @@ def test_error_classes_are_wfst_errors_and_builtins(cls, builtin):
     assert issubclass(cls, errors.WfstError) and issubclass(cls, builtin)
 
 
+def _all_errors():
+    import wfst.arpa  # noqa: F401  (its CountMismatch)
+
+    found, todo = [], [errors.WfstError]
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo += cls.__subclasses__()
+    return found
+
+
+def test_every_error_comes_back_from_a_worker_process(tmp_path):
+    """Errors cross process boundaries (multiprocessing pickles them): those whose constructor
+    composes the message came back as a TypeError in the parent, whose pool then hung."""
+    import concurrent.futures
+    import multiprocessing
+    import pickle
+
+    made = {errors.InputFileError: ("lm.arpa", 3, "bad line"), errors.MissingFileError: ("g", "graph"),
+            errors.OutputFileError: ("out", "graph directory", "Permission denied")}
+    for cls in _all_errors():
+        parts = next((v for k, v in made.items() if issubclass(cls, k)), ("a message",))
+        e = cls(*parts)
+        back = pickle.loads(pickle.dumps(e))
+        assert type(back) is cls and str(back) == str(e) and getattr(back, "path", None) == getattr(e, "path", None)
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+        with pytest.raises(errors.MissingFileError, match=r"cannot read graph directory .*no_graph: not found"):
+            pool.submit(wfst_load_graph, tmp_path / "no_graph").result(timeout=60)
+        assert pool.submit(int, "7").result(timeout=60) == 7  # (the pool still works)
+
+
+def wfst_load_graph(path):
+    import wfst
+
+    return wfst.load_graph(path)
+
+
 def test_file_errors_keep_the_path():
     e = errors.OutputFileError("out/g", "graph directory", "Permission denied")
     assert str(e) == "cannot write graph directory out/g: Permission denied" and e.path == "out/g"

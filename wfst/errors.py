@@ -42,35 +42,49 @@ class WfstError(Exception):
     """Base class of every error this package raises on purpose."""
 
 
+class _MadeOfParts:
+    """An error whose message its constructor composes: pickled as its parts, so that it comes
+    back from a worker process (pickle remakes an exception from its message alone, which such
+    a constructor refuses: a multiprocessing pool's result thread died on it, the pool hung)."""
+
+    _parts: tuple = ()
+
+    def __reduce__(self):
+        return type(self), self._parts
+
+
 class OptionError(WfstError, ValueError):
     """An argument or command-line option whose value cannot work, or options that conflict.
 
     The message names the option and repeats the value."""
 
 
-class InputFileError(WfstError, ValueError):
+class InputFileError(_MadeOfParts, WfstError, ValueError):
     """A malformed line in an input file (tokens, lexicon, word list, ARPA)."""
 
     def __init__(self, path: str | os.PathLike, line: int | None, message: str):
+        self._parts = (path, line, message)
         self.path = os.fspath(path)
         self.line = line
         where = f"{self.path}:{line}" if line is not None else self.path
         super().__init__(f"{where}: {message}")
 
 
-class MissingFileError(WfstError, FileNotFoundError):
+class MissingFileError(_MadeOfParts, WfstError, FileNotFoundError):
     """An input or graph file that does not exist or cannot be read."""
 
     def __init__(self, path: str | os.PathLike, what: str, reason: str | None = None):
         self.path = os.fspath(path)
         reason = reason or ("is a directory" if os.path.isdir(self.path) else "not found")
+        self._parts = (self.path, what, reason)  # (the reason found here, not where it is unpickled)
         super().__init__(f"cannot read {what} {self.path}: {reason}")
 
 
-class OutputFileError(WfstError, OSError):
+class OutputFileError(_MadeOfParts, WfstError, OSError):
     """An output file or directory that cannot be written."""
 
     def __init__(self, path: str | os.PathLike, what: str, reason: str):
+        self._parts = (path, what, reason)
         self.path = os.fspath(path)
         super().__init__(f"cannot write {what} {self.path}: {reason}")
 

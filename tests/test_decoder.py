@@ -398,6 +398,12 @@ def test_bad_inputs_name_the_problem(tiny_decoder):
         (x, np.array([6.5, 6, 6]), "integers"),
         (x, np.array([6, 2**63 + 5, 2], np.uint64), r"utterance 1: length 9223372036854775813 outside"),  # not wrapped
         (x, np.array([1e300, 6, 2]), r"utterance 0: length 1e\+300 outside"),  # nor a float
+        # no numbers: they read as shape (1,) ('got shape (1,)'), a generator as 'one number, <generator ...>'
+        (None, None, r"log_probs must be an array of numbers \(NumPy, torch, CuPy or nested lists\); got NoneType"),
+        ([[[0.0] * 5], [[0.0] * 5, [0.0]]], None, r"log_probs must be an array of numbers; NumPy cannot read this "
+                                                 r"list as one \(lists of unequal lengths\?"),
+        (x, (n for n in (6, 6, 6)), r"lengths must be an array of numbers .*; got generator"),
+        (x, ["6", "6", "6"], r"lengths must be an array of numbers .*; got list"),
     ]
     for inputs, lengths, message in cases:
         with pytest.raises(DecodeInputError, match=message):

@@ -35,7 +35,7 @@ def check_lengths(lengths, B: int, T: int, of: str = "log_probs", item: str = "u
     if lengths is None:
         return np.full(B, T, np.int64)
     given = np.shape(lengths)  # (host_array makes a number (1,))
-    lengths = host_array(lengths)
+    lengths = host_array(lengths, "lengths")
     if lengths.ndim != 1 or lengths.shape[0] != B:
         raise DecodeInputError(f"lengths must have shape ({B},) to match {of}; got "
                                + (f"one number, {lengths.reshape(-1)[0]}" if given == () else f"{given}"))
@@ -246,8 +246,9 @@ def chunk_faults(chunks) -> tuple[tuple[int, int, str] | None, tuple[int, int, f
     return fault, above
 
 
-def host_array(x) -> np.ndarray:
-    """A C-contiguous NumPy view or copy of NumPy / torch / CuPy / DLPack input (GPU data is copied)."""
+def host_array(x, what: str = "log_probs") -> np.ndarray:
+    """A C-contiguous NumPy view or copy of NumPy / torch / CuPy / DLPack input (GPU data is
+    copied); what: the argument's name, for the error when x holds no numbers."""
     if isinstance(x, np.ndarray):
         if not x.flags.writeable or not x.dtype.isnative:  # (copied: the compiled search takes writable native
             return np.array(x, dtype=x.dtype.newbyteorder("="), order="C")  # arrays; another type compiles it anew)
@@ -263,4 +264,12 @@ def host_array(x) -> np.ndarray:
             return np.ascontiguousarray(np.from_dlpack(x))
         raise DecodeInputError("log_probs lives on a GPU and is neither torch nor CuPy; "
                                "copy it to the host or decode with device='cuda'")
-    return np.ascontiguousarray(np.asarray(x))
+    try:
+        a = np.asarray(x)
+    except (ValueError, TypeError):  # (nested lists of unequal lengths)
+        raise DecodeInputError(f"{what} must be an array of numbers; NumPy cannot read this {type(x).__name__} as "
+                               f"one (lists of unequal lengths? pad them and give lengths)") from None
+    if a.dtype == object or a.dtype.kind in "USV":  # (None, a generator, strings: no shape to check)
+        raise DecodeInputError(f"{what} must be an array of numbers (NumPy, torch, CuPy or nested lists); got "
+                               f"{type(x).__name__}")
+    return np.ascontiguousarray(a)

@@ -713,3 +713,29 @@ def test_a_path_parts_sums_are_numpys(seed):
             assert part.last_frame == (int(steps[emitting][-1] - 1) if emitting.any() else -1)
             assert part.end_state == (int(g.nextstate[arcs[-1]]) if size else -1)
             assert np.array_equal(part.frame_tokens, ilab[emitting])
+
+
+def test_a_failed_call_leaves_no_stats_and_a_decoder_neither_pickles_nor_copies(tiny_decoder):
+    """A server logging stats after each request logged the request before's for one that
+    failed; pickle's own error named a queue, and copy.copy shared the search state."""
+    import copy
+    import pickle
+
+    d = tiny_decoder
+    x = random_log_probs(0, batch=3, frames=6, columns=5)
+    d.decode(x)
+    assert (d.stats.utterances, d.stats.frames) == (3, 18)
+    with pytest.raises(DecodeInputError):
+        d.decode(x[:, :, :4])
+    assert (d.stats.utterances, d.stats.frames) == (0, 0)
+    s = d.stream()
+    d.advance([s], [x[0]])
+    assert d.stats.frames == 6
+    with pytest.raises(DecodeInputError):
+        d.advance([s], [x[0, :, :4]])
+    assert d.stats.frames == 0
+    for make in (pickle.dumps, copy.copy, copy.deepcopy):
+        with pytest.raises(TypeError, match="a Decoder holds its device's search state and cannot be pickled"):
+            make(d)
+        with pytest.raises(TypeError, match="a Stream is search state on its Decoder's device"):
+            make(s)

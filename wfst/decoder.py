@@ -140,6 +140,10 @@ class Decoder:
     def __repr__(self) -> str:
         return f"Decoder({self.graph!r}, {self.config}, device={self.device!r})"
 
+    def __reduce__(self):  # (pickle's own error named a queue; a shallow copy shared this one's search state)
+        raise TypeError("a Decoder holds its device's search state and cannot be pickled or copied: give worker "
+                        "processes the Graph (it pickles) or its directory and make a Decoder in each")
+
     @interruptible
     def decode(self, log_probs, lengths=None, *, boost=None, nbest: int | None = None) -> list[DecodeResult]:
         """Decode a batch: log_probs (B, T, V) float32 natural-log posteriors, lengths (B,).
@@ -153,6 +157,7 @@ class Decoder:
         confidences from it); nbest=N also lists its N best distinct word sequences
         (result.nbest, DecodeResults, best first).
         """
+        self.stats = DecodeStats()  # (a call that raises leaves none: not the call before's)
         self._check_nbest(nbest)
         with self._lock:
             start = time.perf_counter()
@@ -249,6 +254,7 @@ class Decoder:
         one (N, T, V) array, as a batched model gives them, and lengths (N,) the frames of
         each (all T when None).  Streams not given keep their state untouched.  Every input
         is checked before any stream moves."""
+        self.stats = DecodeStats()  # (a call that raises leaves none: not the call before's)
         streams = self._check_streams(streams, "advance")
         # (passes of comprehensions: a stream's chunk of 8 frames searches in ~20 µs, and this
         # Python runs on one core while the others wait; one loop doing it all took ~0.7 µs a stream)
@@ -314,6 +320,7 @@ class Decoder:
         frames (with a lattice_beam: their lattices; nbest=N: their N best word sequences);
         the streams take no more chunks.  stats: this call's (no frames searched; no_path:
         the streams whose tokens all died)."""
+        self.stats = DecodeStats()  # (a call that raises leaves none: not the call before's)
         self._check_nbest(nbest)
         results = []
         start = time.perf_counter()

@@ -119,7 +119,9 @@ class DecodeResult:
 
 @dataclasses.dataclass
 class DecodeStats:
-    """What the last decode() call did (or advance(), finish(): their streams and frames)."""
+    """What the last decode() call did (or advance(), finish(): their streams and frames); empty
+    after a call that raised.  One per Decoder: a thread reads its own call's before it makes
+    another call on that decoder, and while no other thread makes one."""
 
     utterances: int = 0
     frames: int = 0

@@ -155,6 +155,9 @@ class Stream:
         """The best words so far, their frames and how many of them are stable."""
         return self._decoder._partial(self)
 
+    def __reduce__(self):
+        raise TypeError("a Stream is search state on its Decoder's device and cannot be pickled or copied")
+
     def __repr__(self) -> str:
         status = "lost" if self._lost else "finished" if self.finished else f"{self.frames} frames"
         return f"<Stream {status}{', endpoint' if self.endpoint else ''}>"

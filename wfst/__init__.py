@@ -23,6 +23,7 @@ from .errors import (
     MissingFileError,
     OptionError,
     OutputFileError,
+    SearchStateError,
     VocabularyError,
     WfstError,
 )
@@ -36,4 +37,5 @@ __version__ = "0.1.0"
 __all__ = ["BoostError", "CtcBeamDecoder", "DecodeInputError", "DecodeResult", "DecodeStats", "Decoder",
            "DecoderConfig", "DecoderMemoryError", "EndpointConfig", "EndpointRule", "Graph", "GraphBuildError",
            "GraphFormatError", "InputFileError", "LmStoreError", "MissingFileError", "OptionError", "OutputFileError",
-           "Partial", "Stream", "TokenTable", "VocabularyError", "WfstError", "WordTable", "load_graph", "__version__"]
+           "Partial", "SearchStateError", "Stream", "TokenTable", "VocabularyError", "WfstError", "WordTable",
+           "load_graph", "__version__"]

@@ -35,10 +35,9 @@ def open_arpa(path: str | os.PathLike):
 _NUMBER = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf|nan)", re.ASCII | re.IGNORECASE)
 
 
-def _number(text: str) -> float:
-    if _NUMBER.fullmatch(text) is None:
-        raise ValueError(text)
-    return float(text)
+def _number(text: str) -> float | None:
+    """The ARPA number `text`, or None where it is none."""
+    return float(text) if _NUMBER.fullmatch(text) is not None else None
 
 
 MAX_LOG10 = 1e4  # |log10 value| beyond it: no LM's number (-99 is "never"); OpenFST's determinisation spun on -1e38
@@ -57,11 +56,10 @@ def parse_ngram(path, no: int, k: int, line: str, top: bool = False) -> tuple[fl
     if top and len(fields) == k + 2:
         raise InputFileError(path, no, f"a backoff weight on a {k}-gram, the LM's highest order (nothing backs "
                              f"off from it): {line!r}")
-    try:
-        logp = _number(fields[0])
-        bo = _number(fields[k + 1]) if len(fields) == k + 2 else 0.0
-    except ValueError:
-        raise InputFileError(path, no, f"not a number in {line!r}") from None
+    logp = _number(fields[0])
+    bo = _number(fields[k + 1]) if len(fields) == k + 2 else 0.0
+    if logp is None or bo is None:
+        raise InputFileError(path, no, f"not a number in {line!r}")
     if not (math.isfinite(bo) and (math.isfinite(logp) or logp == -math.inf)):
         raise InputFileError(path, no, f"NaN or infinite value in {line!r}")
     if logp > 0:

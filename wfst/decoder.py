@@ -33,7 +33,15 @@ from wfst.kernels.groups import settings_of
 
 from .batch import BatchPlan, Capacity
 from .config import DecoderConfig, usable_cores
-from .errors import DecodeInputError, DecoderMemoryError, MissingFileError, OptionError, WfstError, interruptible
+from .errors import (
+    DecodeInputError,
+    DecoderMemoryError,
+    MissingFileError,
+    OptionError,
+    SearchStateError,
+    WfstError,
+    interruptible,
+)
 from .graph import Graph, check_searchable, load_graph
 from .inputs import (
     JoinedChunks,
@@ -141,7 +149,7 @@ class Decoder:
         return f"Decoder({self.graph!r}, {self.config}, device={self.device!r})"
 
     def __reduce__(self):  # (pickle's own error named a queue; a shallow copy shared this one's search state)
-        raise TypeError("a Decoder holds its device's search state and cannot be pickled or copied: give worker "
+        raise SearchStateError("a Decoder holds its device's search state and cannot be pickled or copied: give worker "
                         "processes the Graph (it pickles) or its directory and make a Decoder in each")
 
     @interruptible

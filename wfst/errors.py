@@ -89,6 +89,10 @@ class OutputFileError(_MadeOfParts, WfstError, OSError):
         super().__init__(f"cannot write {what} {self.path}: {reason}")
 
 
+class SearchStateError(WfstError, TypeError):
+    """A Decoder or Stream given to pickle or copy: it holds search state on its device."""
+
+
 class GraphFormatError(WfstError, ValueError):
     """A graph file or graph directory that is corrupt or inconsistent."""
 

@@ -23,7 +23,7 @@ import dataclasses
 import math
 
 from .config import _number
-from .errors import OptionError
+from .errors import OptionError, SearchStateError
 from .scoring import FRAME_SECONDS
 
 
@@ -156,7 +156,7 @@ class Stream:
         return self._decoder._partial(self)
 
     def __reduce__(self):
-        raise TypeError("a Stream is search state on its Decoder's device and cannot be pickled or copied")
+        raise SearchStateError("a Stream is search state on its Decoder's device and cannot be pickled or copied")
 
     def __repr__(self) -> str:
         status = "lost" if self._lost else "finished" if self.finished else f"{self.frames} frames"

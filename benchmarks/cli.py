@@ -103,8 +103,8 @@ def format_table(rows: list[dict], title: str) -> str:
         tok = f"{r['tokens_per_frame']:.0f}" if r["tokens_per_frame"] is not None else "-"
         peak = f"{r['peak_mb']:.0f}" if r["peak_mb"] is not None else "-"
         lines.append(f"| {name} | {wer} | {r['rtfx']:.0f} | {r['frames_per_second']:.0f} | {tok} | {peak} |")
-    lines += ["", "¹ the process's resident peak when the row's decoder finished (the rows run in order, so it holds "
-              "what earlier rows used too); CUDA: the GPU memory its search used"]
+    lines += ["", "¹ the process's resident peak while the row's decoder ran, counted from what was resident when "
+              "it began (what earlier rows left resident counts too); CUDA: CuPy's memory pool on the GPU at its end"]
     return "\n".join(lines)
 
 
@@ -122,7 +122,8 @@ def _parse(argv) -> argparse.Namespace:
     ap.add_argument("--beam", type=float, default=d.beam, help="every decoder's beam (default: %(default)g)")
     ap.add_argument("--max-active", type=int, default=d.max_active,
                     help="every decoder's max_active (default: %(default)s)")
-    ap.add_argument("--min-active", type=int, default=None, help=f"default: {MIN_ACTIVE}, or --max-active if fewer")
+    ap.add_argument("--min-active", type=int, default=None,
+                    help=f"default: {MIN_ACTIVE}, or --max-active if fewer (with kaldi: below --max-active)")
     ap.add_argument("--batch-size", type=int, default=64,
                     help="utterances per decode() call of ours (default: %(default)s)")
     ap.add_argument("--rounds", type=int, default=1,
@@ -134,6 +135,9 @@ def _parse(argv) -> argparse.Namespace:
     if unknown or not args.decoders:
         what = f"unknown decoder {unknown[0]!r}" if unknown else "none given"
         ap.error(f"argument --decoders: {what}; choose from {', '.join(DECODERS)}")
+    twice = [s for i, s in enumerate(args.decoders) if s in args.decoders[:i]]
+    if twice:  # (decoded once, its row printed twice: as if two measurements)
+        ap.error(f"argument --decoders: {twice[0]!r} given twice")
     if args.seeds < 1:
         ap.error(f"argument --seeds: must be >= 1, got {args.seeds}")
     if args.batch_size < 1:
@@ -142,11 +146,17 @@ def _parse(argv) -> argparse.Namespace:
         ap.error(f"argument --rounds: must be >= 1, got {args.rounds}")
     if args.json and (problem := why_unwritable(args.json)):
         ap.error(f"argument --json: cannot write {args.json}: {problem}")
+    kaldi = "kaldi" in args.decoders
+    if kaldi and args.min_active is None and args.max_active >= 1:  # (the default, kept below max_active for
+        args.min_active = min(MIN_ACTIVE, args.max_active - 1)  # Kaldi, which refuses it equal: every decoder's)
     try:
         args.min_active = wfst.DecoderConfig(beam=args.beam, max_active=args.max_active,
                                              min_active=args.min_active).min_active  # (None: the default's)
     except ValueError as e:
         ap.error(str(e))
+    if kaldi and args.min_active >= args.max_active:  # (it aborted after the other decoders' work)
+        ap.error(f"argument --min-active: Kaldi's decoder needs it below --max-active ({args.min_active} >= "
+                 f"{args.max_active})")
     return args
 
 
@@ -155,17 +165,28 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     try:
         graph = wfst.load_graph(args.graph)
+        sentencepiece = graph.info.get("lexicon_source") == "sentencepiece"
         if args.emissions:
             em = load_npz(args.emissions)
             log_probs, lengths, refs, synthetic = em.log_probs, em.lengths, em.texts, em.synthetic
+            if args.word_boundary is None:  # (greedy CTC splits words there: without it each utterance was
+                args.word_boundary = graph.info.get("word_boundary")  # one word, its WER 100%)
+            if log_probs.shape[2] != graph.tokens.num_columns:  # (each decoder failed its own way, Kaldi's
+                raise wfst.InputFileError(args.emissions, None, f"log_probs have V={log_probs.shape[2]} columns, "
+                                          f"the graph's tokens {graph.tokens.num_columns}: another model's "
+                                          f"emissions?")  # reading past each row)
         else:
             texts = [t for t in read_lines(args.texts, "texts file") if t.strip()]
             if not texts:
                 raise wfst.InputFileError(args.texts, None, "no sentences in the file")
+            if sentencepiece and args.spm is None and args.word_boundary is not None:
+                raise wfst.OptionError(f"{args.graph} was built with a sentencepiece model: pass --spm, or leave "
+                                       f"--word-boundary out to spell as graph.json says (per character, its "
+                                       f"sentences decoded at ~99% WER)")
             if args.word_boundary is None and args.spm is None:  # spelled as the graph was built
                 args.word_boundary = graph.info.get("word_boundary")
                 spm = graph.info.get("inputs", {}).get("spm", {}).get("path")
-                if graph.info.get("lexicon_source") == "sentencepiece" and not (spm and Path(spm).is_file()):
+                if sentencepiece and not (spm and Path(spm).is_file()):
                     raise wfst.MissingFileError(spm or "(none recorded)", "the sentencepiece model the graph was "
                                                 "built with (graph.json inputs.spm.path); pass --spm")
                 args.spm = spm

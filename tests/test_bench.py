@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from wfst.graphs import compile_graph
 from wfst_bench.cli import main
@@ -74,6 +75,7 @@ def test_bench_compares_decoders(bench_inputs, tmp_path, capsys):
     assert list(rows) == decoders.split(",")
     assert rows["cpu1"]["wer"] == 0.0 and rows["cpu1"]["rtfx"] > 0 and rows["cpu1"]["tokens_per_frame"] > 0
     assert rows["greedy"]["tokens_per_frame"] is None
+    assert rows["greedy"]["wer"] == 0.0  # (split at graph.json's word boundary: each utterance was one word, 100%)
     if sys.platform == "linux":
         assert rows["cpu1"]["peak_mb"] > 0  # the process's peak resident memory while it ran
     if "kaldi" in rows:
@@ -114,6 +116,23 @@ def test_texts_for_a_sentencepiece_graph_whose_model_moved_are_refused(bench_inp
     assert "moved.model: not found" in capsys.readouterr().err
 
 
+def test_emissions_of_another_model_and_a_boundary_for_a_sentencepiece_graph_are_refused(bench_inputs, tmp_path,
+                                                                                         capsys):
+    """Emissions with another V: greedy raised an IndexError, ours a traceback, Kaldi read
+    past each row and printed a WER; a BPE graph's sentences spelled per character at a
+    --word-boundary decoded at ~99% WER, silently."""
+    graph, texts, em = bench_inputs
+    x = synthetic.load_npz(em)
+    synthetic.save_npz(tmp_path / "wide.npz", np.concatenate([x.log_probs, x.log_probs], axis=2), x.lengths, TEXTS)
+    assert main(["--graph", str(graph), "--emissions", str(tmp_path / "wide.npz")]) == 2
+    assert "wide.npz: log_probs have V=10 columns, the graph's tokens 5: another model's" in capsys.readouterr().err
+    info = json.loads((graph / "graph.json").read_text())
+    info["lexicon_source"] = "sentencepiece"
+    (graph / "graph.json").write_text(json.dumps(info))
+    assert main(["--graph", str(graph), "--texts", str(texts), "--word-boundary", "|"]) == 2
+    assert "was built with a sentencepiece model: pass --spm" in capsys.readouterr().err
+
+
 def test_nothing_to_decode_and_unwritable_json_are_said_before_the_run(bench_inputs, tmp_path, capsys):
     graph, texts, em = bench_inputs
     with pytest.raises(SystemExit) as e:
@@ -138,6 +157,10 @@ def test_nothing_to_decode_and_unwritable_json_are_said_before_the_run(bench_inp
     (["--beam", "nan"], "beam"),
     (["--min-active", "9000"], "min_active"),
     (["--max-active", "x"], "argument --max-active: invalid int value"),
+    (["--decoders", "greedy,kaldi,greedy"], "argument --decoders: 'greedy' given twice"),
+    # Kaldi's decoder aborts on min_active == max_active (after the other decoders' work)
+    (["--decoders", "cpu1,kaldi", "--max-active", "50", "--min-active", "50"],
+     "argument --min-active: Kaldi's decoder needs it below --max-active (50 >= 50)"),
 ])
 def test_bad_options_give_one_line_and_status_2(bench_inputs, capsys, argv, message):
     graph, texts, _ = bench_inputs

@@ -8,8 +8,10 @@ cores), kaldi (Kaldi's FasterDecoder via kaldi-decoder, one thread, same TLG and
 max_active / min_active), cuda (our CUDA backend; skipped with a note where no GPU).
 RTFx counts decoding only (emissions already in memory, on the GPU for cuda), at 40 ms
 per frame.  Emissions come from --emissions (.npz) or are SYNTHETIC, made from --texts
-(wfst.synthetic); the table says which.  Peak memory is the process's peak resident
-memory while a decoder ran (cuda: CuPy's memory pool on the GPU).
+(wfst.synthetic); the table says which.  Memory: the process's peak resident memory
+while a decoder ran, and what the decoder's own work added to it (cuda: CuPy's memory
+pool on the GPU).  Reference words outside the graph's vocabulary are counted: no
+decoder can get them right.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 import wfst
-from wfst.cli import CliParser, command, fail
+from wfst.cli import CliParser, as_options, command, fail
 from wfst.config import MIN_ACTIVE, usable_cores
 from wfst.files import read_lines, why_unwritable
 from wfst.scoring import FRAME_SECONDS, rtfx, word_errors
@@ -72,14 +74,17 @@ def run(graph_dir, log_probs, lengths, refs, *, decoders: Sequence[str] = tuple(
             for name, system in systems.items():
                 out = system.decode(em, dict(settings or {}), timed=True)
                 bar.update()
-                if name in rows and rows[name]["seconds"] <= out.seconds:
+                before = rows.get(name)
+                own = min((m for m in (out.peak_mb, before and before["own_mb"]) if m is not None), default=None)
+                if before is not None and before["seconds"] <= out.seconds:
+                    before["own_mb"] = own
                     continue
-                on_gpu = getattr(system, "device", "cpu") == "cuda"
-                peak = rows[name]["peak_mb"] if name in rows else (out.peak_mb if on_gpu else out.process_peak_mb)
                 rows[name] = {"decoder": name, "wer": _wer(refs, out.hyps),
                               "seconds": out.seconds, "rtfx": rtfx(em.frames, out.seconds),
                               "frames_per_second": em.frames / out.seconds, "tokens_per_frame": out.tokens_per_frame,
-                              "peak_mb": peak}
+                              "device": (device := getattr(system, "device", "cpu")),
+                              "threads": None if device == "cuda" else getattr(system, "threads", 1) or usable_cores(),
+                              "peak_mb": before["peak_mb"] if before else out.process_peak_mb, "own_mb": own}
     for system in systems.values():
         system.teardown()
     return [rows[name] for name in decoders]
@@ -92,19 +97,22 @@ def _wer(refs, hyps) -> float | None:
 
 
 def format_table(rows: list[dict], title: str) -> str:
-    lines = [title, "", "| decoder | WER % | RTFx | frames/s | tokens/frame | peak MiB ¹ |",
-             "|---|---:|---:|---:|---:|---:|"]
+    lines = [title, "", "| decoder | WER % | RTFx | frames/s | tokens/frame | peak MiB ¹ | own MiB ² |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         name = DECODERS[r["decoder"]][0] if r["decoder"] in DECODERS else r["decoder"]
         if "skipped" in r:
-            lines.append(f"| {name} | not measured: {r['skipped']} | | | | |")
+            lines.append(f"| {name} | not measured: {r['skipped']} | | | | | |")
             continue
         wer = f"{100 * r['wer']:.2f}" if r["wer"] is not None else "-"
         tok = f"{r['tokens_per_frame']:.0f}" if r["tokens_per_frame"] is not None else "-"
-        peak = f"{r['peak_mb']:.0f}" if r["peak_mb"] is not None else "-"
-        lines.append(f"| {name} | {wer} | {r['rtfx']:.0f} | {r['frames_per_second']:.0f} | {tok} | {peak} |")
-    lines += ["", "¹ the process's resident peak while the row's decoder ran, counted from what was resident when "
-              "it began (what earlier rows left resident counts too); CUDA: CuPy's memory pool on the GPU at its end"]
+        peak, own = (f"{r[k]:.0f}" if r[k] is not None else "-" for k in ("peak_mb", "own_mb"))
+        own += " (GPU)" if r["device"] == "cuda" and r["own_mb"] is not None else ""
+        lines.append(f"| {name} | {wer} | {r['rtfx']:.0f} | {r['frames_per_second']:.0f} | {tok} | {peak} | {own} |")
+    lines += ["", "¹ the process's resident peak while the row's decoder ran (its first round), with what earlier "
+              "rows left resident",
+              "² what the row's own decoding (its graph loaded, its decoder made, warmed up and run) added to the "
+              "resident memory at its peak, the least over the rounds; CUDA: CuPy's memory pool on the GPU at its end"]
     return "\n".join(lines)
 
 
@@ -152,8 +160,8 @@ def _parse(argv) -> argparse.Namespace:
     try:
         args.min_active = wfst.DecoderConfig(beam=args.beam, max_active=args.max_active,
                                              min_active=args.min_active).min_active  # (None: the default's)
-    except ValueError as e:
-        ap.error(str(e))
+    except ValueError as e:  # (said with this command's option names, not DecoderConfig's fields)
+        ap.error(as_options(str(e).replace("DecoderConfig.", ""), ["beam", "max_active", "min_active"]))
     if kaldi and args.min_active >= args.max_active:  # (it aborted after the other decoders' work)
         ap.error(f"argument --min-active: Kaldi's decoder needs it below --max-active ({args.min_active} >= "
                  f"{args.max_active})")
@@ -193,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             log_probs, lengths = from_texts_seeds(texts, graph.tokens, args.seeds, spm=args.spm,
                                                   word_boundary=args.word_boundary)
             refs, synthetic = texts * args.seeds, True
+        vocabulary = graph.words.ids() if graph.words is not None else None
         del graph
         if not np.sum(lengths):
             raise wfst.InputFileError(args.emissions or args.texts, None,
@@ -210,13 +219,23 @@ def main(argv: list[str] | None = None) -> int:
              f"round(s); {m['cpu']}, "
              f"{m['cores']} cores" + (f", {m['gpu']}" if m["gpu"] else ", no GPU"))
     print(format_table(rows, title))
+    ref_words = [w for r in refs or [] for w in r.split()]
+    oov = sum(w not in vocabulary for w in ref_words) if vocabulary is not None else None
+    if oov:
+        print(f"\n{oov} of the references' {len(ref_words)} words ({100 * oov / len(ref_words):.2f}%) are not in the "
+              f"graph's vocabulary: every decoder gets them wrong")
     by = {r["decoder"]: r for r in rows if "skipped" not in r}
     if "cpu1" in by and "kaldi" in by:
         print(f"\nours CPU 1 thread / Kaldi FasterDecoder: {by['cpu1']['rtfx'] / by['kaldi']['rtfx']:.2f}x RTFx")
     if "cuda" in by and "kaldi" in by:
         print(f"ours CUDA / Kaldi FasterDecoder: {by['cuda']['rtfx'] / by['kaldi']['rtfx']:.1f}x RTFx")
     if args.json:
-        Path(args.json).write_text(json.dumps({"title": title, "machine": m, "rows": rows}, indent=2))
+        settings.update(batch_size=args.batch_size, rounds=args.rounds, decoders=args.decoders, graph=args.graph,
+                        emissions=args.emissions, texts=args.texts, seeds=None if args.emissions else args.seeds,
+                        spm=args.spm, word_boundary=args.word_boundary, synthetic=synthetic)
+        Path(args.json).write_text(json.dumps({"title": title, "machine": m, "settings": settings, "utterances":
+                                               len(lengths), "frames": frames, "reference_words": len(ref_words),
+                                               "oov_words": oov, "rows": rows}, indent=2))
     return 0
 
 

@@ -47,18 +47,20 @@ def test_rounds_keep_each_decoders_fastest(bench_inputs, monkeypatch):
     from wfst.synthetic import load_npz
 
     data = load_npz(em)
-    calls, times = [], iter([3.0, 2.0, 1.0, 4.0])
+    calls, times, peaks = [], iter([3.0, 2.0, 1.0, 4.0]), iter([50.0, 40.0, 30.0, 60.0])
     real = systems.OursSystem.decode
 
     def fake(self, em_, params, *, timed, repeat=1):
         calls.append(self.key)
-        return dataclasses.replace(real(self, em_, params, timed=timed, repeat=repeat), seconds=next(times))
+        return dataclasses.replace(real(self, em_, params, timed=timed, repeat=repeat), seconds=next(times),
+                                   peak_mb=next(peaks))
 
     monkeypatch.setattr(systems.OursSystem, "decode", fake)
     rows = cli.run(graph, data.log_probs, data.lengths, data.texts, decoders=["cpu1", "cpu"], rounds=2,
                    progress=False)
     assert calls == ["cpu1", "cpu", "cpu1", "cpu"]
     assert [r["seconds"] for r in rows] == [1.0, 2.0]
+    assert [r["own_mb"] for r in rows] == [30.0, 40.0]  # each one's least over the rounds, kept row or not
 
 
 def test_bench_compares_decoders(bench_inputs, tmp_path, capsys):
@@ -68,9 +70,15 @@ def test_bench_compares_decoders(bench_inputs, tmp_path, capsys):
                  "--json", str(tmp_path / "b.json")]) == 0
     out = capsys.readouterr().out
     assert "| ours, CPU, 1 thread | 0.00 |" in out and "SYNTHETIC" in out
-    assert "| decoder | WER % | RTFx | frames/s | tokens/frame | peak MiB ¹ |" in out and "¹ the process's" in out
+    assert "| decoder | WER % | RTFx | frames/s | tokens/frame | peak MiB ¹ | own MiB ² |" in out
+    assert "¹ the process's" in out and "² what the row's own decoding" in out
+    assert "not in the graph's vocabulary" not in out
     report = json.loads((tmp_path / "b.json").read_text())
-    assert set(report) == {"title", "machine", "rows"} and report["machine"]["cores"] > 0
+    assert set(report) == {"title", "machine", "settings", "utterances", "frames", "reference_words", "oov_words",
+                           "rows"} and report["machine"]["cores"] > 0
+    assert report["settings"]["emissions"] == str(em) and report["settings"]["decoders"] == decoders.split(",")
+    assert report["settings"]["beam"] == wfst.DecoderConfig().beam and report["oov_words"] == 0
+    assert report["utterances"] == 4 and report["reference_words"] == 7
     rows = {r["decoder"]: r for r in report["rows"]}
     assert list(rows) == decoders.split(",")
     assert rows["cpu1"]["wer"] == 0.0 and rows["cpu1"]["rtfx"] > 0 and rows["cpu1"]["tokens_per_frame"] > 0
@@ -78,21 +86,28 @@ def test_bench_compares_decoders(bench_inputs, tmp_path, capsys):
     assert rows["greedy"]["wer"] == 0.0  # (split at graph.json's word boundary: each utterance was one word, 100%)
     if sys.platform == "linux":
         assert rows["cpu1"]["peak_mb"] > 0  # the process's peak resident memory while it ran
+        # its own: at least the graph it loads and the decoder's arrays; less than the process's
+        assert 0 < rows["cpu1"]["own_mb"] <= rows["cpu1"]["peak_mb"]
+    assert rows["cpu1"]["threads"] == 1 and rows["cpu"]["threads"] >= 1 and rows["cpu1"]["device"] == "cpu"
     if "kaldi" in rows:
         assert rows["kaldi"]["wer"] == rows["cpu1"]["wer"]
         assert re.search(r"^ours CPU 1 thread / Kaldi FasterDecoder: \d+\.\d\dx RTFx$", out, re.M)
     if gpu_name() is None:
         assert rows["cuda"] == {"decoder": "cuda", "skipped": "no GPU on this machine"}
-        assert "| ours, CUDA | not measured: no GPU on this machine | | | | |" in out
+        assert "| ours, CUDA | not measured: no GPU on this machine | | | | | |" in out
 
 
 def test_bench_makes_synthetic_emissions_from_texts(bench_inputs, tmp_path, capsys):
     graph, texts, _ = bench_inputs
+    texts.write_text(texts.read_text() + "ab bb\n")  # a word the graph lacks (bb): counted, said
     assert main(["--graph", str(graph), "--texts", str(texts), "--word-boundary", "|", "--seeds", "2",
                  "--decoders", "greedy,cpu1", "--batch-size", "3", "--json", str(tmp_path / "b.json")]) == 0
     out = capsys.readouterr().out
-    assert f"{graph}: 8 utterances" in out and "of SYNTHETIC emissions" in out and "batch 3" in out
-    rows = json.loads((tmp_path / "b.json").read_text())["rows"]
+    assert f"{graph}: 10 utterances" in out and "of SYNTHETIC emissions" in out and "batch 3" in out
+    assert "2 of the references' 18 words (11.11%) are not in the graph's vocabulary" in out
+    report = json.loads((tmp_path / "b.json").read_text())
+    assert report["oov_words"] == 2 and report["settings"]["seeds"] == 2 and report["settings"]["texts"] == str(texts)
+    rows = report["rows"]
     assert [r["decoder"] for r in rows] == ["greedy", "cpu1"] and all(r["rtfx"] > 0 for r in rows)
 
 
@@ -153,9 +168,11 @@ def test_nothing_to_decode_and_unwritable_json_are_said_before_the_run(bench_inp
     (["--decoders", ","], "argument --decoders: none given"),
     (["--seeds", "0"], "argument --seeds: must be >= 1"),
     (["--batch-size", "0"], "argument --batch-size: must be >= 1"),
-    (["--beam", "-1"], "beam"),
-    (["--beam", "nan"], "beam"),
-    (["--min-active", "9000"], "min_active"),
+    # said with the command's option names (it said DecoderConfig.beam=-1.0)
+    (["--beam", "-1"], "argument --beam=-1.0: must be a finite number > 0"),
+    (["--beam", "nan"], "argument --beam=nan: must be"),
+    (["--max-active", "0"], "argument --max-active=0: must be an integer >= 1"),
+    (["--min-active", "9000"], "--min-active"),
     (["--max-active", "x"], "argument --max-active: invalid int value"),
     (["--decoders", "greedy,kaldi,greedy"], "argument --decoders: 'greedy' given twice"),
     # Kaldi's decoder aborts on min_active == max_active (after the other decoders' work)

@@ -201,7 +201,7 @@ def decode_main(argv: list[str] | None = None) -> int:
                                confidence_calibration=args.confidence_calibration, token_top_n=args.token_top_n,
                                token_rel_threshold=args.token_rel_threshold, context_beam=args.context_beam)
     except OptionError as e:
-        ap.error(_as_options(str(e).replace("DecoderConfig.", ""), [f.name for f in dataclasses.fields(DecoderConfig)]))
+        ap.error(as_options(str(e).replace("DecoderConfig.", ""), [f.name for f in dataclasses.fields(DecoderConfig)]))
     except WfstError as e:  # an unreadable --confidence-calibration
         ap.error(one_line(e))
     _check_shared(ap, args)
@@ -216,7 +216,7 @@ def decode_main(argv: list[str] | None = None) -> int:
     try:
         return _decode(args, config, phrases=_boosts(args.phrases, PHRASE_REWARD))
     except WfstError as e:  # (the decoder's "pass graph_lm= ..." said with the option)
-        print(f"wfst-decode: error: {_as_options(one_line(e), ['graph_lm'])}", file=sys.stderr)
+        print(f"wfst-decode: error: {as_options(one_line(e), ['graph_lm'])}", file=sys.stderr)
         return 2
 
 
@@ -267,7 +267,7 @@ def _beam_search_main(ap, args) -> int:
                                  token_insertion=args.token_insertion, beam_threshold=args.beam_threshold,
                                  spm=args.spm, num_threads=args.threads, device=args.device, blank=args.blank)
     except OptionError as e:
-        ap.error(_as_options(str(e), ["beam_size", "lm_weight", "token_insertion", "beam_threshold", "spm",
+        ap.error(as_options(str(e), ["beam_size", "lm_weight", "token_insertion", "beam_threshold", "spm",
                                       "num_threads", "device"]))
     except WfstError as e:
         return fail("wfst-decode", e)
@@ -277,7 +277,7 @@ def _beam_search_main(ap, args) -> int:
         return fail("wfst-decode", e)
 
 
-def _as_options(message: str, names: list[str]) -> str:
+def as_options(message: str, names: list[str]) -> str:
     """A library error about keyword arguments, said with the command's option names
     ("beam_size=0: must be ..." -> "argument --beam-size=0: must be ...")."""
     pattern = re.compile(r"\b(" + "|".join(sorted(names, key=len, reverse=True)) + r")\b")

@@ -26,7 +26,7 @@ import numpy as np
 import wfst
 from wfst.cli import CliParser, as_options, command, fail
 from wfst.config import MIN_ACTIVE, usable_cores
-from wfst.files import read_lines, why_unwritable
+from wfst.files import read_lines, sha256_file, why_unwritable
 from wfst.scoring import FRAME_SECONDS, rtfx, word_errors
 from wfst.synthetic import from_texts_seeds, load_npz
 
@@ -116,6 +116,13 @@ def format_table(rows: list[dict], title: str) -> str:
     return "\n".join(lines)
 
 
+def _sha256(spm) -> str:
+    try:
+        return sha256_file(spm)
+    except OSError as e:
+        raise wfst.MissingFileError(spm, "sentencepiece model", e.strerror) from None
+
+
 def _parse(argv) -> argparse.Namespace:
     d = wfst.DecoderConfig()
     ap = CliParser(prog="wfst-bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -191,6 +198,11 @@ def main(argv: list[str] | None = None) -> int:
                 raise wfst.OptionError(f"{args.graph} was built with a sentencepiece model: pass --spm, or leave "
                                        f"--word-boundary out to spell as graph.json says (per character, its "
                                        f"sentences decoded at ~99% WER)")
+            built_with = graph.info.get("inputs", {}).get("spm", {})
+            if args.spm is not None and built_with.get("sha256") and _sha256(args.spm) != built_with["sha256"]:
+                raise wfst.OptionError(f"--spm {args.spm} is not the sentencepiece model {args.graph} was built with "
+                                       f"({built_with.get('path')}: another sha256 in graph.json); its pieces would "
+                                       f"spell the sentences in other tokens")
             if args.word_boundary is None and args.spm is None:  # spelled as the graph was built
                 args.word_boundary = graph.info.get("word_boundary")
                 spm = graph.info.get("inputs", {}).get("spm", {}).get("path")

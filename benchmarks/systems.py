@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 import wfst
+from wfst.files import sha256_file
 from wfst.memory import PeakMemory, rss_mb
 from wfst.synthetic import detokenize, greedy_ctc
 
@@ -113,14 +114,6 @@ class _Peak(PeakMemory):
     def __exit__(self, *exc):
         self.process_mb = rss_mb("VmHWM:")
         return super().__exit__(*exc)
-
-
-def _file_digest(path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()[:20]
 
 
 # --------------------------------------------------------------------------- systems
@@ -341,7 +334,7 @@ class FlashlightSystem(System):
         self.args = (target.arpa, self.lexicon, g.tokens.num_columns, g.tokens.blank,
                      g.tokens.symbols.index(target.word_boundary) if target.word_boundary else None)
         self.fixed["lexicon_words"] = len(self.lexicon)
-        self.fixed["lm"] = _file_digest(target.arpa)
+        self.fixed["lm"] = sha256_file(target.arpa)[:20]
         self.decoder = FlashlightDecoder(*self.args)
 
     def identity(self):
@@ -387,7 +380,7 @@ class BeamSearchSystem(System):
         self.tokens = wfst.load_graph(target.graph_dir).tokens
         self.spelling = dict(spm=target.spm, word_boundary=target.word_boundary)
         self.token_lm = target.token_lm
-        self.fixed["token_lm"] = _file_digest(target.token_lm)
+        self.fixed["token_lm"] = sha256_file(target.token_lm)[:20]
 
     def identity(self):
         return {**super().identity(), **versions("wfst-ctc", "numba")}
@@ -435,7 +428,7 @@ class FlashlightLexiconFreeSystem(System):
         tokens = wfst.load_graph(target.graph_dir).tokens
         self.word_boundary = target.word_boundary
         silence = tokens.symbols.index(target.word_boundary) if target.word_boundary else None
-        self.fixed["token_lm"] = _file_digest(target.token_lm)
+        self.fixed["token_lm"] = sha256_file(target.token_lm)[:20]
         self.args = (target.token_lm, tokens, silence)
         self.decoder = FlashlightLexiconFree(*self.args)  # for the untimed (tuning) cells; timed cells load their own
 
@@ -479,7 +472,7 @@ class PyctcdecodeSystem(System):
         self.decoder = PyctcdecodeDecoder(self.venv, target.arpa, pyctcdecode_labels(g.tokens, target.word_boundary),
                                           words, python=python,
                                           workdir=self.workdir / "work" / f"pyctcdecode-{target.name}")
-        self.fixed["lm"] = _file_digest(target.arpa)
+        self.fixed["lm"] = sha256_file(target.arpa)[:20]
         self.fixed["unigrams"] = len(words)
         self.target_name = target.name
 

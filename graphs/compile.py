@@ -32,7 +32,7 @@ from wfst.errors import (
     OptionError,
     OutputFileError,
 )
-from wfst.files import atomic_path
+from wfst.files import atomic_path, sha256_file
 from wfst.graph import FST_NAME, INFO_NAME, check_replaceable, graph_from_fst, write_graph_dir
 from wfst.memory import reset_peak_rss, rss_mb, take_child_peak
 from wfst.symbols import BOS, EOS, TokenTable, WordTable
@@ -98,14 +98,6 @@ class Stages:
 
 # --------------------------------------------------------------------------- helpers
 
-def _sha256(path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _digest(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:20]
 
@@ -129,7 +121,7 @@ def _input_record(path, what: str) -> dict:
     if not path.is_file():
         raise MissingFileError(path, what, "not found" if not path.exists() else "not a file")
     try:
-        return {"path": str(path.resolve()), "sha256": _sha256(path), "bytes": path.stat().st_size}
+        return {"path": str(path.resolve()), "sha256": sha256_file(path), "bytes": path.stat().st_size}
     except OSError as e:
         raise MissingFileError(path, what, e.strerror or str(e)) from None
 

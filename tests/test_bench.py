@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import re
 import subprocess
@@ -129,6 +130,23 @@ def test_texts_for_a_sentencepiece_graph_whose_model_moved_are_refused(bench_inp
     (graph / "graph.json").write_text(json.dumps(info))
     assert main(["--graph", str(graph), "--texts", str(texts)]) == 2
     assert "moved.model: not found" in capsys.readouterr().err
+
+
+def test_a_sentencepiece_model_other_than_the_graphs_is_refused(bench_inputs, tmp_path, capsys):
+    """Another model's pieces spelled the sentences in tokens the graph was not built on."""
+    graph, texts, _ = bench_inputs
+    (tmp_path / "built.model").write_bytes(b"the model the graph was built with")
+    (tmp_path / "other.model").write_bytes(b"another model")
+    info = json.loads((graph / "graph.json").read_text())
+    info["lexicon_source"] = "sentencepiece"
+    info["inputs"]["spm"] = {"path": str(tmp_path / "built.model"),
+                             "sha256": hashlib.sha256(b"the model the graph was built with").hexdigest()}
+    (graph / "graph.json").write_text(json.dumps(info))
+    assert main(["--graph", str(graph), "--texts", str(texts), "--spm", str(tmp_path / "other.model")]) == 2
+    err = capsys.readouterr().err
+    assert "other.model is not the sentencepiece model" in err and "built.model: another sha256" in err
+    assert main(["--graph", str(graph), "--texts", str(texts), "--spm", str(tmp_path / "none.model")]) == 2
+    assert "cannot read sentencepiece model" in capsys.readouterr().err
 
 
 def test_emissions_of_another_model_and_a_boundary_for_a_sentencepiece_graph_are_refused(bench_inputs, tmp_path,

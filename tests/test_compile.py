@@ -253,7 +253,7 @@ def test_inputs_that_do_not_fit(tiny, monkeypatch):
     def unreadable(path):
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr("wfst.graphs.compile._sha256", unreadable)
+    monkeypatch.setattr("wfst.graphs.compile.sha256_file", unreadable)
     with pytest.raises(MissingFileError, match=r"cannot read token table .*tokens.txt: Permission denied"):
         compile_graph(tiny / "out", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", progress=False)
 

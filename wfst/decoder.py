@@ -517,7 +517,8 @@ class Decoder:
 
 def _rescorer(graph: Graph, rescore_lm, graph_lm):
     """The Rescorer of a big LM and the graph's own LM (found through graph.json unless given)."""
-    from .lm import Rescorer, _sha256, open_lm
+    from .files import sha256_file
+    from .lm import Rescorer, open_lm
 
     if graph.words is None:
         raise OptionError(f"{graph!r} has no words.txt: rescoring needs the graph's word symbols")
@@ -528,7 +529,7 @@ def _rescorer(graph: Graph, rescore_lm, graph_lm):
         if not path or not os.path.isfile(path):
             raise MissingFileError(path or "(none recorded)", "the graph's LM (graph.json inputs.lm.path)",
                                    "not found; pass graph_lm= the ARPA file or LM store the graph was built with")
-        if lm.get("sha256") and _sha256(Path(path)) != lm["sha256"]:
+        if lm.get("sha256") and sha256_file(Path(path)) != lm["sha256"]:
             raise OptionError(f"{path} changed since the graph was built (sha256 differs from graph.json); "
                               f"pass graph_lm= the LM the graph was built with")
         graph_lm = path

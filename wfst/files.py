@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import tempfile
@@ -11,6 +12,15 @@ from .errors import InputFileError, MissingFileError, OutputFileError
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """The file's SHA-256, hex (read in blocks: an LM of gigabytes is not held in memory)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def read_lines(path: str | os.PathLike, what: str) -> list[str]:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gzip
-import hashlib
 import json
 import math
 import os
@@ -48,7 +47,7 @@ from .errors import (
     VocabularyError,
     user_stacklevel,
 )
-from .files import atomic_path, split_fields
+from .files import atomic_path, sha256_file, split_fields
 from .symbols import is_disambig_symbol
 
 LN10 = math.log(10.0)
@@ -126,14 +125,6 @@ class LmStore:
 
 # ---------------------------------------------------------------------- ARPA -> store
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def read_arpa(path: str | os.PathLike, *, progress: bool = False, sha256: str | None = None) -> LmStore:
     """Parse an ARPA file (plain or .gz) into an LmStore held in memory (the structure is
     checked by wfst.arpa.ArpaReader, the n-gram lines here).  The unigrams are read in
@@ -195,7 +186,7 @@ def read_arpa(path: str | os.PathLike, *, progress: bool = False, sha256: str | 
     if unknown:
         warnings.warn(f"{path}: {unknown} n-grams skipped with a word that is not a unigram of the file (the first "
                       f"on line {first_unknown}), as the graph compiler skips them", stacklevel=2)
-    source = {"path": str(path.resolve()), "sha256": sha256 or _sha256(path), "bytes": path.stat().st_size}
+    source = {"path": str(path.resolve()), "sha256": sha256 or sha256_file(path), "bytes": path.stat().st_size}
     return _build(path, words, [grams.get(k) or _Rows(0, k, path) for k in range(1, len(reader.counts) + 1)],
                   source)
 
@@ -451,7 +442,7 @@ def prepare_lm(arpa: str | os.PathLike, out: str | os.PathLike | None = None, *,
     arpa = Path(arpa)
     if not arpa.is_file():
         raise MissingFileError(arpa, "ARPA language model")
-    sha = _sha256(arpa)
+    sha = sha256_file(arpa)
     fallback = Path(".wfst-cache") / f"lm-{sha[:20]}.lmstore"
     places = [Path(out)] if out is not None else [arpa.with_name(arpa.name + ".lmstore"), fallback]
     for place in places:

@@ -33,11 +33,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="word-boundary token (e.g. '|'), a separator between words")
     p.add_argument("--blank", help="blank symbol, if not <blk>, <blank> or <b>")
     p.add_argument("--topo", default="compact", choices=TOPOLOGIES, help="CTC topology (default: compact)")
-    p.add_argument("--epsilon-free", action="store_true", help="remove input-epsilon arcs from TLG")
+    p.add_argument("--epsilon-free", action="store_true",
+                   help="remove TLG's eps:eps arcs (backoff arcs, compact's arcs back to the blank state); "
+                        "epsilon-input arcs that carry a word stay")
     p.add_argument("--out", required=True, help="graph directory to write")
     p.add_argument("--cache-dir", help="cache of min(det(L ∘ G)) (default: .wfst-cache beside --out)")
-    p.add_argument("--force", action="store_true", help="rebuild even if up to date")
-    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--force", action="store_true",
+                   help="rebuild even if up to date, min(det(L ∘ G)) too (not read from the cache)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress output (warnings and the one-line summary still print)")
     return p
 
 

@@ -258,7 +258,8 @@ def compile_graph(out_dir: str | os.PathLike, *, tokens: str | os.PathLike, lm: 
         graph.json (``epsilon_arcs_with_words``).  Removing them too needs arcs that
         output several words (k2's ragged labels), which one label per arc cannot hold.
       cache_dir: where min(det(L ∘ G)) is cached (default ``<out_dir>/../.wfst-cache``).
-      force: rebuild even if the graph directory is up to date.
+      force: rebuild even if the graph directory is up to date, min(det(L ∘ G)) too (not read
+        from the cache, which gets the new one).
     """
     t_start = time.perf_counter()
     check_topology(topology)
@@ -356,7 +357,7 @@ def compile_graph(out_dir: str | os.PathLike, *, tokens: str | os.PathLike, lm: 
         lg_key = _digest({"revision": LG_REVISION, "tokens": tok.fst_symbol_lines(),
                           "lexicon": hashlib.sha256(lex.digest_text().encode()).hexdigest(),
                           "lm": inputs["lm"]["sha256"], **({"orphans": orphans} if orphans else {})})
-        LG, sizes = _cached_lg(cache_dir, lg_key, stages)
+        LG, sizes = (None, None) if force else _cached_lg(cache_dir, lg_key, stages)
         if LG is None:
             LG, sizes = _lg_stages(stages, lex, entries, tok, word_table, Path(lm), orphans)
             _store_lg(cache_dir, lg_key, LG, sizes)
@@ -437,14 +438,19 @@ def _up_to_date(out_dir: Path, fingerprint: str) -> dict | None:
 
 
 def _cached_lg(cache_dir: Path, key: str, stages: Stages):
+    """min(det(L ∘ G)) of these inputs as cached, if its file is whole (its sha256 as stored)."""
     path, meta = cache_dir / f"LG-{key}.fst", cache_dir / f"LG-{key}.json"
     if not (path.is_file() and meta.is_file()):
         return None, None
     try:
-        sizes = json.loads(meta.read_text(encoding="utf-8"))
+        entry = json.loads(meta.read_text(encoding="utf-8"))
+        if not (isinstance(entry, dict) and isinstance(entry.get("sizes"), dict)
+                and entry.get("sha256") == sha256_file(path)):
+            return None, None  # a damaged (or an older build's) cache entry is rebuilt
+        sizes = entry["sizes"]
         LG = fst.Fst.read(str(path))
     except (OSError, ValueError, fst.FstError):
-        return None, None  # a damaged cache entry is rebuilt
+        return None, None
     for name in ("L (lexicon FST)", "G (arpa2fst)", "L ∘ G", "det(L ∘ G)", "min(det(L ∘ G))"):
         stages.skip(name, f"cached ({path.name})")
     return LG, sizes
@@ -455,8 +461,9 @@ def _store_lg(cache_dir: Path, key: str, LG, sizes: dict):
         cache_dir.mkdir(parents=True, exist_ok=True)
         with atomic_path(cache_dir / f"LG-{key}.fst") as tmp:
             LG.write(tmp)
+            digest = sha256_file(tmp)
         with atomic_path(cache_dir / f"LG-{key}.json") as tmp:
-            Path(tmp).write_text(json.dumps(sizes), encoding="utf-8")
+            Path(tmp).write_text(json.dumps({"sizes": sizes, "sha256": digest}), encoding="utf-8")
     except OSError as e:
         print(f"  note: could not cache LG in {cache_dir}: {e}", file=sys.stderr)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import os
 
 import pywrapfst as fst
@@ -40,7 +41,7 @@ class Lexicon:
 
     def digest_text(self) -> str:
         """A canonical text of the lexicon, for fingerprints."""
-        head = f"separator={self.separator}\n"
+        head = f"separator={json.dumps(self.separator)}\n"  # (no separator is not one named "None")
         return head + "".join(f"{w}\t{' '.join(p)}\n" for w, p in self.entries)
 
 

@@ -107,6 +107,56 @@ def test_rebuilds_only_what_is_stale(tiny, capsys):
     assert compile_graph(tiny / "c", topology="compact", **kw).rebuilt
 
 
+def test_a_damaged_lg_cache_entry_is_rebuilt_and_force_rebuilds_it(tiny):
+    """An LG cache entry whose FST still parses but whose bytes changed served a wrong graph
+    (and --force read it too); one whose .json is not an object raised a TypeError."""
+    kw = dict(tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", word_boundary="|", progress=False)
+    good = compile_graph(tiny / "c", topology="compact", **kw).info["sizes"]
+    lg = next((tiny / ".wfst-cache").glob("LG-*.fst"))
+    clean = lg.read_bytes()
+    f = fst.Fst.read(str(lg))
+    f.set_final(next(s for s in f.states() if f.final(s) != fst.Weight.zero(f.weight_type())), 3.0)
+    f.write(str(lg))  # (a cost changed: the file parses, its digest does not match)
+    for force in (False, True):
+        res = compile_graph(tiny / f"n{force}", topology="normal", force=force, **kw)
+        assert "skipped" not in res.info["stages"]["det(L ∘ G)"]
+        assert res.info["sizes"]["LG"] == good["LG"]
+        assert lg.read_bytes() == clean  # (stored again)
+    meta = next((tiny / ".wfst-cache").glob("LG-*.json"))
+    for text in ("[]", "null", '{"sizes": [], "sha256": 1}'):
+        meta.write_text(text)
+        res = compile_graph(tiny / "m", topology="minimal", force=True, **kw)
+        assert "skipped" not in res.info["stages"]["det(L ∘ G)"]
+    assert compile_graph(tiny / "m2", topology="minimal", **kw).info["stages"]["det(L ∘ G)"]["skipped"].startswith(
+        "cached")
+
+
+def test_no_word_boundary_and_a_boundary_token_named_none_have_two_cache_keys(tmp_path):
+    """The lexicon's digest wrote both as 'separator=None': the second build was served the
+    first's LG (no separator between words), silently."""
+    (tmp_path / "tokens.txt").write_text("<blk> 0\nNone 1\na 2\nb 3\n")
+    (tmp_path / "lm.arpa").write_text("\\data\\\nngram 1=4\n\n\\1-grams:\n-1.0\t<s>\n-0.5\t</s>\n-0.3\tab\n"
+                                      "-0.4\tba\n\n\\end\\\n")
+    kw = dict(tokens=tmp_path / "tokens.txt", lm=tmp_path / "lm.arpa", progress=False)
+    plain = compile_graph(tmp_path / "plain", **kw)
+    sep = compile_graph(tmp_path / "sep", word_boundary="None", **kw)
+    assert "skipped" not in sep.info["stages"]["det(L ∘ G)"]
+    assert sep.info["sizes"]["LG"] != plain.info["sizes"]["LG"]
+
+
+def test_a_temporary_file_of_a_killed_load_does_not_block_a_rebuild(tiny):
+    """A load killed while writing TLG.csr.npz left .TLG.csr.npz.<random>.tmp: every later
+    build into that directory was refused as holding files it does not write."""
+    kw = dict(tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", word_boundary="|", progress=False)
+    compile_graph(tiny / "g", **kw)
+    (tiny / "g" / ".TLG.csr.npz.k2j4x_8q.tmp").write_bytes(b"half")
+    assert compile_graph(tiny / "g", force=True, **kw).rebuilt
+    assert not (tiny / "g" / ".TLG.csr.npz.k2j4x_8q.tmp").exists()
+    (tiny / "g" / ".notes.tmp").write_bytes(b"mine")
+    with pytest.raises(OutputFileError, match=r"holds files a graph build does not write \(.notes.tmp\)"):
+        compile_graph(tiny / "g", force=True, **kw)
+
+
 def test_failed_build_keeps_the_old_graph(tiny):
     kw = dict(tokens=tiny / "tokens.txt", word_boundary="|", progress=False)
     compile_graph(tiny / "c", lm=tiny / "lm.arpa", **kw)

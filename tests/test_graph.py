@@ -228,24 +228,62 @@ def test_the_cache_misses_an_fst_rewritten_with_its_size_and_time(tmp_path):
 
 
 def test_an_fst_replaced_while_it_is_read_leaves_no_cache(tmp_path, monkeypatch):
-    """A rebuild that replaces TLG.fst while a loader reads it: the loader's arrays are of the
-    old file, and were cached under the new file's key, which every later load then trusted."""
+    """A rebuild that replaces TLG.fst while a loader reads it: the loader's arrays were of the
+    old file, and were cached under the new file's key, which every later load then trusted.
+    The load is now tried again (the file there now); replaced at every try, it is refused."""
     d = riva_style_dir(tmp_path)
     (d / "TLG.csr.npz").unlink(missing_ok=True)
     new = fst.Fst.read(str(d / "TLG.fst"))
     new.set_final(2, 0.75)
-    read = wfst.graph.read_fst
+    read, reads = wfst.graph.read_fst, []
 
     def read_then_replaced(path):
         old = read(path)
-        new.write(str(tmp_path / "next.fst"))
-        os.replace(tmp_path / "next.fst", path)  # (as a build's rename)
+        if not reads or always:
+            new.write(str(tmp_path / "next.fst"))
+            os.replace(tmp_path / "next.fst", path)  # (as a build's rename)
+        reads.append(path)
         return old
 
     monkeypatch.setattr(wfst.graph, "read_fst", read_then_replaced)
-    assert load_graph(d).final[2] != np.float32(0.75)  # what it read
+    always = False
+    assert load_graph(d).final[2] == np.float32(0.75) and len(reads) == 2  # read again: the file there now
     monkeypatch.undo()
-    assert load_graph(d).final[2] == np.float32(0.75)  # the file there now
+    assert load_graph(d).final[2] == np.float32(0.75)  # (from the cache the second read wrote)
+    (d / "TLG.csr.npz").unlink()
+    monkeypatch.setattr(wfst.graph, "read_fst", read_then_replaced)
+    always = True
+    with pytest.raises(GraphFormatError, match=r"replaced by a rebuild during each of 4 loads"):
+        load_graph(d)
+    assert not (d / "TLG.csr.npz").exists()
+
+
+def test_a_graph_directory_swapped_in_during_a_load_is_read_whole(tiny, tmp_path, monkeypatch):
+    """A rebuild swaps a new directory in between the loader's reads of graph.json, words.txt and
+    the arrays: the graph was of two builds (one's arcs read with the other's word ids, wrong
+    words, silently). The load is tried again and returns the new build whole."""
+    from wfst.graphs import compile_graph
+
+    def build(out, lexicon):
+        (tmp_path / "lexicon.txt").write_text(lexicon)
+        return compile_graph(out, tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=tmp_path / "lexicon.txt",
+                             word_boundary="|", progress=False).directory
+
+    graph = build(tmp_path / "R", "a a\nab a b\nba b a\nabc a b c\ncab c a b\n")
+    build(tmp_path / "next", "ab a b\nabc a b c\nba b a\ncab c a b\na a\n")  # other word ids
+    want = load_graph(tmp_path / "next")
+    read, swapped = wfst.graph.WordTable.read, []
+
+    def read_words_during_a_rebuild(path):
+        if not swapped:  # (graph.json and tokens.txt read; words.txt and the arrays still to come)
+            wfst.graph._swap_in(tmp_path / "next", graph)
+            swapped.append(path)
+        return read(path)
+
+    monkeypatch.setattr(wfst.graph.WordTable, "read", read_words_during_a_rebuild)
+    g = load_graph(graph)
+    assert swapped and g.info["fingerprint"] == want.info["fingerprint"]
+    assert g.words.symbols == want.words.symbols and np.array_equal(g.olabel, want.olabel)
 
 
 def damage(name, arrays):

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import GraphFormatError, MissingFileError, OptionError, OutputFileError, user_stacklevel
+from .errors import GraphFormatError, MissingFileError, OptionError, OutputFileError, WfstError, user_stacklevel
 from .files import atomic_path, write_text_atomic
 from .symbols import BLANK_NAMES, TokenTable, WordTable
 
@@ -354,6 +354,38 @@ def load_graph(path: str | os.PathLike, *, blank: str | int | None = None, use_c
     <blk>, <blank> or <b>: wav2vec2's <pad>, say); graph.json's, where it names one, must agree.
     """
     path = Path(path)
+    for _ in range(_LOAD_TRIES):
+        before = _identity(path)
+        try:
+            graph = _load_graph(path, blank, use_cache)
+        except (WfstError, OSError):
+            if _identity(path) == before:
+                raise
+            continue  # replaced while it loaded: its files may be of two builds, or gone
+        if _identity(path) == before:
+            return graph
+    raise GraphFormatError(f"{path}: replaced by a rebuild during each of {_LOAD_TRIES} loads (files of two builds "
+                           f"would mix); load it when the rebuilds stop")
+
+
+# A rebuild swaps a new graph directory in (write_graph_dir), so one whose identity is the same
+# before and after a load was read whole from one build; else the load is tried again.
+_LOAD_TRIES = 4
+
+
+def _identity(path: Path) -> tuple | None:
+    """What changes when a rebuild swaps a graph directory in: the directory's inode (of an
+    FST file's folder, for a file), and the FST file's."""
+    try:
+        folder = path if path.is_dir() else path.parent
+        fst = path / FST_NAME if path.is_dir() else path
+        a, b = folder.stat(), fst.stat()
+        return a.st_dev, a.st_ino, b.st_ino, b.st_mtime_ns, b.st_size
+    except OSError:
+        return None
+
+
+def _load_graph(path: Path, blank, use_cache: bool) -> Graph:
     if path.is_dir():
         fst_path = path / FST_NAME
         directory = path
@@ -443,7 +475,7 @@ def check_replaceable(directory: str | os.PathLike) -> None:
         raise OutputFileError(directory, "graph directory", e.strerror or str(e)) from None
     if not names:
         return
-    foreign = [n for n in names if n not in GRAPH_FILES]
+    foreign = [n for n in names if n not in GRAPH_FILES and not _left_by_a_killed_write(n)]
     if foreign or INFO_NAME not in names:
         shown = foreign or names
         listed = f"{', '.join(shown[:5])}{' ...' if len(shown) > 5 else ''}"
@@ -452,6 +484,11 @@ def check_replaceable(directory: str | os.PathLike) -> None:
                 f"your own)")
         raise OutputFileError(directory, "graph directory", f"{what}, which a build would replace; give a new or "
                               f"empty directory, or remove it first")
+
+
+def _left_by_a_killed_write(name: str) -> bool:
+    """A temporary file of atomic_path's for a graph file (a load writing TLG.csr.npz, killed)."""
+    return name.endswith(".tmp") and any(name.startswith(f".{g}.") for g in GRAPH_FILES)
 
 
 def _target(directory: str | os.PathLike) -> Path:

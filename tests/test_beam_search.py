@@ -366,6 +366,47 @@ def test_phrases_listed_twice_or_given_by_a_generator_are_the_list():
     once = dec.decode(x, phrases=["ab", "ba"])
     assert dec.decode(x, phrases=["ab", "ba", "ab", "ab"]) == once  # (each listing added a reward)
     assert dec.decode(x, phrases=(p for p in ["ab", "ba"])) == once  # (read once: len() failed)
+    assert dec.decode(x, phrases=["ab", " ab", "ab ", "ba"]) == once  # (spelled alike: rewarded once each)
+    r = dec.phrase_reward
+    assert dec.decode(x, phrases={"ab": r / 2, " ab": r / 2, "ba": r}) == once  # (a mapping sums them)
+
+
+def test_phrases_on_a_sentencepiece_table_without_its_model_are_refused():
+    """Spelled per character, "the" matched inside "other" (o t h e r) and never "▁the"."""
+    dec = CtcBeamDecoder(token_table(("\u2581the", "\u2581o", "t", "h", "e", "r")), num_threads=1)
+    x = np.zeros((1, 4, 7), np.float32) - 2.0
+    with pytest.raises(BoostError, match=r"phrases on a sentencepiece token table need spm="):
+        dec.decode(x, phrases=["the"])
+    assert dec.decode(x)[0].boost_cost == 0.0  # (without phrases it decodes)
+
+
+def test_an_lm_of_weight_0_is_no_lm_even_where_it_gives_probability_0(tmp_path):
+    """0 x the cost of a -inf log-probability was NaN, which dropped every extension through
+    that n-gram: 'c b' (c read as <unk>, then b of probability 0) lost to 'c' at cost 5."""
+    arpa = tmp_path / "inf.arpa"
+    arpa.write_text("\\data\\\nngram 1=5\n\n\\1-grams:\n-1.0\t<unk>\n-99\t<s>\n-0.8\t</s>\n-0.6\ta\n"
+                    "-inf\tb\n\n\\end\\\n")
+    table = token_table(("a", "b", "c"))
+    x = np.full((1, 2, 4), -np.inf, np.float32)
+    x[0, 0, 3] = x[0, 1, 2] = 0.0  # c, then b
+    x[0, :, 0] = -5.0
+    plain = CtcBeamDecoder(table, None, lm_weight=0.0, token_insertion=0.0, num_threads=1).decode(x)[0]
+    assert plain.cost == 0.0 and "".join(plain.words) == "cb"
+    zero = CtcBeamDecoder(table, arpa, lm_weight=0.0, token_insertion=0.0, num_threads=1).decode(x)[0]
+    assert zero == plain
+    weighted = CtcBeamDecoder(table, arpa, lm_weight=0.5, token_insertion=0.0, num_threads=1).decode(x)[0]
+    assert weighted.cost > 4  # (through b: impossible; c alone then a blank)
+
+
+def test_stats_are_empty_after_a_call_that_raised_and_a_huge_phrase_reward_is_refused_at_once():
+    dec = CtcBeamDecoder(token_table(CHARS), num_threads=1)
+    dec.decode(np.zeros((1, 3, 5), np.float32) - 1.6)
+    assert dec.stats.frames == 3
+    with pytest.raises(DecodeInputError):
+        dec.decode(np.full((1, 3, 5), np.nan, np.float32))
+    assert dec.stats.frames == 0 and dec.stats.utterances == 0
+    with pytest.raises(OptionError, match=r"phrase_reward: reward 1e\+30 is above 10000"):
+        CtcBeamDecoder(token_table(CHARS), phrase_reward=1e30)  # (refused only when phrases came)
 
 
 def whole_word_rewards(words, phrases):

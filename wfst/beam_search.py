@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .boost import check_reward
 from .config import FLOAT32_MAX, MAX_REWARD, PHRASE_REWARD, _int, usable_cores
 from .errors import BoostError, MissingFileError, OptionError, VocabularyError, interruptible
 from .files import split_fields
@@ -119,6 +120,10 @@ class CtcBeamDecoder:
                                   f"as for phrase rewards)")
         if lm_weight < 0:
             raise OptionError(f"lm_weight={lm_weight!r}: must be >= 0")
+        try:  # (checked when phrases came, at decode(): a decoder made with it would not run)
+            check_reward(phrase_reward, "phrase_reward")
+        except BoostError as e:
+            raise OptionError(str(e)) from None
         if device not in ("cpu", "cuda"):
             raise OptionError(f"device={device!r}: must be 'cpu' or 'cuda'")
         if num_threads is not None and not (_int(num_threads) and num_threads >= 1):
@@ -137,7 +142,11 @@ class CtcBeamDecoder:
         if word_boundary is not None and word_boundary == self.tokens.symbols[self.tokens.blank]:
             raise OptionError(f"word_boundary={word_boundary!r} is the blank; the boundary is a token between words")
         self.lm = None if lm is None else TokenLm(lm, self.tokens)
+        # The search's LM: none at weight 0 (0 x a -inf log-probability of the file was NaN, which
+        # dropped every extension through that n-gram instead of ignoring the LM).
+        self._lm_arrays = None if self.lm is None or lm_weight == 0 else self.lm.arrays
         self.spm, self.word_boundary, self.phrase_reward = spm, word_boundary, float(phrase_reward)
+        self._pieces = pieces
         self.settings = BeamSettings(np.int64(beam_size), np.float32(beam_threshold), np.int64(self.tokens.blank),
                                      np.float32(lm_weight), np.float32(token_insertion))
         self.num_threads = max(1, num_threads or usable_cores())
@@ -149,7 +158,7 @@ class CtcBeamDecoder:
         if device == "cuda":
             from .cuda_beam import CudaBeamSearch
 
-            self._gpu = CudaBeamSearch(self.lm.arrays if self.lm else None, self.tokens.num_columns)
+            self._gpu = CudaBeamSearch(self._lm_arrays, self.tokens.num_columns)
         self.stats = DecodeStats()
 
     def __repr__(self) -> str:
@@ -181,7 +190,7 @@ class CtcBeamDecoder:
     def phrase_automaton(self, phrases):
         """The Aho-Corasick automaton of phrases (a list, each rewarded phrase_reward, or a
         mapping phrase -> reward) over the model's tokens; None without phrases."""
-        from .boost import check_reward, phrase_automaton
+        from .boost import phrase_automaton
 
         if isinstance(phrases, Iterator):
             phrases = list(phrases)
@@ -194,9 +203,13 @@ class CtcBeamDecoder:
             if odd is not None:
                 raise BoostError(f"phrase {odd!r}: must be a string (phrases: a list of phrases, a mapping phrase "
                                  f"-> reward, or a list of those with one per utterance)")
-        # a phrase listed twice is one phrase (a mapping sums the rewards of phrases spelled alike)
-        items = phrases.items() if isinstance(phrases, Mapping) else ((p, self.phrase_reward)
-                                                                      for p in dict.fromkeys(phrases))
+        if self._pieces and self.spm is None and self.word_boundary is None:
+            raise BoostError("phrases on a sentencepiece token table need spm= (the model): spelled per character "
+                             "they matched inside other words and never the phrase's own '\u2581' pieces")
+        # a phrase listed twice, or spelled alike ("ab", " ab"), is one phrase; a mapping sums the
+        # rewards of phrases spelled alike
+        summed = isinstance(phrases, Mapping)
+        items = phrases.items() if summed else ((p, self.phrase_reward) for p in phrases)
         spelled: dict[tuple[int, ...], float] = {}
         for phrase, reward in items:
             if not isinstance(phrase, str) or not split_fields(phrase):
@@ -206,7 +219,7 @@ class CtcBeamDecoder:
                 key = tuple(tokenize(phrase, self.tokens, spm=self.spm, word_boundary=self.word_boundary))
             except OptionError as e:
                 raise BoostError(f"phrase {phrase!r} cannot be spelled with the model's tokens: {e}") from None
-            spelled[key] = spelled.get(key, 0.0) + float(reward)
+            spelled[key] = spelled.get(key, 0.0) + float(reward) if summed else float(reward)
         symbols = self.tokens.symbols
         if self.word_boundary is not None:  # whole words between word boundaries
             return phrase_automaton(spelled, separator=symbols.index(self.word_boundary))
@@ -226,6 +239,7 @@ class CtcBeamDecoder:
         from wfst.kernels import beam
 
         start = time.perf_counter()
+        self.stats = DecodeStats()  # (a call that raises leaves no figures of the one before)
         gpu = self._gpu
         x = gpu.to_batch(log_probs) if gpu else host_array(log_probs)
         lengths = check_batch(x, lengths, self.tokens.num_columns)
@@ -239,7 +253,7 @@ class CtcBeamDecoder:
         parts = [a for a in built.values() if a is not None]
         rows = {id(a): r for r, a in enumerate(parts)}
         pb = automata([a.automaton() for a in parts]) if parts else None
-        lm = None if self.lm is None else self.lm.arrays
+        lm = self._lm_arrays
         if gpu:
             row_of = np.array([rows[id(built[id(p)])] if p is not None and built[id(p)] is not None else -1
                                for p in per_utt], np.int32)

@@ -44,6 +44,7 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Callable, Sequence
@@ -102,17 +103,29 @@ class CellStore:
     def path(self, key: str) -> Path:
         return self.folder / (re.sub(r"[^A-Za-z0-9_.=+-]+", "__", key).strip("_") + ".json")
 
-    def load(self, key: str, settings: dict, *, with_time: bool = False):
+    def load(self, key: str, settings: dict, *, with_time: bool = False,
+             check: Callable[[object], str | None] | None = None):
         """The stored result of `key` if it was made with exactly `settings`, else None
-        (with `with_time`: (result, when it was finished) or None)."""
+        (with `with_time`: (result, when it was finished) or None).  `check(result)`: why a
+        stored result cannot be used (None: it can); such a cell is said and measured again."""
         p = self.path(key)
         try:
             data = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except FileNotFoundError:
             return None
+        except (OSError, ValueError) as e:
+            return self._damaged(p, f"unreadable ({e})")
         if not isinstance(data, dict) or data.get("settings") != _canonical(settings) or "result" not in data:
             return None
+        problem = check(data["result"]) if check else None
+        if problem:  # (a cell of an older result format, or edited: its blanks or a traceback in the tables)
+            return self._damaged(p, problem)
         return (data["result"], data.get("finished")) if with_time else data["result"]
+
+    @staticmethod
+    def _damaged(path: Path, why: str) -> None:
+        print(f"note: {path}: {why}; measured again", file=sys.stderr)
+        return None
 
     def save(self, key: str, settings: dict, result: dict) -> None:
         data = {"key": key, "settings": _canonical(settings), "result": _canonical(result),
@@ -120,14 +133,33 @@ class CellStore:
         write_text_atomic(self.path(key), json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
+# What every cell's result holds (_result), as numbers: a stored one without them is measured again.
+_RESULT_NUMBERS = {"wer": float, "errors": int, "words": int, "sub": int, "ins": int, "del": int, "seconds": float,
+                   "frames": int}
+
+
+def _result_problem(result) -> str | None:
+    """Why a stored result cannot be used (None: it can)."""
+    if not isinstance(result, dict):
+        return f"its result is a {type(result).__name__}, not an object"
+    for name, kind in _RESULT_NUMBERS.items():
+        v = result.get(name)
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and (
+            math.isfinite(v) and v >= 0 or name == "wer" and math.isnan(v) and result.get("words") == 0)
+        if not ok or (kind is int and not isinstance(v, int)):
+            return f"its result's {name} is {v!r}, not a number >= 0" if name in result else \
+                f"its result has no {name}"
+    return None
+
+
 class CellRunner:
     """Runs cells through a store, with one progress bar; counts what it ran and skipped."""
 
     def __init__(self, store: CellStore, total: int, *, progress: bool = True, force: bool = False,
-                 retime: bool = False, desc: str = ""):
+                 retime: bool = False, desc: str = "", check: Callable[[object], str | None] | None = None):
         from tqdm import tqdm
 
-        self.store, self.force, self.retime = store, force, retime
+        self.store, self.force, self.retime, self.check = store, force, retime, check
         self.ran = self.skipped = 0
         self.finished: list[str] = []  # when each cell was measured (ISO times)
         self.bar = tqdm(total=total, desc=desc, unit="cell", disable=not progress, file=sys.stderr,
@@ -136,7 +168,8 @@ class CellRunner:
     def __call__(self, key: str, settings: dict, compute: Callable[[], dict], *, timed: bool = False) -> dict:
         """The stored result of `key` made with `settings`, else compute() (stored).  `force`
         recomputes every cell; `retime` the timed ones only (speeds measured again, tuning kept)."""
-        stored = None if self.force or (self.retime and timed) else self.store.load(key, settings, with_time=True)
+        stored = None if self.force or (self.retime and timed) else self.store.load(key, settings, with_time=True,
+                                                                                    check=self.check)
         if stored is not None:
             result, when = stored
             self.skipped += 1
@@ -252,6 +285,9 @@ def run_experiment(out: str | os.PathLike, targets: Sequence[Target], systems: C
     """
     out = Path(out)
     store = CellStore(out / "cells")
+    # the emissions and jobs written for decoders in child processes: a temporary folder of this
+    # run's own (<out>/work, removed at the end, took a folder of the user's with it)
+    work = Path(tempfile.mkdtemp(prefix="wfst-compare-"))
     plan = []
     total = 0
     # Grouped by token set and profile: the topologies of a token set decode the same emissions.
@@ -262,10 +298,57 @@ def run_experiment(out: str | os.PathLike, targets: Sequence[Target], systems: C
             plan.append(((order[t.token_set], profile_i), t, profile, sys_list))
             total += sum((0 if s.tuned_like else len(s.grid_points())) + len(s.points) for s in sys_list)
     plan = [p[1:] for p in sorted(plan, key=lambda p: p[0])]
-    runner = CellRunner(store, total, progress=progress, force=force, retime=retime, desc=desc)
+    runner = CellRunner(store, total, progress=progress, force=force, retime=retime, desc=desc,
+                        check=_result_problem)
     rows, tuning_rows = [], []
     tuned: dict[tuple[str, str, str], dict] = {}
     emissions: dict[tuple[str, str], tuple[EmissionSet, EmissionSet]] = {}
+
+    def tune_and_test(s: System, t: Target, profile: str, dev: EmissionSet, test: EmissionSet, base: dict):
+        """Tune `s` on dev (or take the values of the system it is tuned like), then measure it on test."""
+        ident = s.identity()
+        # -- tune on dev
+        if s.tuned_like:
+            chosen = tuned.get((t.name, profile, s.tuned_like))
+            params = dict(chosen["params"]) if chosen else {}
+            dev_wer = chosen["dev_wer"] if chosen else None
+        elif s.grid:
+            # The grid, grown by a step where the best value is on its edge, until it is not.
+            grid = {k: list(v) for k, v in s.grid.items()}
+            results, done, steps = [], set(), {}
+            while True:
+                for gp in s.grid_points(grid):
+                    k = _fmt_params(gp)
+                    if k in done:
+                        continue
+                    done.add(k)
+                    settings = {"split": "dev", "emissions": dev.digest, "system": s.key,
+                                "identity": ident, "fixed": s.fixed, "point": s.tune_point, "params": gp}
+                    res = runner(f"{t.name}/{profile}/dev/{s.key}/{k}", settings,
+                                 lambda gp=gp: _result(dev, s.decode(dev, {**s.tune_point, **gp},
+                                                                     timed=False), code))
+                    results.append((gp, res))
+                    tuning_rows.append({**base, "split": "dev", "setting": _fmt_params(s.tune_point),
+                                        "params": k, **_brief(res)})
+                params, best = choose(results)
+                before = len(s.grid_points(grid))
+                if not grow_grid(grid, params, s.grid_kind, steps, s.max_extend):
+                    break
+                runner.grow(len(s.grid_points(grid)) - before)
+            dev_wer = best["wer"]
+        else:
+            params, dev_wer = {}, None
+        tuned[(t.name, profile, s.key)] = {"params": params, "dev_wer": dev_wer}
+        # -- measure on test
+        for point in s.points:
+            settings = {"split": "test", "emissions": test.digest, "system": s.key, "identity": ident,
+                        "fixed": s.fixed, "point": point, "params": params, "repeat": repeat}
+            res = runner(f"{t.name}/{profile}/test/{s.key}/{_fmt_params(point)}", settings,
+                         lambda point=point: _result(test, s.decode(test, {**point, **params}, timed=True,
+                                                                    repeat=repeat), code), timed=True)
+            rows.append({**base, "status": "ok", "setting": _fmt_params(point), "point": point,
+                         "tuned": _fmt_params(params), "params": params, "dev_wer": dev_wer, **res})
+
     try:
         for t, profile, sys_list in plan:
             key = (t.token_set, profile)
@@ -282,57 +365,22 @@ def run_experiment(out: str | os.PathLike, targets: Sequence[Target], systems: C
                 base = {"target": t.name, "token_set": t.token_set, "topology": t.topology, "profile": profile,
                         "system": s.key, "label": s.label, "family": s.family}
                 try:
-                    s.setup(t, out)
+                    s.setup(t, work)
                 except PeerUnavailable as e:
                     rows.append({**base, "status": f"not measured: {e}"})
                     runner.skip(n_cells)
                     continue
-                ident = s.identity()
-                # -- tune on dev
-                if s.tuned_like:
-                    chosen = tuned.get((t.name, profile, s.tuned_like))
-                    params = dict(chosen["params"]) if chosen else {}
-                    dev_wer = chosen["dev_wer"] if chosen else None
-                elif s.grid:
-                    # The grid, grown by a step where the best value is on its edge, until it is not.
-                    grid = {k: list(v) for k, v in s.grid.items()}
-                    results, done, steps = [], set(), {}
-                    while True:
-                        for gp in s.grid_points(grid):
-                            k = _fmt_params(gp)
-                            if k in done:
-                                continue
-                            done.add(k)
-                            settings = {"split": "dev", "emissions": dev.digest, "system": s.key,
-                                        "identity": ident, "fixed": s.fixed, "point": s.tune_point, "params": gp}
-                            res = runner(f"{t.name}/{profile}/dev/{s.key}/{k}", settings,
-                                         lambda gp=gp: _result(dev, s.decode(dev, {**s.tune_point, **gp},
-                                                                             timed=False), code))
-                            results.append((gp, res))
-                            tuning_rows.append({**base, "split": "dev", "setting": _fmt_params(s.tune_point),
-                                                "params": k, **_brief(res)})
-                        params, best = choose(results)
-                        before = len(s.grid_points(grid))
-                        if not grow_grid(grid, params, s.grid_kind, steps, s.max_extend):
-                            break
-                        runner.grow(len(s.grid_points(grid)) - before)
-                    dev_wer = best["wer"]
-                else:
-                    params, dev_wer = {}, None
-                tuned[(t.name, profile, s.key)] = {"params": params, "dev_wer": dev_wer}
-                # -- measure on test
-                for point in s.points:
-                    settings = {"split": "test", "emissions": test.digest, "system": s.key, "identity": ident,
-                                "fixed": s.fixed, "point": point, "params": params, "repeat": repeat}
-                    res = runner(f"{t.name}/{profile}/test/{s.key}/{_fmt_params(point)}", settings,
-                                 lambda point=point: _result(test, s.decode(test, {**point, **params}, timed=True,
-                                                                            repeat=repeat), code), timed=True)
-                    rows.append({**base, "status": "ok", "setting": _fmt_params(point), "point": point,
-                                 "tuned": _fmt_params(params), "params": params, "dev_wer": dev_wer, **res})
+                cells_before, first_row = runner.ran + runner.skipped, len(rows)
+                try:  # (a peer that fails while decoding, a worker that crashes: its row says why)
+                    tune_and_test(s, t, profile, dev, test, base)
+                except PeerUnavailable as e:
+                    del rows[first_row:]
+                    rows.append({**base, "status": f"not measured: {e}"})
+                    runner.skip(max(0, n_cells - (runner.ran + runner.skipped - cells_before)))
                 s.teardown()
     finally:
         runner.close()
-        shutil.rmtree(out / "work", ignore_errors=True)  # emissions written for child processes
+        shutil.rmtree(work, ignore_errors=True)
     return {"rows": rows, "tuning": tuning_rows, "ran": runner.ran, "skipped": runner.skipped,
             "measured": [min(runner.finished), max(runner.finished)] if runner.finished else None,
             "dev_utterances": len(dev_texts), "test_utterances": len(test_texts),
@@ -411,6 +459,17 @@ def csv_text(rows: Sequence[dict], keys: Sequence[str]) -> str:
 
 # --------------------------------------------------------------------------- plots
 
+def _plotted(rows: Sequence[dict], leave_out: Sequence[str] = ("greedy",)) -> list[dict]:
+    """The rows plot_wer_rtfx draws: measured, with a speed, of no family in `leave_out`."""
+    return [r for r in rows if r.get("status") == "ok" and r.get("rtfx") and r.get("family") not in leave_out]
+
+
+def _plot_link(rows: Sequence[dict]) -> str:
+    """results.md's link to wer_vs_rtfx.png, or why there is no plot."""
+    return "![WER vs RTFx](wer_vs_rtfx.png)" if _plotted(rows) else \
+        "(No WER vs RTFx plot: no measured decoder but greedy CTC, which the tables hold.)"
+
+
 def plot_wer_rtfx(rows: Sequence[dict], path: str | os.PathLike, *, line_key: str, title: str,
                   leave_out: Sequence[str] = ("greedy",)) -> None:
     """WER (%) against RTFx (log scale): one panel per (token set, profile), one line per `line_key`.
@@ -421,9 +480,10 @@ def plot_wer_rtfx(rows: Sequence[dict], path: str | os.PathLike, *, line_key: st
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
-    ok = [r for r in rows if r.get("status") == "ok" and r.get("rtfx") and r.get("family") not in leave_out]
+    ok = _plotted(rows, leave_out)
     panels = list(dict.fromkeys((r["token_set"], r["profile"]) for r in ok))
-    if not panels:
+    if not panels:  # (a plot left by an earlier run into this folder showed its decoders)
+        Path(path).unlink(missing_ok=True)
         return
     cols = len({p[1] for p in panels})
     nrows = math.ceil(len(panels) / cols)
@@ -703,8 +763,8 @@ def decoder_systems(quick: bool = False, venv: str | os.PathLike = PYCTCDECODE_V
                        tune_point=OURS_POINTS[0], points=pts, **_tuning(quick, "acoustic_scale", "blank_penalty")),
             OursSystem("ours-cpu1-top4", "ours, CPU, 1 thread, FLToP top-4", threads=1, tuned_like="ours-cpu1",
                        points=pts, fixed={"token_top_n": 4}),
-            OursSystem("ours-cpu", f"ours, CPU, {threads} threads", threads=None, tuned_like="ours-cpu1",
-                       points=pts[:1]),
+            OursSystem("ours-cpu", f"ours, CPU, {threads} thread{'s' if threads > 1 else ''}", threads=None,
+                       tuned_like="ours-cpu1", points=pts[:1]),
             OursSystem("ours-cuda", "ours, CUDA", device="cuda", tuned_like="ours-cpu1", points=pts),
             KaldiSystem("kaldi", "Kaldi FasterDecoder (1 thread)", grid=ours_grid(quick), tune_point=OURS_POINTS[0],
                         points=pts, **_tuning(quick, "acoustic_scale", "blank_penalty")),
@@ -883,14 +943,14 @@ def compare_topologies(out: str | os.PathLike, targets: Sequence[Target], *, dev
           "blank_penalty is the cost of each blank frame, the word-insertion knob of a TLG search).",
           "- Graphs: built from the same ARPA and word list for each token set; "
           + ("each from scratch (its own cache), so build seconds compare." if cold else
-             "some stages were taken from a cache shared by a token set's topologies, so their build seconds "
-             "count only the stages they ran."),
+             "some stages were taken from a cache of an earlier build, so their build seconds count only the "
+             "stages they ran (graphs.csv: cold_build)."),
           "", "## Graphs", "", markdown_table(list(graphs.values()), graph_cols), "",
           "## Tuned on dev", "", markdown_table(_tuned_rows(res), TUNED_COLUMNS, label_columns=3), "",
           f"## Test, at {ref}", "", markdown_table(summary, main_cols, label_columns=3), "",
           "## Test, every setting", "", markdown_table(rows, main_cols, label_columns=3), "",
           "## Goal: compact WER ≤ normal WER at equal speed", "", *topology_goal(rows), "",
-          "![WER vs RTFx](wer_vs_rtfx.png)", "", "![graph sizes](graph_size.png)"]
+          _plot_link(rows), "", "![graph sizes](graph_size.png)"]
     write_results(out, title="compare-topologies: normal, compact and minimal CTC topologies",
                   markdown="\n".join(md), rows=rows, tuning=res["tuning"], run_info=run_info,
                   extra_csv={"graphs.csv": csv_text(list(graphs.values()), list(next(iter(graphs.values()))))})
@@ -942,7 +1002,7 @@ def compare_decoders(out: str | os.PathLike, targets: Sequence[Target], *, dev_t
           "scored by the word LM at word ends.", "",
           *decoder_goals(rows, ["ours-beam"], ["flashlight-lexicon-free", "pyctcdecode"]),
           *oov_goal(rows, "ours-beam", "ours-cpu1"), "",
-          "![WER vs RTFx](wer_vs_rtfx.png)"]
+          _plot_link(rows)]
     write_results(out, title="compare-decoders: our decoder and its peers on the same emissions",
                   markdown="\n".join(md), rows=rows, tuning=res["tuning"], run_info=run_info)
     _plots(out, lambda: plot_wer_rtfx(rows, Path(out) / "wer_vs_rtfx.png", line_key="label",

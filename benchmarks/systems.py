@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 import wfst
+from wfst.config import usable_cores
 from wfst.files import sha256_file
 from wfst.memory import PeakMemory, rss_mb
 from wfst.synthetic import detokenize, greedy_ctc
@@ -152,7 +153,8 @@ class System:
 
     def setup(self, target: Target, workdir: Path | None) -> None:
         """Load what the system needs for `target`; raise PeerUnavailable if it cannot run.
-        `workdir`: where it may write files (None: a temporary folder of its own)."""
+        `workdir`: a scratch folder it may write files in, removed after the run (None: a
+        temporary folder of its own)."""
 
     def identity(self) -> dict:
         """What, besides the settings, decides this system's output (versions)."""
@@ -199,7 +201,10 @@ class OursSystem(System):
     def __init__(self, key, label, *, device: str = "cpu", threads: int | None = 1, batch_size: int = 64, **kw):
         super().__init__(key, label, **kw)
         self.device, self.threads, self.batch_size = device, threads, batch_size
-        self.fixed.update(device=device, batch_size=batch_size, **({"threads": threads} if device == "cpu" else {}))
+        # the thread count used, not None: a cell of all cores is measured again on a machine (or
+        # under a taskset) of another count, not reused under its label
+        self.fixed.update(device=device, batch_size=batch_size,
+                          **({"threads": threads or usable_cores()} if device == "cpu" else {}))
 
     def setup(self, target, workdir):
         if self.device == "cuda":
@@ -471,7 +476,7 @@ class PyctcdecodeSystem(System):
         self.workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="wfst-bench-"))
         self.decoder = PyctcdecodeDecoder(self.venv, target.arpa, pyctcdecode_labels(g.tokens, target.word_boundary),
                                           words, python=python,
-                                          workdir=self.workdir / "work" / f"pyctcdecode-{target.name}")
+                                          workdir=self.workdir / f"pyctcdecode-{target.name}")
         self.fixed["lm"] = sha256_file(target.arpa)[:20]
         self.fixed["unigrams"] = len(words)
         self.target_name = target.name
@@ -482,5 +487,5 @@ class PyctcdecodeSystem(System):
     def decode(self, em, params, *, timed, repeat=1):
         s = PyctcdecodeSettings(**{k: v for k, v in {**self.fixed, **params}.items()
                                    if k in {f.name for f in dataclasses.fields(PyctcdecodeSettings)}})
-        npz = em.npz or write_emissions_npz(em, self.workdir / "work" / "emissions")
+        npz = em.npz or write_emissions_npz(em, self.workdir / "emissions")
         return self.decoder.decode(npz, s, repeat=repeat)

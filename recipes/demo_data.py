@@ -1,6 +1,7 @@
 """The demo's data (recipes/demo/data) for every recipe: its files, token sets and sentences."""
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -66,4 +67,7 @@ def build_apart(out: Path, topology: str, cache_dir: Path, lm: Path = LM, **toke
         from wfst.errors import GraphBuildError
 
         raise GraphBuildError(f"building {out} failed (wfst-make-graph said why, above)")
+    # The graph's own cache serves only a rebuild of this graph, whose build seconds would then
+    # miss the cached stages: dropped, so that every build of it is from scratch.
+    shutil.rmtree(cache_dir, ignore_errors=True)
     return out

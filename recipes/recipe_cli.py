@@ -66,9 +66,13 @@ def check_json(ap: argparse.ArgumentParser, path) -> None:
 
 
 def check_folder(ap: argparse.ArgumentParser, option: str, path) -> None:
-    """An output folder (made if missing) must not be a file: say now, not after the work."""
+    """An output folder (made if missing) must be one that can be made and written: say now,
+    not after the work (a folder below a file was found out after six graph builds)."""
     if Path(path).exists() and not Path(path).is_dir():
         ap.error(f"argument {option}: {path} is a file, not a folder")
+    problem = why_unwritable(Path(path) / "file", make_parents=True)
+    if problem:
+        ap.error(f"argument {option}: cannot write in {path}: {problem}")
 
 
 def check_graphs(ap: argparse.ArgumentParser, graphs, names) -> None:

@@ -245,6 +245,9 @@ RECIPES = Path(__file__).resolve().parent.parent / "recipes"
     (["compare_topologies.py", "--test-sentences", "-275"], "argument --test-sentences: must be >= 1, got -275"),
     (["bench_graph.py", "--topologies", "compact,fo"], "argument --topologies: unknown 'fo'"),
     (["bench_graph.py", "--out", "README.md"], "argument --out: README.md is a file, not a folder"),  # (a traceback)
+    # (found out after the six graph builds)
+    (["compare_topologies.py", "--out", "README.md/sub"], "argument --out: cannot write in README.md/sub: README.md "
+                                                          "is not a directory"),
     (["bench_stream.py", "--chunk-ms", "150,170"], "argument --chunk-ms: 150 and 170 are both fed as 4 frames"),
     (["bench_beam_search.py", "--beam-sizes", "2", "2"], "argument --beam-sizes: 2 given twice"),
     (["bench_beam_search.py", "--lm-weights", "nan"], "argument --lm-weights: must be numbers in [0, 10000]"),

@@ -49,6 +49,65 @@ def test_cell_store_returns_a_result_only_for_the_same_settings(tmp_path):
     assert store.load("dev/x", settings) is None
 
 
+def test_a_stored_result_without_its_numbers_is_measured_again(tiny_target, tmp_path, capsys):
+    """A cell of an older result format, or edited: a test cell without its WER printed "-", a
+    dev cell's raised a KeyError in the tuning, a null result an AttributeError."""
+    calls = []
+
+    def make(target):
+        return [FakeSystem("fake", "a fake decoder", grid={"param": [1, 2, 3]}, points=[{"beam": 9}], calls=calls)]
+
+    kw = dict(dev_texts=TEXTS[:2], test_texts=TEXTS, profiles=["demo"], progress=False, repeat=1)
+    first = compare.run_experiment(tmp_path / "out", [tiny_target], make, **kw)
+    cells = sorted((tmp_path / "out" / "cells").iterdir())
+    assert len(cells) == 4  # (3 dev cells, then the test cell)
+    for path, damage in zip([cells[0], cells[1], cells[3]], ("wer", None, "seconds")):
+        data = json.loads(path.read_text())
+        if damage is None:
+            data["result"] = None
+        else:
+            data["result"][damage] = "0.5"
+        path.write_text(json.dumps(data))
+    calls.clear()
+    capsys.readouterr()
+    again = compare.run_experiment(tmp_path / "out", [tiny_target], make, **kw)
+    assert len(calls) == 3 and again["ran"] == 3 and again["rows"][0]["wer"] == first["rows"][0]["wer"]
+    err = capsys.readouterr().err
+    assert err.count("; measured again") == 3 and "its result is a NoneType, not an object" in err
+    assert "its result's wer is '0.5', not a number >= 0" in err
+
+
+def test_a_peer_failing_while_it_decodes_gets_a_row_and_the_run_goes_on(tiny_target, tmp_path):
+    """A worker that crashed in decode() (not in setup) ended the whole run with no results;
+    and a folder named work in --out, the user's, was removed at the end."""
+    (tmp_path / "out" / "work").mkdir(parents=True)
+    (tmp_path / "out" / "work" / "notes.txt").write_text("mine")
+
+    class Crashing(FakeSystem):
+        def decode(self, em, params, *, timed, repeat=1):
+            if params.get("param") == 2:
+                raise PeerUnavailable("its worker failed (exit 139)")
+            return super().decode(em, params, timed=timed, repeat=repeat)
+
+    calls = []
+    res = compare.run_experiment(
+        tmp_path / "out", [tiny_target],
+        lambda t: [Crashing("crash", "a crashing peer", grid={"param": [1, 2]}, points=[{"beam": 9}], calls=calls),
+                   FakeSystem("fake", "a fake decoder", grid={"param": [2, 3]}, points=[{"beam": 9}], calls=calls)],
+        dev_texts=TEXTS[:2], test_texts=TEXTS, profiles=["demo"], progress=False, repeat=1)
+    rows = {r["system"]: r for r in res["rows"]}
+    assert rows["crash"]["status"] == "not measured: its worker failed (exit 139)" and len(res["rows"]) == 2
+    assert rows["fake"]["status"] == "ok" and rows["fake"]["tuned"] == "param=2"
+    assert (tmp_path / "out" / "work" / "notes.txt").read_text() == "mine"
+
+
+def test_ours_on_every_core_is_keyed_by_its_thread_count(tiny_target):
+    """threads=None was the key: a cell of 2 threads was reused under a taskset of 1 and labelled "1 threads"."""
+    assert systems.OursSystem("x", "x", threads=None).fixed["threads"] == usable_cores()
+    label = next(s.label for s in compare.decoder_systems(True, "v", None)(tiny_target) if s.key == "ours-cpu")
+    assert label == f"ours, CPU, {usable_cores()} thread" + ("s" if usable_cores() > 1 else "")
+
+
 def test_cell_runner_skips_finished_cells(tmp_path):
     store = compare.CellStore(tmp_path)
     calls = []
@@ -338,6 +397,18 @@ def test_compare_decoders_end_to_end_on_the_tiny_graph(tiny_target, tmp_path):
                                      quick=True, repeat=1, progress=False, include=include,
                                      venv=tmp_path / "no-venv", code=code)
     assert again["ran"] == 0 and again["skipped"] == res["ran"]
+
+
+def test_a_run_with_nothing_to_plot_leaves_no_plot_of_an_earlier_run(tiny_target, tmp_path):
+    """The earlier run's wer_vs_rtfx.png stayed, and the new results.md linked to it."""
+    kw = dict(dev_texts=TEXTS[:2], test_texts=TEXTS[:2], profiles=["peaky"], quick=True, repeat=1, progress=False,
+              venv=tmp_path / "no-venv")
+    out = tmp_path / "results"
+    compare.compare_decoders(out, [tiny_target], include=["ours-cpu1"], **kw)
+    assert (out / "wer_vs_rtfx.png").is_file() and "![WER vs RTFx](wer_vs_rtfx.png)" in (out / "results.md").read_text()
+    compare.compare_decoders(out, [tiny_target], include=["greedy"], **kw)
+    md = (out / "results.md").read_text()
+    assert not (out / "wer_vs_rtfx.png").exists() and "wer_vs_rtfx.png" not in md and "(No WER vs RTFx plot" in md
 
 
 def test_compare_topologies_end_to_end_on_the_tiny_graphs(tiny, tmp_path):

@@ -264,7 +264,8 @@ def grow_grid(grid: dict[str, list], best: dict, kinds: dict[str, str], steps: d
 
 
 def choose(tuning: list[tuple[dict, dict]]) -> tuple[dict, dict] | None:
-    """The (params, result) with the lowest dev WER; ties go to the first in grid order."""
+    """The (params, result) with the lowest dev WER; ties go to the first tried (a grown grid's
+    new values come after the first grid's)."""
     best = None
     for params, res in tuning:
         if best is None or res["wer"] < best[1]["wer"]:
@@ -958,7 +959,7 @@ def compare_topologies(out: str | os.PathLike, targets: Sequence[Target], *, dev
                                       title=_smoke("Topologies: WER vs speed (ours, CPU, 1 thread; SYNTHETIC "
                                                    "emissions)", run_info)),
            lambda: plot_graph_sizes(list(graphs.values()), Path(out) / "graph_size.png",
-                                    title="TLG size per topology"))
+                                    title=_smoke("TLG size per topology", run_info)))
     res.update(rows=rows, graphs=graphs, markdown="\n".join(md), run_info=run_info)
     return res
 

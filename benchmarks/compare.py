@@ -24,7 +24,7 @@ recipe passes it in (``code=``): nothing here runs git.
 
 **Tuning.** Each system's LM weight and word-insertion knob are chosen on the dev split
 (``recipes/demo/data/dev.txt``): every combination of its grid is decoded at the system's
-tuning setting and the lowest dev WER wins (ties: the first in grid order).  Test-split
+tuning setting and the lowest dev WER wins (ties: the first tried).  Test-split
 cells then use those values at every beam setting; the test split is never used to
 choose anything.
 

@@ -280,8 +280,12 @@ def _beam_search_main(ap, args) -> int:
 def as_options(message: str, names: list[str]) -> str:
     """A library error about keyword arguments, said with the command's option names
     ("beam_size=0: must be ..." -> "argument --beam-size=0: must be ...")."""
-    pattern = re.compile(r"\b(" + "|".join(sorted(names, key=len, reverse=True)) + r")\b")
-    message = pattern.sub(lambda m: "--" + ("threads" if m[1] == "num_threads" else m[1].replace("_", "-")), message)
+    # a name of one word ("beam") only where it is set ("beam=16"): elsewhere it is the word
+    # (the lattice's "a smaller beam" read "a smaller --beam")
+    named = "|".join(re.escape(n) + (r"\b" if "_" in n else r"(?==)") for n in sorted(names, key=len, reverse=True))
+    message = re.sub(r"\b(" + named + ")", lambda m: "--" + ("threads" if m[1] == "num_threads" else
+                                                              m[1].replace("_", "-")), message)
+    message = re.sub(r"\bNone(?: \([^)]*\))? or ", "", message)  # (no option value is None: leave it out)
     return "argument " + message if message.startswith("--") else message
 
 

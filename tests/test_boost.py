@@ -103,7 +103,7 @@ def test_word_cost_vectors_hold_each_utterances_map(tiny_graph):
 
     g, _ = tiny_graph
     shared = {"ab": 1.5, "ba": -0.5}
-    tables = boost_tables([shared, None, shared, {"ab": 2.0}], 4, g.words, beam=20.0)
+    tables = boost_tables([shared, None, shared, {"ab": 2.0}], 4, g, beam=20.0)
     ids = g.words.ids()
     costs = [tables.word_costs(b, len(g.words)) for b in range(4)]
     assert costs[0] is costs[2] and [tables.boosted(b) for b in range(4)] == [True, False, True, True]
@@ -111,12 +111,65 @@ def test_word_cost_vectors_hold_each_utterances_map(tiny_graph):
     expected[ids["ab"]], expected[ids["ba"]] = -1.5, 0.5
     assert (costs[0] == expected).all() and not costs[1].any()
     assert np.flatnonzero(costs[3]).tolist() == [ids["ab"]] and costs[3][ids["ab"]] == -2.0
-    assert not tables.batch_wide() and boost_tables(shared, 3, g.words, beam=20.0).batch_wide()
-    assert not boost_tables([shared, dict(shared)], 2, g.words, beam=20.0).batch_wide()  # another mapping
+    assert not tables.batch_wide() and boost_tables(shared, 3, g, beam=20.0).batch_wide()
+    assert not boost_tables([shared, dict(shared)], 2, g, beam=20.0).batch_wide()  # another mapping
     # the bulk check of plain words (Python numbers) and the full one (NumPy numbers) agree
-    bulk = boost_tables({"ab": 1.5, "ba": -0.5, "abc": 0}, 1, g.words, beam=20.0).maps[0]
-    full = boost_tables({"ab": np.float64(1.5), "ba": -0.5, "abc": 0}, 1, g.words, beam=20.0).maps[0]
+    bulk = boost_tables({"ab": 1.5, "ba": -0.5, "abc": 0}, 1, g, beam=20.0).maps[0]
+    full = boost_tables({"ab": np.float64(1.5), "ba": -0.5, "abc": 0}, 1, g, beam=20.0).maps[0]
     assert bulk == full == {ids["ab"]: -1.5, ids["ba"]: 0.5, ids["abc"]: 0.0}
+
+
+def test_rewards_of_keys_spelled_alike_are_checked_as_their_sum(tiny_graph):
+    """Each key was checked alone: {"ab": 6000, " ab": 6000} gave a reward of 12,000 (above the
+    float32 limit refused for one key), and two rewards of 6 at beam 20 no half-beam warning."""
+    from wfst.boost import boost_tables
+
+    g, _ = tiny_graph
+    with pytest.raises(BoostError, match=r"utterance 0: boost of 'ab' \+ ' ab': reward 12000 is above 10000"):
+        boost_tables({"ab": 6000, " ab": 6000}, 1, g, beam=20.0)
+    with pytest.raises(BoostError, match=r"boost of 'ab ba' \+ 'ab  ba': reward 12000 is above"):
+        boost_tables({"ab ba": 6000, "ab  ba": 6000}, 1, g, beam=20.0)
+    with pytest.warns(UserWarning, match=r"boost 12.0 for 'ab' \+ ' ab' is more than half the beam \(20.0\)"):
+        tables = boost_tables({"ab": 6.0, " ab": 6.0}, 1, g, beam=20.0)
+    assert tables.maps[0] == {g.words.ids()["ab"]: -12.0}
+
+
+def test_boosts_of_a_sequence_that_makes_its_mappings_on_access_stay_with_their_utterances(tiny_graph):
+    """The mappings were told apart by id() without being held: a freed one's id came back for
+    the next, and utterance 2 got utterance 0's boost, silently."""
+    from collections.abc import Sequence
+
+    from wfst.boost import boost_tables
+
+    g, _ = tiny_graph
+
+    class Made(Sequence):
+        words = ["ab", "ba", "cab"]
+
+        def __len__(self):
+            return 3
+
+        def __getitem__(self, i):
+            return {self.words[i]: 2.0}
+
+    ids = g.words.ids()
+    assert boost_tables(Made(), 3, g, beam=20.0).maps == tuple({ids[w]: -2.0} for w in Made.words)
+
+
+def test_words_no_arc_outputs_are_unknown(tiny, tmp_path):
+    """words.txt holds the LM's words that the lexicon does not spell (and <unk>): no path has
+    them, and a boost of one changed nothing, silently."""
+    (tmp_path / "lexicon.txt").write_text("a a\nab a b\nba b a\nabc a b c\n")  # no "cab"
+    r = compile_graph(tmp_path / "g", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa",
+                      lexicon=tmp_path / "lexicon.txt", word_boundary="|", topology="compact", progress=False)
+    g = wfst.load_graph(r.directory)
+    assert "cab" in g.words.ids() and "<unk>" in g.words.ids()
+    dec = Decoder(g, beam=16.0)
+    x = random_log_probs(0, 1, 12, g.tokens.num_columns)
+    with pytest.warns(UserWarning, match=r"2 boosted word\(s\) or phrase\(s\) are not in the graph's vocabulary"):
+        got = dec.decode(x, boost={"cab": 3.0, "<unk>": 3.0, "ab": 1.0})
+    assert dec.stats.boost_unknown == ((0, "cab"), (0, "<unk>"))
+    assert got == dec.decode(x, boost={"ab": 1.0})
 
 
 def test_hash_maps_hold_each_utterances_map(tiny_graph):
@@ -127,7 +180,7 @@ def test_hash_maps_hold_each_utterances_map(tiny_graph):
 
     g, _ = tiny_graph
     maps = [{"ab": 1.5, "ba": -0.5, "abc": 2.0}, None, {"cab": 4.0}]
-    tables = boost_tables(maps, 3, g.words, beam=20.0)
+    tables = boost_tables(maps, 3, g, beam=20.0)
     keys, costs, bits = tables.hash_maps([2, 0, 1, 0])
     for r, b in enumerate([2, 0, 1, 0]):
         got = [boost_cost(keys[r], costs[r], bits[r], w) for w in range(len(g.words))]
@@ -178,8 +231,8 @@ def test_boosting_absent_words_changes_little(char_graph):
 
 def test_boosting_a_word_no_arc_outputs_changes_nothing(tiny, tmp_path):
     """A word of words.txt that the graph never outputs (an LM word the lexicon cannot spell,
-    listed last) may be boosted: per utterance, batch-wide and in a stream (its cost vector
-    held too few words: an IndexError)."""
+    listed last) may be boosted, reported as unknown: per utterance, batch-wide and in a stream
+    (its cost vector held too few words: an IndexError)."""
     r = compile_graph(tmp_path / "g", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=tiny / "lexicon.txt",
                       word_boundary="|", topology="compact")
     words = r.directory / "words.txt"
@@ -189,7 +242,10 @@ def test_boosting_a_word_no_arc_outputs_changes_nothing(tiny, tmp_path):
     x = random_log_probs(4, batch=2, frames=6, columns=5)
     dec = Decoder(g, beam=8.0)
     plain = dec.decode(x)
-    assert dec.decode(x, boost={"zebra": 2.0, "ab": 1.0}) == dec.decode(x, boost={"ab": 1.0})
+    with pytest.warns(UserWarning, match="'zebra'"):
+        boosted = dec.decode(x, boost={"zebra": 2.0, "ab": 1.0})
+    assert dec.stats.boost_unknown == ((0, "zebra"), (1, "zebra"))
+    assert boosted == dec.decode(x, boost={"ab": 1.0})
     assert dec.decode(x, boost=[{"zebra": 2.0}, None]) == plain
     s = dec.stream(boost={"zebra": 2.0})
     dec.advance([s], [x[0]])

@@ -26,6 +26,7 @@ import math
 import numbers
 import warnings
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numba import njit
@@ -36,7 +37,9 @@ from wfst.kernels.constants import EMPTY_KEY
 from .config import MAX_REWARD
 from .errors import BoostError, user_stacklevel
 from .files import split_fields
-from .symbols import WordTable
+
+if TYPE_CHECKING:
+    from .graph import Graph
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,9 +105,10 @@ class BoostTables:
         return self._dense[id(m)]
 
 
-def boost_tables(boost, batch: int, words: WordTable | None, beam: float, *, stream: bool = False) -> BoostTables:
+def boost_tables(boost, batch: int, graph: Graph, beam: float, *, stream: bool = False) -> BoostTables:
     """Validate `boost` (None, one mapping for the batch, or one mapping or None per
-    utterance) and build the per-utterance maps (stream: of one stream, which messages name)."""
+    utterance) and build the per-utterance maps (stream: of one stream, which messages name).
+    A word no arc of `graph` outputs is unknown, as one words.txt lacks."""
     if boost is None:
         per_utt: Sequence = [None] * batch
     elif isinstance(boost, Mapping):
@@ -112,11 +116,10 @@ def boost_tables(boost, batch: int, words: WordTable | None, beam: float, *, str
     elif isinstance(boost, Sequence) and not isinstance(boost, str):
         if len(boost) != batch:
             raise BoostError(f"boost has {len(boost)} entries but the batch has {batch} utterances")
-        per_utt = boost
+        per_utt = list(boost)  # (held: the mappings are told apart by id, which a freed one's successor reuses)
     else:
         raise BoostError(f"boost must be a mapping word -> reward, or one per utterance; got {type(boost).__name__}")
-    wanted = words is not None and any(m is not None for m in per_utt)
-    ids = words.ids() if wanted else {}
+    ids = graph.output_word_ids if any(m is not None for m in per_utt) else {}
     unknown, maps, built, automata = [], [], {}, []
     for b, m in enumerate(per_utt):
         if m is None:
@@ -129,7 +132,7 @@ def boost_tables(boost, batch: int, words: WordTable | None, beam: float, *, str
         if id(m) not in built and (known := _plain_words(m, ids, beam)) is not None:
             built[id(m)] = (known, [], NO_PHRASES)
         if id(m) not in built:  # one mapping shared by many utterances is checked once
-            known, missing, phrases = {}, [], {}
+            known, missing, phrases, keys = {}, [], {}, {}
             for word, reward in m.items():
                 if not isinstance(word, str):
                     raise BoostError(f"{where}: boost keys must be words or phrases (str); got {word!r}")
@@ -142,15 +145,18 @@ def boost_tables(boost, batch: int, words: WordTable | None, beam: float, *, str
                 if any(w not in ids or w in _NOT_WORDS for w in parts):
                     missing.append(word)
                     continue
+                key = tuple(ids[w] for w in parts)
+                phrases[key] = phrases.get(key, 0.0) + float(reward)
+                keys.setdefault(key, []).append(word)
+            for key, reward in phrases.items():  # (keys spelled alike, " ab" and "ab", are one: their sum)
+                names = " + ".join(map(repr, keys[key]))
+                if len(keys[key]) > 1:
+                    check_reward(reward, f"{where}: boost of {names}")
                 if reward > beam / 2:
-                    warnings.warn(f"boost {reward} for {word!r} is more than half the beam ({beam}); it can push "
+                    warnings.warn(f"boost {reward} for {names} is more than half the beam ({beam}); it can push "
                                   f"better paths out of the beam", stacklevel=user_stacklevel())
-                if len(parts) == 1:
-                    i = ids[parts[0]]
-                    known[i] = known.get(i, 0.0) - float(reward)
-                else:
-                    key = tuple(ids[w] for w in parts)
-                    phrases[key] = phrases.get(key, 0.0) + float(reward)
+            known = {key[0]: 0.0 - reward for key, reward in phrases.items() if len(key) == 1}
+            phrases = {key: reward for key, reward in phrases.items() if len(key) > 1}
             built[id(m)] = (known, missing, phrase_automaton(phrases))
         known, missing, automaton = built[id(m)]
         unknown += [(b, w) for w in missing]
@@ -162,7 +168,7 @@ def boost_tables(boost, batch: int, words: WordTable | None, beam: float, *, str
         listed = "Stream.boost_unknown" if stream else "Decoder.stats.boost_unknown"
         warnings.warn(f"{len(distinct)} boosted word(s) or phrase(s) are not in the graph's vocabulary and are ignored "
                       f"(listed in {listed}): {shown}", stacklevel=user_stacklevel())
-    return BoostTables(tuple(unknown), tuple(maps), tuple(automata), len(words or ()))
+    return BoostTables(tuple(unknown), tuple(maps), tuple(automata), len(graph.words or ()))
 
 
 @njit(cache=True)

@@ -238,7 +238,7 @@ class Decoder:
                               f"path only so far; stream on device='cpu', or without lattice_beam")
         if endpoint is not None and not isinstance(endpoint, EndpointConfig):
             raise OptionError(f"endpoint must be a wfst.EndpointConfig or None; got {type(endpoint).__name__}")
-        boosts = boost_tables(None if boost is None else [boost], 1, self.graph.words, self.config.beam, stream=True)
+        boosts = boost_tables(None if boost is None else [boost], 1, self.graph, self.config.beam, stream=True)
         c = self.config
         need = self._backend.stream_bytes(self._capacity, c)
         available = self._room_to_open(need)
@@ -429,7 +429,7 @@ class Decoder:
 
         x = self._backend.to_batch(log_probs)
         lengths = check_batch(x, lengths, self.graph.tokens.num_columns)
-        boosts = boost_tables(boost, len(lengths), self.graph.words, self.config.beam)
+        boosts = boost_tables(boost, len(lengths), self.graph, self.config.beam)
         if self._searched_lm is not None:
             for b, automaton in enumerate(boosts.phrases):
                 if self._searched_lm.big.num_states * automaton.num_states >= 2**31:

@@ -15,6 +15,7 @@ Emitting arcs of state s are ``[e_indptr[s], e_indptr[s+1])``, non-emitting arcs
 from __future__ import annotations
 
 import dataclasses
+import functools
 import glob
 import hashlib
 import json
@@ -69,6 +70,16 @@ class Graph:
     @property
     def num_emitting_arcs(self) -> int:
         return int(self.ne_indptr[0])
+
+    @functools.cached_property
+    def output_word_ids(self) -> dict[str, int]:
+        """word -> id of the words some arc outputs: words.txt also holds the LM's words that no
+        lexicon entry spells, which no path can hold (a boost of one changes nothing)."""
+        if self.words is None:
+            return {}
+        out = np.zeros(len(self.words) + 1, bool)
+        out[self.olabel[(self.olabel > 0) & (self.olabel < len(self.words))]] = True
+        return {w: i for i, w in enumerate(self.words.symbols) if w and out[i]}
 
     def arcs(self, state: int, emitting: bool = True) -> range:
         indptr = self.e_indptr if emitting else self.ne_indptr

@@ -228,7 +228,7 @@ def test_detokenize_inverts_tokenize(demo):
     (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
     (["--stream", "--chunk-ms", "10"], "--chunk-ms: must be a finite number of ms, at least one frame (40 ms)"),
     (["--stream", "--chunk-ms", "inf"], "--chunk-ms: must be a finite number of ms"),  # was an OverflowError
-    (["--stream", "--chunk-ms", "1e308", "--frame-ms", "1e-300"], "--chunk-ms: must be a finite number of ms"),
+    (["--stream", "--chunk-ms", "1e308", "--frame-ms", "0.001"], "--chunk-ms: must be a finite number of ms"),
     # (no "None (no lattice) or": an option is never None; "a smaller beam" is the lattice's, not --beam)
     (["--lattice-beam", "0"], "--lattice-beam=0.0: must be a finite number >= 0.1 (float32 path costs round by more "
                               "than a smaller beam on"),
@@ -278,6 +278,69 @@ def test_decode_cli_never_writes_over_its_inputs(tiny_setup, tmp_path, capsys):
     assert em.read_bytes() == before and refs.read_text() == "ab\n" * 7
 
 
+def test_decode_cli_refuses_outputs_in_the_graph_directory_and_frames_it_cannot_time(tiny_setup, tmp_path, capsys):
+    """--output g/words.txt broke the graph; --frame-ms 1e-320 ended in a traceback after the decode."""
+    graph, em, _ = tiny_setup
+    words = (graph / "words.txt").read_bytes()
+    for options, message in ((["--output", str(graph / "words.txt")], "--output: .*words.txt is in the --graph"),
+                             (["--ctm", str(graph / "new.ctm")], "--ctm: .*new.ctm is in the --graph directory"),
+                             (["--frame-ms", "1e-320"], r"--frame-ms: must be a number of milliseconds in \[0.001, "),
+                             (["--frame-ms", "1e300"], "--frame-ms: must be a number of milliseconds")):
+        with pytest.raises(SystemExit) as e:
+            decode_main(["--graph", str(graph), "--emissions", str(em), *options])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err.count("\n") == 1 and re.search(message, err), err
+    assert (graph / "words.txt").read_bytes() == words
+
+
+@pytest.mark.parametrize("mode", ["batches", "streams"])
+def test_decode_cli_names_the_files_utterance_and_frame(tiny_setup, tmp_path, capsys, mode):
+    """A NaN in utterance 3 at frame 5 read "utterance 1" with --batch-size 2, "stream 0: chunk
+    frame 1" in streams; a dead utterance 3 was "utterance 1" too."""
+    graph, em, _ = tiny_setup
+    d = synthetic.load_npz(em)
+    x = d.log_probs.copy()
+    x[3, 5, 2] = np.nan
+    synthetic.save_npz(tmp_path / "nan.npz", x, d.lengths, d.texts)
+    stream = ["--stream", "--chunk-ms", "160"] if mode == "streams" else []
+    argv = ["--graph", str(graph), "--batch-size", "2", "--quiet", *stream]
+    assert decode_main([*argv, "--emissions", str(tmp_path / "nan.npz")]) == 2
+    assert capsys.readouterr().err.startswith(f"wfst-decode: error: {tmp_path / 'nan.npz'}: utterance 3: log_probs at "
+                                              f"frame 5 has NaN or +inf")
+    x, lengths = d.log_probs.copy(), d.lengths.copy()
+    x[3, :4] = -np.inf  # a b c b: no word holds "cb", and words are parted by "|"
+    x[3, np.arange(4), [2, 3, 4, 3]] = 0.0
+    lengths[3] = 4
+    synthetic.save_npz(tmp_path / "dead.npz", x, lengths, d.texts)
+    assert decode_main([*argv, "--emissions", str(tmp_path / "dead.npz")]) == 0
+    err = capsys.readouterr().err
+    assert "warning: 1 utterance(s) have no path through all their frames (utterance 3)" in err and err.count(
+        "no path") == 1, err
+
+
+def test_decode_cli_writes_its_files_before_stdout_and_through_links(tiny_setup, tmp_path):
+    """| head closed stdout before --output and --ctm were written: both lost. A symlink (to a
+    file, or /proc/self/fd/1) was replaced by a file; a file replaced lost its mode."""
+    graph, em, texts = tiny_setup
+    out, ctm = tmp_path / "o.txt", tmp_path / "o.ctm"
+    p = subprocess.Popen([sys.executable, "-m", "wfst.cli", "--graph", str(graph), "--emissions", str(em),
+                          "--output", str(out), "--ctm", str(ctm)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()
+    p.stderr.read()
+    assert p.wait(timeout=120) == 141 and out.read_text().splitlines() == texts and ctm.read_text()
+    (tmp_path / "link.txt").symlink_to("target.txt")
+    (tmp_path / "kept.txt").write_text("old\n")
+    (tmp_path / "kept.txt").chmod(0o640)
+    assert decode_main(["--graph", str(graph), "--emissions", str(em), "--quiet", "--output",
+                        str(tmp_path / "link.txt"), "--ctm", str(tmp_path / "kept.txt")]) == 0
+    assert (tmp_path / "link.txt").is_symlink() and (tmp_path / "target.txt").read_text().splitlines() == texts
+    assert (tmp_path / "kept.txt").stat().st_mode & 0o777 == 0o640 and "ab" in (tmp_path / "kept.txt").read_text()
+    (tmp_path / "stdout").symlink_to("/proc/self/fd/1")  # (as /dev/stdout is: which root's run replaced)
+    p = subprocess.run([sys.executable, "-m", "wfst.cli", "--graph", str(graph), "--emissions", str(em), "--quiet",
+                        "--output", str(tmp_path / "stdout")], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.splitlines()[:4] == texts and (tmp_path / "stdout").is_symlink()
+
+
 def test_decode_cli_beam_search_without_a_graph(tiny_setup, tmp_path, capsys):
     """--beam-search: the lexicon-free decoder on the same emissions, phrases from a file
     (with and without a reward), N-best lists, on either device; and the options it
@@ -304,7 +367,7 @@ def test_decode_cli_beam_search_without_a_graph(tiny_setup, tmp_path, capsys):
                            (["--token-top-n", "3"], "--token-top-n: is for the graph search"),
                            (["--threads", "-2"], "--threads: must be >= 1"),
                            (["--batch-size", "0"], "--batch-size: must be >= 1"),  # (unchecked here: a traceback)
-                           (["--frame-ms", "-40"], "--frame-ms: must be a finite number > 0"),
+                           (["--frame-ms", "-40"], "--frame-ms: must be a number of milliseconds in"),
                            (["--ctm", str(tmp_path / "no" / "a.ctm")], "--ctm: cannot write")):  # was after decoding
         with pytest.raises(SystemExit) as e:  # usage errors: argparse's exit, one line
             decode_main(base + extra)

@@ -286,3 +286,16 @@ def test_load_errors(tmp_path):
              synthetic=np.array([1, 0]))
     with pytest.raises(InputFileError, match=r"flag.npz: 'synthetic' must be one bool, got int64 of shape \(2,\)"):
         load_npz(tmp_path / "flag.npz")
+
+
+def test_texts_saved_as_bytes_are_read_as_text_and_numbers_are_refused(tmp_path):
+    """Bytes read by str() as "b'it is ...'": every reference word an error, the WER 13x too high."""
+    x = np.zeros((2, 3, 4), np.float32)
+    np.savez(tmp_path / "b.npz", log_probs=x, lengths=np.array([3, 3]), texts=np.array(["a b".encode(), b"c"]))
+    assert load_npz(tmp_path / "b.npz").texts == ["a b", "c"]
+    np.savez(tmp_path / "n.npz", log_probs=x, lengths=np.array([3, 3]), texts=np.array([1, 2]))
+    with pytest.raises(InputFileError, match=r"n.npz: 'texts' must be strings, got int64"):
+        load_npz(tmp_path / "n.npz")
+    np.savez(tmp_path / "l.npz", log_probs=x, lengths=np.array([3, 3]), texts=np.array([b"\xff", b"c"]))
+    with pytest.raises(InputFileError, match=r"l.npz: 'texts' holds bytes that are not UTF-8"):
+        load_npz(tmp_path / "l.npz")

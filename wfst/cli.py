@@ -37,12 +37,17 @@ import numpy as np
 from .boost import check_reward
 from .config import MIN_ACTIVE, PHRASE_REWARD, DecoderConfig
 from .decoder import RESCORE_MODES, Decoder
-from .errors import BoostError, InputFileError, OptionError, WfstError
+from .errors import BoostError, DecodeInputError, InputFileError, LogProbsWarning, OptionError, WfstError
 from .files import read_lines, split_fields, why_unwritable, write_text_atomic
 from .graph import load_graph
+from .inputs import check_batch, check_log_probs, input_faults
+from .results import no_path
 from .scoring import FRAME_SECONDS, rtfx, word_errors
 from .stream import EndpointConfig
 from .synthetic import load_npz
+
+# --frame-ms: a microsecond to 1000 s (a frame of 1e-320 ms overflowed the CTM's digits)
+MIN_FRAME_MS, MAX_FRAME_MS = 1e-3, 1e6
 
 
 class CliParser(argparse.ArgumentParser):
@@ -296,8 +301,9 @@ def _check_shared(ap, args) -> None:
         ap.error(f"argument --nbest: must be >= 1, got {args.nbest}")
     if args.batch_size < 1:
         ap.error(f"argument --batch-size: must be >= 1, got {args.batch_size}")
-    if not (args.frame_ms > 0 and math.isfinite(args.frame_ms)):
-        ap.error(f"argument --frame-ms: must be a finite number > 0, got {args.frame_ms}")
+    if not (MIN_FRAME_MS <= args.frame_ms <= MAX_FRAME_MS):
+        ap.error(f"argument --frame-ms: must be a number of milliseconds in [{MIN_FRAME_MS:g}, {MAX_FRAME_MS:g}], "
+                 f"got {args.frame_ms}")
     outputs = [(option, path) for option, path in (("--output", args.output), ("--ctm", args.ctm)) if path]
     for option, path in outputs:
         problem = why_unwritable(path)
@@ -310,6 +316,10 @@ def _check_shared(ap, args) -> None:
         for other, given in inputs + outputs[:i]:
             if given and _same_file(path, given):
                 ap.error(f"argument {option}: {path} is the {other} file; write it elsewhere")
+        graph = getattr(args, "graph", None)
+        if graph and (_same_file(path, graph) or _same_file(Path(path).parent, graph)):
+            ap.error(f"argument {option}: {path} is in the --graph directory, whose files it would replace; write "
+                     f"it elsewhere")
 
 
 def _same_file(a, b) -> bool:
@@ -336,10 +346,16 @@ def _decode(args, config: DecoderConfig | None, beam_decoder=None, phrases=None)
         from .align import word_aligner
 
         word_aligner(decoder.graph)  # a graph without what word times need: said now, not after decoding
+    _check_emissions(args.emissions, em, (beam_decoder.tokens if beam_decoder else decoder.graph.tokens).num_columns)
     clock = _Clock()
     results, stream_tokens = [], 0.0
     B = len(em.lengths)
-    with _progress(B, B > args.batch_size and not args.stream) as bar:
+    with _progress(B, B > args.batch_size and not args.stream and not args.quiet) as bar, \
+            warnings.catch_warnings():
+        # said for the whole file, by its utterances' numbers (_check_emissions, no_path below), not
+        # by their places in a batch or among the live streams
+        warnings.filterwarnings("ignore", category=LogProbsWarning)
+        warnings.filterwarnings("ignore", message=r"\d+ (utterance|stream)\(s\) have no path through")
         for lo in range(0, B, args.batch_size):
             hi = min(lo + args.batch_size, B)
             if args.stream:
@@ -354,7 +370,15 @@ def _decode(args, config: DecoderConfig | None, beam_decoder=None, phrases=None)
                 else:
                     results += decoder.decode(batch, em.lengths[lo:hi], boost=phrases, nbest=args.nbest)
             bar.update(hi - lo)
+    no_path(results, "utterance", em.log_probs)
     seconds = clock.seconds
+    # the files first: a reader of stdout that stops early (| head) cut the run before them
+    if args.output:
+        write_text_atomic(args.output, "".join(r.text + "\n" for r in results))
+    if args.ctm:
+        scored = args.lattice_beam is not None
+        write_text_atomic(args.ctm, "".join(ctm_lines(str(i), r, args.frame_ms / 1000, scored)
+                                            for i, r in enumerate(results)))
     if args.stream and not args.quiet:
         print("\nfinal:")
     if not args.quiet:
@@ -364,12 +388,6 @@ def _decode(args, config: DecoderConfig | None, beam_decoder=None, phrases=None)
                 print("\tconfidences " + " ".join(f"{w}:{c:.2f}" for w, c in zip(r.words, r.word_confidences)))
             for k, e in enumerate(r.nbest[:args.nbest or 0]):
                 print(f"\t{k + 1}. {e.cost:.3f}\t{e.text}")
-    if args.output:
-        write_text_atomic(args.output, "".join(r.text + "\n" for r in results))
-    if args.ctm:
-        scored = args.lattice_beam is not None
-        write_text_atomic(args.ctm, "".join(ctm_lines(str(i), r, args.frame_ms / 1000, scored)
-                                            for i, r in enumerate(results)))
     frames = int(em.lengths.sum())
     label = " (SYNTHETIC emissions)" if em.synthetic else ""
     search = (f"beam search: beam_size={args.beam_size}, lm_weight={args.lm_weight}" if beam_decoder is not None
@@ -399,6 +417,16 @@ def _decode(args, config: DecoderConfig | None, beam_decoder=None, phrases=None)
         print(f"(and {clock.compiling:.1f} s compiling the search for these options, not counted above: once, then "
               f"cached)")
     return 0
+
+
+def _check_emissions(path, em, num_columns: int) -> None:
+    """The whole file's log-probs, before any batch: its errors and its warning name the file's
+    utterance and frame (a batch's check named the utterance's place in the batch)."""
+    try:
+        lengths = check_batch(em.log_probs, em.lengths, num_columns)
+        check_log_probs(input_faults(np, em.log_probs, lengths), em.log_probs, lengths)
+    except DecodeInputError as e:
+        raise InputFileError(path, None, str(e)) from None
 
 
 class _Clock:

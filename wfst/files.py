@@ -5,6 +5,7 @@ import contextlib
 import hashlib
 import os
 import re
+import stat
 import tempfile
 from pathlib import Path
 
@@ -54,13 +55,21 @@ _FIELD_BREAK = re.compile(r"[ \t\r\n]+")
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike):
-    """Yield a temporary path beside `path`; move it into place only if the block succeeds."""
+    """Yield a temporary path beside `path`; move it into place only if the block succeeds.
+
+    A path that is a symlink or no regular file (/dev/stdout, a FIFO) is yielded itself and
+    written through: replacing it would put a file where the link or the device was (as root,
+    /dev/stdout itself).  A file replaced keeps its mode."""
     path = Path(path)
+    if path.is_symlink() or (path.exists() and not path.is_file() and not path.is_dir()):
+        yield str(path)
+        return
+    mode = stat.S_IMODE(path.stat().st_mode) if path.is_file() else 0o666 & ~_UMASK
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         yield tmp
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file the usual mode
+        os.chmod(tmp, mode)  # (mkstemp makes 0600)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -82,6 +91,8 @@ def why_unwritable(path: str | os.PathLike, make_parents: bool = False) -> str |
     path = Path(path)
     if path.is_dir():
         return "it is a directory"
+    if path.exists() and (path.is_symlink() or not path.is_file()):  # written through (atomic_path)
+        return None if os.access(path, os.W_OK) else f"no permission to write {path}"
     parent = path.parent
     while make_parents and not parent.exists() and parent.parent != parent:
         parent = parent.parent

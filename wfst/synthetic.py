@@ -368,7 +368,13 @@ def load_npz(path: str | os.PathLike) -> Emissions:
         raise InputFileError(path, None, str(e)) from None
     texts = None
     if "texts" in arrays:
-        texts = [str(t) for t in arrays["texts"].reshape(-1)]
+        given = arrays["texts"].reshape(-1)
+        if given.dtype.kind not in "SU":  # (numbers read as references "1", "2": a WER of nothing)
+            raise InputFileError(path, None, f"'texts' must be strings, got {given.dtype}")
+        try:  # (bytes read by str() as "b'...'", every word an error)
+            texts = [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in given.tolist()]
+        except UnicodeDecodeError as e:
+            raise InputFileError(path, None, f"'texts' holds bytes that are not UTF-8 ({e})") from None
         if len(texts) != log_probs.shape[0]:
             raise InputFileError(path, None, f"{len(texts)} texts for {log_probs.shape[0]} utterances")
     synthetic = arrays.get("synthetic", np.False_)

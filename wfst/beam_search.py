@@ -25,7 +25,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .boost import check_reward
 from .config import FLOAT32_MAX, MAX_REWARD, PHRASE_REWARD, _int, usable_cores
 from .errors import BoostError, MissingFileError, OptionError, VocabularyError, interruptible
 from .files import split_fields
@@ -120,6 +119,8 @@ class CtcBeamDecoder:
                                   f"as for phrase rewards)")
         if lm_weight < 0:
             raise OptionError(f"lm_weight={lm_weight!r}: must be >= 0")
+        from .boost import check_reward  # (not at import: it loads numba, which `import wfst` does not)
+
         try:  # (checked when phrases came, at decode(): a decoder made with it would not run)
             check_reward(phrase_reward, "phrase_reward")
         except BoostError as e:
@@ -190,7 +191,7 @@ class CtcBeamDecoder:
     def phrase_automaton(self, phrases):
         """The Aho-Corasick automaton of phrases (a list, each rewarded phrase_reward, or a
         mapping phrase -> reward) over the model's tokens; None without phrases."""
-        from .boost import phrase_automaton
+        from .boost import check_reward, phrase_automaton
 
         if isinstance(phrases, Iterator):
             phrases = list(phrases)

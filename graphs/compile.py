@@ -32,7 +32,7 @@ from wfst.errors import (
     OptionError,
     OutputFileError,
 )
-from wfst.files import atomic_path, sha256_file
+from wfst.files import atomic_path, check_path, sha256_file
 from wfst.graph import FST_NAME, INFO_NAME, check_replaceable, graph_from_fst, write_graph_dir
 from wfst.memory import reset_peak_rss, rss_mb, take_child_peak
 from wfst.symbols import BOS, EOS, TokenTable, WordTable
@@ -269,6 +269,8 @@ def compile_graph(out_dir: str | os.PathLike, *, tokens: str | os.PathLike, lm: 
                         ("words", words), ("spm", spm), ("cache_dir", cache_dir)):
         if isinstance(value, str) and not value.strip():  # Path("") is the current directory
             raise OptionError(f"{name}={value!r}: an empty path")
+        if value is not None or name in ("out_dir", "tokens", "lm"):
+            check_path(value, name)
     if lexicon is not None and (words is not None or spm is not None):
         given = ", ".join(f"{k}={v}" for k, v in (("words", words), ("spm", spm)) if v is not None)
         raise OptionError(f"give either a lexicon file or a word list (with spm / per character), not both: "

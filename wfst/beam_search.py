@@ -195,6 +195,9 @@ class CtcBeamDecoder:
 
         if isinstance(phrases, Iterator):
             phrases = list(phrases)
+        if phrases is not None and not hasattr(phrases, "__len__"):  # (5: len() raised a TypeError)
+            raise BoostError(f"phrases must be a list of phrases or a mapping phrase -> reward; got "
+                             f"{type(phrases).__name__}")
         if phrases is None or len(phrases) == 0:
             return None
         if isinstance(phrases, str):

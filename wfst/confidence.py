@@ -25,7 +25,7 @@ import os
 import numpy as np
 
 from .errors import InputFileError, OptionError
-from .files import read_lines, split_fields, write_text_atomic
+from .files import check_path, read_lines, split_fields, write_text_atomic
 
 _FORMAT = 1  # of the saved JSON
 EPSILON = 1e-6  # posteriors are clipped to [EPSILON, 1 - EPSILON] before their log-odds
@@ -64,6 +64,9 @@ class Calibration:
     @classmethod
     def fit_posteriors(cls, posteriors, correct, l2: float = 1e-3) -> Calibration:
         """The fit on word posteriors and whether each word is right (fit's core)."""
+        if not (isinstance(l2, (int, float, np.integer, np.floating)) and not isinstance(l2, bool)
+                and math.isfinite(l2) and l2 > 0):  # (0: a singular matrix when the data separate)
+            raise OptionError(f"Calibration.fit: l2={l2!r} must be a finite number > 0")
         labels = np.asarray(correct)
         if labels.size == 0:
             raise OptionError("Calibration.fit: no words to fit on (the results hold no hypothesis words)")
@@ -106,7 +109,8 @@ class Calibration:
         return cls(float(w[0]), float(w[1]))
 
     def save(self, path: str | os.PathLike) -> None:
-        write_text_atomic(path, json.dumps({"format": _FORMAT, **dataclasses.asdict(self)}, indent=2) + "\n")
+        text = json.dumps({"format": _FORMAT, **dataclasses.asdict(self)}, indent=2) + "\n"
+        write_text_atomic(check_path(path, "calibration file"), text)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Calibration:

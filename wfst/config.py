@@ -53,11 +53,19 @@ class DecoderConfig:
     confidence_calibration: object = None
 
     def __post_init__(self):
+        for f in dataclasses.fields(self):  # NumPy scalars as Python numbers (an int8 min_active overflowed)
+            value = getattr(self, f.name)
+            if isinstance(value, (np.integer, np.floating)):
+                object.__setattr__(self, f.name, value.item())
+
         def check(ok, name, what):
             if not ok:
-                raise OptionError(f"DecoderConfig.{name}={getattr(self, name)!r}: must be {what}")
+                value = getattr(self, name)
+                if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2**31:
+                    what = "below 2**31 (the kernels count in int32)"
+                raise OptionError(f"DecoderConfig.{name}={value!r}: must be {what}")
 
-        check(_finite32(self.beam) and self.beam > 0, "beam", "a finite number > 0 in float32's range")
+        check(_positive32(self.beam), "beam", "a finite number > 0 in float32's range")
         check(_int(self.max_active) and self.max_active >= 1, "max_active", "an integer >= 1")
         if self.min_active is None:  # (so that max_active=10 alone is not refused for a min_active no one gave)
             object.__setattr__(self, "min_active", min(MIN_ACTIVE, self.max_active))
@@ -65,9 +73,10 @@ class DecoderConfig:
               f"an integer in [0, max_active={self.max_active}]")
         check(_finite32(self.beam_delta) and self.beam_delta >= 0, "beam_delta",
               "a finite number >= 0 in float32's range")
-        check(_finite32(self.acoustic_scale) and self.acoustic_scale > 0, "acoustic_scale",
-              "a finite number > 0 in float32's range")
-        check(_finite32(self.blank_penalty), "blank_penalty", "a finite number in float32's range")
+        check(_positive32(self.acoustic_scale), "acoustic_scale",
+              "a finite number > 0 in float32's range")  # (1e-300 was 0 there: the emissions ignored)
+        check(_finite(self.blank_penalty) and abs(self.blank_penalty) <= MAX_REWARD, "blank_penalty",
+              f"a finite number of at most {MAX_REWARD:g} in size (-1e38 overflowed every path's cost)")
         check(self.token_top_n is None or (_int(self.token_top_n) and self.token_top_n >= 1),
               "token_top_n", "None (all columns) or an integer >= 1")
         check(_finite(self.token_rel_threshold) and 0 <= self.token_rel_threshold <= 1, "token_rel_threshold",
@@ -77,7 +86,7 @@ class DecoderConfig:
         check(self.num_threads is None or (_int(self.num_threads) and self.num_threads >= 1),
               "num_threads", "None or an integer >= 1")
         check(isinstance(self.cuda_graphs, bool), "cuda_graphs", "True or False")
-        check(self.lattice_beam is None or (_finite(self.lattice_beam) and self.lattice_beam >= MIN_LATTICE_BEAM),
+        check(self.lattice_beam is None or (_finite32(self.lattice_beam) and self.lattice_beam >= MIN_LATTICE_BEAM),
               "lattice_beam", f"None (no lattice) or a finite number >= {MIN_LATTICE_BEAM} (float32 path costs "
               f"round by more than a smaller beam on long utterances: it could prune the best path itself)")
         check(self.context_beam is None or (_finite32(self.context_beam) and self.context_beam >= 0), "context_beam",
@@ -120,6 +129,12 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)  # (NaN is not below it)
 MAX_REWARD = 1e4  # nats: beyond it float32 costs near -reward are too coarse for a beam (their step grows with it)
 
 
+def _positive32(x) -> bool:
+    """Finite and > 0 as the float32 the search keeps it in (1e-300 would be 0 there)."""
+    return _finite32(x) and np.float32(x) > 0
+
+
 def _int(x) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+    """An int the kernels can hold (int32: 2**63 raised OverflowError deep in the backend)."""
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool) and -2**31 < x < 2**31
 PHRASE_REWARD = 3.0  # nats: a boosted word or phrase's reward where none is given (--phrases lines, the beam search)

@@ -273,6 +273,9 @@ class Decoder:
             if lengths is not None:
                 raise DecodeInputError("advance(): lengths go with chunks given as one (N, T, V) array; a list of "
                                        "chunks has their lengths")
+            if not hasattr(chunks, "__iter__") or isinstance(chunks, (str, bytes)):
+                raise DecodeInputError(f"advance(): chunks must be a list of (T, V) arrays, one per stream, or one "
+                                       f"(N, T, V) array; got {type(chunks).__name__}")
             chunks = list(chunks)
             if len(chunks) != len(streams):
                 raise DecodeInputError(f"advance() got {len(streams)} streams but {len(chunks)} chunks")

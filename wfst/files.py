@@ -9,7 +9,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from .errors import InputFileError, MissingFileError, OutputFileError
+from .errors import InputFileError, MissingFileError, OptionError, OutputFileError
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -24,10 +24,21 @@ def sha256_file(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
+def check_path(path, what: str) -> Path:
+    """`path` as a Path, or an OptionError naming `what`: an int was opened as a file
+    descriptor (and closed: True is stdout), None raised a TypeError, "" meant the current
+    directory."""
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        shown = "an empty path" if isinstance(path, str) else f"{type(path).__name__} {path!r}"
+        raise OptionError(f"the {what} must be a path (a str or os.PathLike); got {shown}")
+    return Path(path)
+
+
 def read_lines(path: str | os.PathLike, what: str) -> list[str]:
     """All lines of a UTF-8 text file (ended by \n, \r\n or \r: not by the other line
     breaks Unicode has, U+2028 or U+0085, which a symbol may be), or a MissingFileError that
     says which file and why."""
+    check_path(path, what)
     try:
         with open(path, encoding="utf-8-sig") as f:  # -sig: a byte-order mark (Windows editors) is dropped
             text = f.read()  # (universal newlines made \r\n and \r into \n)

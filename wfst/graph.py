@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import GraphFormatError, MissingFileError, OptionError, OutputFileError, WfstError, user_stacklevel
-from .files import atomic_path, write_text_atomic
+from .files import atomic_path, check_path, write_text_atomic
 from .symbols import BLANK_NAMES, TokenTable, WordTable
 
 FST_NAME = "TLG.fst"
@@ -364,7 +364,7 @@ def load_graph(path: str | os.PathLike, *, blank: str | int | None = None, use_c
     (or column) where the graph's files do not say it (a foreign table whose blank is not
     <blk>, <blank> or <b>: wav2vec2's <pad>, say); graph.json's, where it names one, must agree.
     """
-    path = Path(path)
+    path = check_path(path, "graph directory or FST")
     for _ in range(_LOAD_TRIES):
         before = _identity(path)
         try:

@@ -226,6 +226,9 @@ class Lattice:
         if not isinstance(result, DecodeResult):
             raise OptionError(f"word_confidences: give the DecodeResult of this lattice's best path, not "
                               f"{type(result).__name__}")
+        if result.lattice is not self:  # (another utterance's words read in this lattice: (0.0,), silently)
+            raise OptionError("word_confidences: the result is not this lattice's (its .lattice is another one); "
+                              "give the DecodeResult this lattice came with")
         if not result.word_ids:
             return ()
         post = self.arc_posteriors()
@@ -365,9 +368,13 @@ class Lattice:
         over its word acceptor (unknown reference words never match).  Without words.txt words
         are their ids, as in the results ("17")."""
         words = self._scorer.graph.words
-        if not isinstance(reference, str) and not hasattr(reference, "__iter__"):
+        if isinstance(reference, (bytes, bytearray)) or not isinstance(reference, str) and not hasattr(
+                reference, "__iter__"):
             raise OptionError(f"oracle: the reference must be a string or a sequence of words, not {reference!r}")
         ref = split_fields(reference) if isinstance(reference, str) else list(reference)
+        odd = next((w for w in ref if not isinstance(w, (str, int, np.integer)) or isinstance(w, bool)), None)
+        if odd is not None:  # (a float counted as a word error)
+            raise OptionError(f"oracle: reference words must be words (str) or word ids (int), got {odd!r}")
         if words is not None:  # (ids taken too, as a result's word_ids)
             ids = words.ids()
             ref_ids = np.array([(int(w) if 0 < w < len(words) else -1) if isinstance(w, (int, np.integer))

@@ -47,7 +47,7 @@ from .errors import (
     VocabularyError,
     user_stacklevel,
 )
-from .files import atomic_path, sha256_file, split_fields
+from .files import atomic_path, check_path, sha256_file, split_fields
 from .symbols import is_disambig_symbol
 
 LN10 = math.log(10.0)
@@ -112,6 +112,9 @@ class LmStore:
         """Natural-log cost of a sentence from <s> to </s> (kenlm's full-sentence score x ln 10, negated)."""
         from wfst.kernels.common import automaton_step
 
+        if isinstance(words, (str, bytes)) or not all(isinstance(w, str) for w in words):  # ("ab ba": 5 words)
+            raise OptionError(f"score: the sentence must be a sequence of words (str), e.g. text.split(); got "
+                              f"{words!r}")
         ids = self.word_ids()
         unk = ids.get("<unk>", -1)
         a = self.automaton()
@@ -133,7 +136,7 @@ def read_arpa(path: str | os.PathLike, *, progress: bool = False, sha256: str | 
     while reading, where tuples in dicts took ~350."""
     from wfst.kernels import lmbuild
 
-    path = Path(path)
+    path = check_path(path, "ARPA file")
     reader = ArpaReader(path, progress=progress)
     words: list[str] = []
     ids: dict[str, int] = {}
@@ -339,7 +342,7 @@ def _refuse_repeats(path, words, ids, lines, k) -> None:
 
 def save_lm(store: LmStore, path: str | os.PathLike) -> Path:
     """Write `store` as a store file (atomically)."""
-    path = Path(path)
+    path = check_path(path, "LM store file")
     arrays, offset, layout = [], 0, {}
     for name, dtype in _ARRAYS.items():
         a = np.ascontiguousarray(getattr(store, name), dtype)
@@ -363,7 +366,7 @@ def save_lm(store: LmStore, path: str | os.PathLike) -> Path:
 
 def load_lm(path: str | os.PathLike) -> LmStore:
     """Memory-map a store file, checking that it is whole and consistent."""
-    path = Path(path)
+    path = check_path(path, "LM store file")
     if not path.is_file():
         raise MissingFileError(path, "LM store file")
     size = path.stat().st_size
@@ -439,7 +442,8 @@ def prepare_lm(arpa: str | os.PathLike, out: str | os.PathLike | None = None, *,
     """Parse `arpa` once and write its store file (default: `<arpa>.lmstore` beside it, or in
     ``.wfst-cache`` when that folder cannot be written); return the store's path.  An
     existing store made from the same ARPA content is kept."""
-    arpa = Path(arpa)
+    arpa = check_path(arpa, "ARPA file")
+    out = None if out is None else check_path(out, "LM store file")
     if not arpa.is_file():
         raise MissingFileError(arpa, "ARPA language model")
     sha = sha256_file(arpa)
@@ -579,7 +583,14 @@ class Rescorer:
             from .cpu_backend import DirectCall
 
             self._path_cost = DirectCall(cpu.context_path_cost, fixed=1, checked=(1,))
-        return float(self._path_cost(self.context, np.array(word_ids, np.int64), int(final)))
+        ids = np.asarray(word_ids)
+        n = len(self.lm_map)
+        if isinstance(word_ids, (str, bytes)) or ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+            raise OptionError(f"word_ids must be a sequence of graph word ids (integers); got {word_ids!r}")
+        if ids.size and not (0 <= ids.min() and ids.max() < n):  # (read past the maps; a large one crashed)
+            raise OptionError(f"word_ids: {int(ids.min() if ids.min() < 0 else ids.max())} is not a word id of the "
+                              f"graph (0 to {n - 1})")
+        return float(self._path_cost(self.context, ids.astype(np.int64), int(final)))
 
 
 def _never_scored(word: str) -> bool:

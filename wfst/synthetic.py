@@ -36,8 +36,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .errors import InputFileError, MissingFileError, OptionError
-from .files import atomic_path, split_fields
+from .errors import InputFileError, MissingFileError, OptionError, OutputFileError
+from .files import atomic_path, check_path, split_fields
 from .symbols import TokenTable
 
 __all__ = ["Emissions", "detokenize", "emissions", "from_texts", "greedy_ctc", "load_npz", "save_npz", "tokenize"]
@@ -319,6 +319,9 @@ def save_npz(path: str | os.PathLike, log_probs: np.ndarray, lengths: np.ndarray
              texts: Sequence[str] | None = None) -> None:
     """Write ``log_probs`` (float32), ``lengths`` (int32), ``texts`` (optional) and
     ``synthetic=True`` to the ``.npz`` file `path` (exactly that name, written atomically)."""
+    path = check_path(path, "emissions file")
+    if path.is_dir():  # (IsADirectoryError from deep in the write)
+        raise OutputFileError(path, "emissions file", "it is a directory")
     log_probs = np.asarray(log_probs, dtype=np.float32)
     lengths = np.asarray(lengths, dtype=np.int32)
     _check_batch(log_probs, lengths, "")
@@ -336,6 +339,7 @@ def save_npz(path: str | os.PathLike, log_probs: np.ndarray, lengths: np.ndarray
 def load_npz(path: str | os.PathLike) -> Emissions:
     """Read a file written by :func:`save_npz` (or any ``.npz`` with ``log_probs`` and ``lengths``;
     ``synthetic`` is then False)."""
+    check_path(path, "emissions file")
     if not os.path.isfile(path):
         raise MissingFileError(path, "emissions file")
     with open(path, "rb") as f:

@@ -36,6 +36,7 @@ from numba.typed import List
 
 from .common import (
     INF,
+    beam_bound,
     best_token,
     bits_f32,
     boosted_weight,
@@ -559,7 +560,7 @@ def _expand_arcs(sv, ns, ac, adaptive_beam, context_beam, graph, boosts, context
                 lookups += 1
             if nc < min_new:
                 min_new = nc
-    bound = np.float32(min_new + adaptive_beam)
+    bound = beam_bound(min_new, adaptive_beam)
     n = 0
     kept = 0  # arcs recorded in sg.arcs
     deferred = 0  # word arcs in sg.step_*

@@ -69,6 +69,7 @@ from numba import cuda, float32, float64, int32, int64, uint32, uint64
 
 from .common import (
     arc_source,
+    beam_bound,
     best_token,
     boost_cost,
     boosted_weight,
@@ -741,7 +742,7 @@ def expand_kernel(clock, u, graph, sv, acoustics, boosts, context, cache, ht, tl
         b, kb = _flat(u.arc_start, k)
         if not _active(t, u, b):
             continue
-        bound = float32(key_cost(u.min_key[b]) + u.adaptive_beam[b])
+        bound = beam_bound(key_cost(u.min_key[b]), u.adaptive_beam[b])
         a, i, nc, ctx, event = _expanded_arc(b, kb, graph, sv, acoustics.costs, boosts, context, cache, bound)
         if event == ARC_FULL:  # expand_min looked up only the arcs that could give the best: this can fill
             u.status[b] = LM_OVERFLOW
@@ -770,7 +771,7 @@ def expand_ties_kernel(clock, u, graph, sv, acoustics, boosts, context, cache, h
         i = find_segment(sv.scan[b], sv.n[b], kb)
         if graph.olabel[graph.e_indptr[sv.state[b, i]] + (kb - sv.scan[b, i])] == 0:
             continue  # a non-word arc keeps its ctx: its predecessor is known
-        bound = float32(key_cost(u.min_key[b]) + u.adaptive_beam[b])
+        bound = beam_bound(key_cost(u.min_key[b]), u.adaptive_beam[b])
         a, i, nc, ctx, event = _expanded_arc(b, kb, graph, sv, acoustics.costs, boosts, context, cache, bound)
         if event == ARC_FULL:
             u.status[b] = LM_OVERFLOW
@@ -999,7 +1000,7 @@ def lattice_arcs_kernel(clock, u, graph, sv, acoustics, boosts, context, cache, 
         b, kb = _flat(u.arc_start, k)
         if not _active(t, u, b):
             continue
-        bound = float32(key_cost(u.min_key[b]) + u.adaptive_beam[b])
+        bound = beam_bound(key_cost(u.min_key[b]), u.adaptive_beam[b])
         a, i, nc, ctx, event = _expanded_arc(b, kb, graph, sv, acoustics.costs, boosts, context, cache, bound)
         if event == ARC_FULL:
             u.status[b] = LM_OVERFLOW

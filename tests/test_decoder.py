@@ -742,3 +742,17 @@ def test_a_failed_call_leaves_no_stats_and_a_decoder_neither_pickles_nor_copies(
             make(d)
         with pytest.raises(TypeError, match="a Stream is search state on its Decoder's device"):
             make(s)
+
+
+def test_a_beam_below_the_costs_float32_step_keeps_the_best_token(tiny_decoder):
+    """float32(best + beam) rounded onto the best: ExpandArcs' `nc < bound` pruned the best arc
+    itself, and every token died (beam 1e-30: after a few hundred frames; 1e-3: after 20k)."""
+    from wfst.kernels.common import beam_bound
+
+    assert beam_bound(np.float32(1e4), 1e-30) == np.nextafter(np.float32(1e4), np.float32(np.inf))
+    assert beam_bound(np.float32(3.0), 1.5) == np.float32(4.5) and beam_bound(np.float32(np.inf), 1.0) == np.inf
+    x = random_log_probs(7, batch=1, frames=300, columns=5)
+    dec = Decoder(tiny_decoder.graph, beam=1e-30, min_active=0)
+    r = dec.decode(x)[0]
+    assert r.cost < np.inf and dec.stats.no_path == ()
+    assert r.cost == Decoder(tiny_decoder.graph, beam=1e-30, min_active=0, max_active=1).decode(x)[0].cost

@@ -23,6 +23,7 @@ from .constants import EMPTY_KEY, MAX_PACKED, NO_ARC
 _SIGN = np.uint32(0x80000000)
 _LOW32 = np.uint64(0xFFFFFFFF)
 INF = np.float32(np.inf)
+COARSE_COST = np.float32(2**27)  # float32's step is 16 there: the design doc, "Weights"
 
 
 @intrinsic
@@ -198,9 +199,11 @@ def cutoff_and_adaptive_beam(best, kth_max, kth_min, beam, beam_delta):
 def beam_bound(best, beam):
     """ExpandArcs' bound, float32(best + beam), or the next float32 above `best` where the sum
     rounds onto it (a beam below the costs' float32 step: `nc < bound` then pruned the best
-    arc itself, and every token died, at beam 1e-3 after 20k frames)."""
+    arc itself, and every token died, at beam 1e-3 after 20k frames) -- below COARSE_COST:
+    past it costs are too coarse to search, and every token dies as the design doc says (its
+    warning names the frame no log-softmax gives: padding decoded as frames)."""
     bound = np.float32(best + beam)
-    if bound <= best and best < INF:
+    if bound <= best and best < COARSE_COST:
         bound = key_cost(cost_key(best) + np.uint32(1))
     return bound
 

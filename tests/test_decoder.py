@@ -751,6 +751,7 @@ def test_a_beam_below_the_costs_float32_step_keeps_the_best_token(tiny_decoder):
 
     assert beam_bound(np.float32(1e4), 1e-30) == np.nextafter(np.float32(1e4), np.float32(np.inf))
     assert beam_bound(np.float32(3.0), 1.5) == np.float32(4.5) and beam_bound(np.float32(np.inf), 1.0) == np.inf
+    assert beam_bound(np.float32(2e8), 1.0) == np.float32(2e8)  # (past 2**27: no search, as documented)
     x = random_log_probs(7, batch=1, frames=300, columns=5)
     dec = Decoder(tiny_decoder.graph, beam=1e-30, min_active=0)
     r = dec.decode(x)[0]

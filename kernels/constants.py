@@ -23,6 +23,8 @@ EPS_CYCLE = 2  # a zero-cost epsilon cycle made the backpointers loop: the graph
 BP_OVERFLOW = 3  # (GPU) more backpointers than the per-frame budget allows: grow it
 LM_OVERFLOW = 4  # (GPU) a frame needs more big-LM arc-cache slots than there are: grow the cache
 LINK_OVERFLOW = 5  # (CPU lattices) more lattice links or stored tokens than the links buffer holds: grow it
+MEMORY_OUT = 6  # (CPU) the backpointers outgrew the room the search was given: search alone, or refuse
+MAX_BACKPOINTERS = 2**31 - 1  # backpointer ids are int32
 
 # ---- the big LM's arc cache (GPU): counters, by index
 LM_FILL, LM_ARRIVED, LM_LOOKUPS, LM_MISSES, LM_FETCHES, LM_CLEARS = range(6)
@@ -79,18 +81,36 @@ def cpu_stream_bytes(capacity: int, lattice_links: int = 0) -> int:
     return capacity * TOKEN_BYTES + 8 * capacity + lattice_links * CPU_LINK_BYTES
 
 
-def workspace_bytes(capacity: int, max_active: int, min_active: int, num_frames: int, lattice_links: int = 0) -> int:
-    """Memory one utterance's search needs (the GPU's layout, the larger of the two): two
-    hash tables and token lists (double-buffered on the GPU), the survivors and their
-    scratch, and the backpointers of every frame; with `lattice_links` (a lattice is kept),
-    the GPU's links (groups.DeviceLinks): a frame's listed links, two halves of stored
-    ones, a forward cost per backpointer and the last step's costs."""
-    kept = backpointers_per_frame(capacity, max_active, min_active)
+def workspace_bytes(capacity: int, backpointers: int, num_frames: int, lattice_links: int = 0) -> int:
+    """Memory one utterance's search needs on the GPU: two hash tables and token lists
+    (double-buffered), the survivors and their scratch, and `backpointers` slots per frame
+    (Capacity.backpointers); with `lattice_links` (a lattice is kept), the GPU's links
+    (groups.DeviceLinks): a frame's listed links, two halves of stored ones, a forward cost
+    per backpointer and the last step's costs."""
     lattice = 0
     if lattice_links:
-        lattice = 20 * (lattice_links // 4) + 2 * 24 * lattice_links + 4 * (num_frames + 1) * kept + 8 * capacity
+        lattice = (20 * (lattice_links // 4) + 2 * 24 * lattice_links + 4 * (num_frames + 1) * backpointers
+                   + 8 * capacity)
     return (2 * (hash_slots(capacity) * HASH_SLOT_BYTES + capacity * TOKEN_BYTES) + capacity * SURVIVOR_BYTES
-            + 8 * (num_frames + 1) * kept + lattice)
+            + 8 * (num_frames + 1) * backpointers + lattice)
+
+
+def cpu_search_bytes(capacity: int, lattice_links: int = 0) -> int:
+    """Memory one utterance's search needs on the CPU besides its backpointers: its thread's
+    workspace (a hash table and a state-group map, a token list, the survivors and their
+    scratch) and, where it keeps a lattice, its links.  The backpointers grow with what
+    survives each frame, which no estimate knows beforehand (a few hundred a frame on clean
+    speech, max_active on noise): the search checks them against the room it was given as
+    they grow (MEMORY_OUT)."""
+    return (2 * hash_slots(capacity) * HASH_SLOT_BYTES + capacity * (TOKEN_BYTES + SURVIVOR_BYTES + 16)
+            + lattice_links * CPU_LINK_BYTES)
+
+
+def backpointer_room(room_bytes: int | None) -> int:
+    """The backpointers (8 bytes each: prev and arc) a CPU search may hold in `room_bytes`
+    (None: no limit), counting the old and the new arrays both held while they grow."""
+    return MAX_BACKPOINTERS if room_bytes is None else int(min(max(room_bytes // 8, 0), MAX_BACKPOINTERS))
+
 
 # a CPU stream's numbers: its row of the backend's int64 array (kernels.cpu.advance_streams;
 # S_LATTICE: 1 where it keeps a lattice, its links in the table's typed list)

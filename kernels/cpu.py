@@ -73,6 +73,8 @@ from .constants import (
     EPS_CYCLE,
     LINK_OVERFLOW,
     LINKS_FULL,
+    MAX_BACKPOINTERS,
+    MEMORY_OUT,
     NO_ARC,
     NO_CONTEXT,
     NO_TOKEN,
@@ -930,18 +932,22 @@ def begin_slot(graph, ws, memo, table, i):
 
 
 @njit(nogil=True, cache=True)
-def _store(ws, n, keep, cutoff, last, prev, arc, stored, lat):
+def _store(ws, n, keep, cutoff, last, prev, arc, stored, lat, room):
     """Store the frame's survivors (cost below cutoff; on the last step token `keep` alone)
     and their in-frame ancestors as backpointers from `stored` on, the survivors in ws.sv,
     and empty the hash table; with a lattice (lat: lattice.Links) their costs in lat.alpha.
-    Returns (prev, arc, stored, survivors): the arrays grown when full."""
+    Returns (prev, arc, stored, survivors): the arrays grown when full; survivors -1 (and
+    nothing stored) when growing them would hold more than `room` backpointers, the old
+    arrays and the new together."""
     ht, tl, sv, gid, mark = ws.ht, ws.tl, ws.sv, ws.gid, ws.mark
     mark[:n] = 0
     for j in range(n):
         if (last and j == keep) or (not last and tl.cost[j] < cutoff):
             mark_ancestors(j, tl.prev, mark)
     if stored + n > prev.shape[0]:
-        size = max(2 * prev.shape[0], stored + n)
+        size = min(max(2 * prev.shape[0], stored + n), room - prev.shape[0])
+        if size < stored + n:
+            return prev, arc, stored, -1
         grown_prev = np.empty(size, np.int32)
         grown_arc = np.empty(size, np.int32)
         grown_prev[:stored] = prev[:stored]
@@ -989,7 +995,7 @@ def _ghosts(ws, ns):
 
 @njit(nogil=True, cache=True)
 def frames(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n, ns, resume_beam, trace, first, stored,
-           lat):
+           lat, room):
     """Frames 0 .. num_frames - 1 of log_probs: prune the n tokens in ws.tl, store the
     survivors as backpointers (from `stored` on, step first + t in trace.steps), expand
     them and close over epsilon arcs.  resume_beam >= 0: frame 0 was pruned already (with
@@ -998,7 +1004,8 @@ def frames(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n,
 
     Returns (status, frames done, n, ns, adaptive beam, prev, arc, stored, FLToP
     fallbacks): status OK, or TOKEN_OVERFLOW (LINK_OVERFLOW: lat's links) at frame `frames
-    done`, whose ns survivors are in ws.sv; prev and arc are trace's arrays, grown when full.
+    done`, whose ns survivors are in ws.sv; prev and arc are trace's arrays, grown when full,
+    up to `room` backpointers (_store), past which MEMORY_OUT at frame `frames done`.
 
     lat: the search's lattice.Links (its links are stored with the backpointers and pruned
     every lat.interval steps), or None."""
@@ -1025,7 +1032,9 @@ def frames(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n,
             if n > 0:
                 cutoff, adaptive_beam = _cutoff(tl, n, settings, ws.hist)
             trace.steps[first + t] = stored
-            prev, arc, stored, ns = _store(ws, n, -1, cutoff, False, prev, arc, stored, lat)
+            prev, arc, stored, ns = _store(ws, n, -1, cutoff, False, prev, arc, stored, lat, room)
+            if ns < 0:
+                return MEMORY_OUT, t, n, 0, adaptive_beam, prev, arc, stored, fallbacks
             trace.survivors[first + t] = ns
             if lat is not None:
                 if not store_links(lat, ws.mark, ws.gid, n, first + t, stored):
@@ -1097,7 +1106,7 @@ def finish(graph, context, ws, n, trace, first, stored):
         return status, path_arcs, path_gids, False
     keep, reached_final = _last_keep(tl, n, graph.final, context)
     trace.steps[first] = stored
-    prev, arc, stored, _ = _store(ws, n, keep, INF, True, trace.prev, trace.arc, stored, None)
+    prev, arc, stored, _ = _store(ws, n, keep, INF, True, trace.prev, trace.arc, stored, None, MAX_BACKPOINTERS)
     trace.steps[first + 1] = stored
     if keep < 0:
         return OK, empty, empty, False
@@ -1106,7 +1115,7 @@ def finish(graph, context, ws, n, trace, first, stored):
 
 
 @njit(nogil=True, cache=True)
-def search(graph, boosts, context, memo, log_probs, num_frames, settings, ws, lat):
+def search(graph, boosts, context, memo, log_probs, num_frames, settings, ws, lat, room):
     """Viterbi beam search of one utterance: log_probs (T, V), its first num_frames frames.
 
     graph: groups.InterleavedGraph; settings: groups.Settings; ws: a Workspace, whose
@@ -1115,17 +1124,19 @@ def search(graph, boosts, context, memo, log_probs, num_frames, settings, ws, la
     (-reward; 0 for words not boosted and at label 0), or None.  context: groups.Context
     of this utterance (row 0), or None; memo: its memo of context steps (new_memo).
     lat: lattice.Links to keep the utterance's lattice in (its block must hold
-    num_frames + 2 steps), or None for the best path alone.
+    num_frames + 2 steps), or None for the best path alone.  room: the backpointers the
+    search may hold (_store).
 
     Returns (status, path arcs, path steps, reached_final, survivors per frame, FLToP
     fallbacks, step starts, final tokens, final costs): status OK, TOKEN_OVERFLOW (grow
-    the capacity and decode again), LINK_OVERFLOW (grow lat) or EPS_CYCLE (a zero-cost
-    epsilon cycle in the graph made the backpointers loop); the graph arc ids of the best
-    path in order and the step each arc's token was stored at (step t = after t frames: an
-    emitting arc on step t consumed frame t - 1); the frames that FLToP emptied and were
-    expanded again without it.  With a lattice: the first backpointer stored at each step,
-    the lattice's final tokens (backpointers) and their final costs; its links are lat's
-    first lat.count[0].
+    the capacity and decode again), LINK_OVERFLOW (grow lat), MEMORY_OUT (more than room
+    backpointers: the step starts are those of the frames done and of the one that did not
+    fit) or EPS_CYCLE (a zero-cost epsilon cycle in the graph made the backpointers loop);
+    the graph arc ids of the best path in order and the step each arc's token was stored
+    at (step t = after t frames: an emitting arc on step t consumed frame t - 1); the
+    frames that FLToP emptied and were expanded again without it.  With a lattice: the
+    first backpointer stored at each step, the lattice's final tokens (backpointers) and
+    their final costs; its links are lat's first lat.count[0].
     """
     empty = np.empty(0, np.int32)
     no_costs = np.empty(0, np.float32)
@@ -1140,9 +1151,11 @@ def search(graph, boosts, context, memo, log_probs, num_frames, settings, ws, la
             if lat.count[0] == lat.src.shape[0]:
                 status = LINK_OVERFLOW
         return status, empty, empty, False, trace.survivors, 0, no_steps, empty, no_costs
-    status, _, n, _, _, prev, arc, stored, fallbacks = frames(graph, boosts, context, memo, log_probs, num_frames,
-                                                              settings, ws, n, 0, np.float32(-1.0), trace, 0, 0,
-                                                              lat)
+    status, done, n, _, _, prev, arc, stored, fallbacks = frames(graph, boosts, context, memo, log_probs, num_frames,
+                                                                 settings, ws, n, 0, np.float32(-1.0), trace, 0, 0,
+                                                                 lat, room)
+    if status == MEMORY_OUT:
+        return status, empty, empty, False, trace.survivors, fallbacks, trace.steps[:done + 1], empty, no_costs
     if status != OK:
         return status, empty, empty, False, trace.survivors, fallbacks, no_steps, empty, no_costs
     trace = Trace(prev, arc, trace.steps, trace.survivors)
@@ -1177,7 +1190,7 @@ def finish_lattice(graph, context, ws, n, trace, first, stored, lat):
     keep, reached_final = _last_keep(tl, n, graph.final, context)
     trace.steps[first] = stored
     before = stored
-    prev, arc, stored, _ = _store(ws, n, -1, INF, False, trace.prev, trace.arc, stored, lat)
+    prev, arc, stored, _ = _store(ws, n, -1, INF, False, trace.prev, trace.arc, stored, lat, MAX_BACKPOINTERS)
     trace.steps[first + 1] = stored
     if keep < 0:
         return OK, empty, empty, False, empty, no_costs
@@ -1517,7 +1530,7 @@ def advance_stream(graph, boosts, context, memo, log_probs, num_frames, settings
     and the frames after their paths count as trailing blanks)."""
     status, done, n, ns, beam, prev, arc, stored, fallbacks = frames(
         graph, boosts, context, memo, log_probs, num_frames, settings, ws, n, ns, resume_beam, trace, first, stored,
-        lat)
+        lat, MAX_BACKPOINTERS)
     survivors = 0
     for t in range(first, first + done):  # an overflowed frame counts when redone
         survivors += trace.survivors[t]

@@ -581,22 +581,81 @@ def test_memory_estimate_refuses_impossible_searches(tiny_decoder, tiny):
 def test_a_batch_too_big_for_memory_is_decoded_in_groups_that_fit(tiny_decoder, monkeypatch):
     """Where the whole batch's workspaces do not fit (a GPU's batch of 1,024 long utterances),
     decode searches it in groups that do, longest first, with the same results."""
-    from wfst.kernels import constants as C
-
     x = random_log_probs(3, batch=5, frames=6, columns=5)
     lengths = np.array([6, 2, 5, 0, 4])
     expected = tiny_decoder.decode(x, lengths)
-    c, backend, groups = tiny_decoder.config, tiny_decoder._backend, []
-    one = C.workspace_bytes(tiny_decoder._capacity.tokens, c.max_active, c.min_active, 6)
+    backend, groups = tiny_decoder._backend, []
+    one = backend.search_bytes(tiny_decoder._capacity, 6, 0)
     search = backend.search
     monkeypatch.setattr(backend, "free_bytes", lambda: int(2 * one / 0.8) + 1)
     monkeypatch.setattr(backend, "concurrent", lambda n: n)  # as on a GPU: the whole group at once
-    monkeypatch.setattr(backend, "search", lambda plan, group: groups.append(list(group)) or search(plan, group))
+    monkeypatch.setattr(backend, "search",
+                        lambda plan, group, room: groups.append(list(group)) or search(plan, group, room))
     assert tiny_decoder.decode(x, lengths) == expected
     assert groups == [[0, 2], [4, 1], [3]]  # (no frames: the start's closure is searched too)
     monkeypatch.setattr(backend, "free_bytes", lambda: one // 2)
     with pytest.raises(DecoderMemoryError, match=r"utterance 0 \(6 frames\) alone needs"):
         tiny_decoder.decode(x, lengths)
+
+
+def _searches(decoder, monkeypatch) -> list:
+    """The backend's searches from now on, as (utterances, each one's room, statuses)."""
+    backend, calls = decoder._backend, []
+    search = backend.search
+
+    def spy(plan, group, room):
+        outcomes = search(plan, group, room)
+        calls.append((list(group), room, [o.status for o in outcomes]))
+        return outcomes
+
+    monkeypatch.setattr(backend, "search", spy)
+    return calls
+
+
+def test_a_cpu_search_checks_its_backpointers_against_its_room_as_they_grow(tiny_decoder, monkeypatch):
+    """The CPU's backpointers grow with what survives each frame (a few hundred a frame on
+    clean speech, max_active on noise), which no estimate knows beforehand: the search
+    checks them as they grow.  An utterance past its room is refused, saying where; one
+    past its share of a batch searched on several threads is searched again alone."""
+    from wfst.kernels import constants as C
+
+    d = Decoder(tiny_decoder.graph, beam=20.0, token_capacity=64, num_threads=2)
+    x = random_log_probs(5, batch=2, frames=3000, columns=5)
+    lengths = np.array([3000, 10])
+    expected = d.decode(x, lengths)
+    fixed = d._backend.search_bytes(d._capacity, 3000, 0)
+    rooms = [fixed + 8 * 1024 * 2**k for k in range(16)]
+    fits = None
+    for too_small, room in zip(rooms, rooms[1:]):  # the smallest room that holds utterance 0 alone
+        monkeypatch.setattr(d, "_room", lambda room=room: room)
+        try:
+            alone = d.decode(x[:1], lengths[:1])
+        except DecoderMemoryError:
+            continue
+        fits = room
+        break
+    assert fits is not None and fits > rooms[1], "utterance 0 must need its backpointers to grow"
+    assert alone == expected[:1]
+    monkeypatch.setattr(d, "_room", lambda: too_small)
+    with pytest.raises(DecoderMemoryError, match=r"utterance 0 \(3000 frames\): its backpointers outgrew the "
+                                                 r"0\.\d+ GiB of host memory its search may take at frame \d+ "
+                                                 r"\(\d+ a frame so far, max_active="):
+        d.decode(x[:1], lengths[:1])
+    calls = _searches(d, monkeypatch)
+    monkeypatch.setattr(d, "_room", lambda: fits)
+    assert d.decode(x, lengths) == expected  # half of `fits` each: utterance 0 is searched again alone
+    assert calls == [([0, 1], fits // 2, [C.MEMORY_OUT, C.OK]), ([0], fits, [C.OK])]
+
+
+def test_a_cpu_search_is_not_refused_for_backpointers_it_may_never_store(tiny_decoder, monkeypatch):
+    """max_active=10**6 where the beam binds: the CPU's memory check counted max_active / 4
+    backpointers for each of the 40,000 frames (80 GB) and refused a search that holds a
+    few MiB."""
+    d = Decoder(tiny_decoder.graph, beam=20.0, max_active=10**6, num_threads=1)
+    x = random_log_probs(6, batch=1, frames=40_000, columns=5)
+    expected = d.decode(x)
+    monkeypatch.setattr(d, "_room", lambda: 256 * 2**20)
+    assert d.decode(x) == expected
 
 
 def test_a_cpu_stream_counts_its_own_arrays_against_free_memory(tiny_decoder):
@@ -606,10 +665,9 @@ def test_a_cpu_stream_counts_its_own_arrays_against_free_memory(tiny_decoder):
     were refused on a 24 GiB machine that held them."""
     from wfst.kernels import constants as C
 
-    c = tiny_decoder.config
     tokens = tiny_decoder._capacity.tokens
     own = C.cpu_stream_bytes(tokens)
-    assert C.workspace_bytes(tokens, c.max_active, c.min_active, 1) > 4 * own
+    assert C.workspace_bytes(tokens, tiny_decoder._capacity.backpointers, 1) > 4 * own
     tiny_decoder._opening = [math.inf, 4 * own]  # a memory reading that holds: room for 4 streams' own arrays
     streams = [tiny_decoder.stream() for _ in range(4)]
     with pytest.raises(DecoderMemoryError, match="a stream needs about"):

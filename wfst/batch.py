@@ -67,3 +67,5 @@ class Outcome(NamedTuple):
 
     status: int
     path: TracedPath | None = None
+    frame: int = 0  # MEMORY_OUT: the frame whose backpointers did not fit
+    stored: int = 0  # MEMORY_OUT: the backpointers stored before it

@@ -26,7 +26,7 @@ from . import contexts
 from .batch import BatchPlan, Outcome
 from .boost import NO_PHRASES
 from .config import usable_cores
-from .errors import WfstError
+from .errors import DecoderMemoryError, WfstError
 from .inputs import JoinedChunks, chunk_lengths, host_array, input_faults
 from .lattice import RawLattice
 from .ledger import Ledger, MeetingScratch
@@ -106,9 +106,18 @@ class CpuBackend:
         """Utterances searched at once (each needs its own workspace)."""
         return max(min(batch, self.num_threads), 1)
 
-    def search(self, plan: BatchPlan, utterances: list[int]) -> list[Outcome]:
-        """One pass of the search over these utterances at plan.capacity."""
+    def search_bytes(self, capacity, frames: int, lattice_links: int) -> int:
+        """What one utterance's search needs besides its backpointers, which it checks against
+        its room as they grow (constants.cpu_search_bytes)."""
+        return C.cpu_search_bytes(capacity.tokens, lattice_links)
+
+    def search(self, plan: BatchPlan, utterances: list[int], room: int | None = None) -> list[Outcome]:
+        """One pass of the search over these utterances at plan.capacity, each taking at
+        most `room` bytes (None: no limit; one past it ends with MEMORY_OUT)."""
         from wfst.kernels import cpu
+
+        links = plan.capacity.lattice_links if plan.lattice is not None else 0
+        backpointers = C.backpointer_room(None if room is None else room - self.search_bytes(plan.capacity, 0, links))
 
         boosts = plan.boosts
         in_graph = boosts.batch_wide()  # one map for the whole batch: into the weights, at no cost per arc
@@ -132,7 +141,7 @@ class CpuBackend:
                     lat = None if links is None else links._replace(block=np.zeros(T + 2, np.int64))
                     (status, arcs, steps, reached_final, per_frame, fallbacks, step_starts, final_gids,
                      final_costs) = cpu.search(self.layout, word_costs, context, memo, plan.log_probs[b], T,
-                                               plan.settings, ws, lat)
+                                               plan.settings, ws, lat, backpointers)
                     if status == C.OK and lat is not None:
                         raw = RawLattice.of(lat, step_starts, final_gids, final_costs, reached_final)
                 if status != C.OK:
@@ -140,6 +149,8 @@ class CpuBackend:
                 if memo is not None:
                     self._count_steps(memo.counts - before)
                     self._memo_bytes = max(self._memo_bytes, memo.table.nbytes)
+            if status == C.MEMORY_OUT:
+                return Outcome(int(status), frame=len(step_starts) - 1, stored=int(step_starts[-1]))
             if status != 0:
                 return Outcome(int(status))
             frames, columns = emitting_reads(self.graph, arcs, steps)
@@ -528,6 +539,9 @@ class CpuBackend:
             total += survivors
             if status == C.OK:
                 break
+            if status == C.MEMORY_OUT:
+                raise DecoderMemoryError(f"a stream's backpointers outgrew {C.MAX_BACKPOINTERS:,}, the most a "
+                                         f"search holds, with nothing committed: end streams at their endpoints")
             state.overflowed(ws, status == C.LINK_OVERFLOW)  # again: go on from its survivors
             _clean(ws)
             t += done

@@ -140,8 +140,15 @@ class CudaBackend:
     def concurrent(self, batch: int) -> int:
         return batch
 
-    def search(self, plan: BatchPlan, utterances: list[int]) -> list[Outcome]:
-        """One pass of the search over these utterances at plan.capacity."""
+    def search_bytes(self, capacity, frames: int, lattice_links: int) -> int:
+        """What one utterance's search of `frames` frames needs: its share of the batch's
+        workspace, backpointers included (a frame that needs more than its budget grows it,
+        BP_OVERFLOW)."""
+        return C.workspace_bytes(capacity.tokens, capacity.backpointers, frames, lattice_links)
+
+    def search(self, plan: BatchPlan, utterances: list[int], room: int | None = None) -> list[Outcome]:
+        """One pass of the search over these utterances at plan.capacity (the workspace's
+        size is fixed beforehand: search_bytes; `room` is the CPU's)."""
         from wfst.kernels import cuda as K
 
         xp, g = self.xp, self.graph

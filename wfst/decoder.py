@@ -447,27 +447,51 @@ class Decoder:
         """The best path of every utterance ({utterance: TracedPath}; one of no frames: the
         start's epsilon path to a final state, as Kaldi's) and how many were decoded again:
         an utterance whose search overflowed is searched again with the capacity it
-        overflowed grown (Capacity.grown), until it fits."""
-        todo = list(range(len(plan.lengths)))
+        overflowed grown (Capacity.grown), until it fits; one whose backpointers outgrew its
+        share of the memory (MEMORY_OUT) is searched again alone, and refused if it still
+        does not fit."""
+        todo, alone = list(range(len(plan.lengths))), []
         paths, regrowths = {}, 0
-        while todo:
-            outcomes = [o for group in self._groups(todo, plan.lengths) for o in
-                        zip(group, self._backend.search(plan, group))]
+        while todo or alone:
+            groups = [(group, self._share(room, len(group))) for group, room in self._groups(todo, plan.lengths)]
+            if alone:
+                groups.append(([alone[0]], self._room()))
+                alone = alone[1:]
+            outcomes = []
+            for group, room in groups:
+                outcomes += [(b, room, len(group), o) for b, o in zip(group, self._backend.search(plan, group, room))]
             again = []
-            for b, outcome in outcomes:
+            for b, room, searched_with, outcome in outcomes:
                 if outcome.status == C.EPS_CYCLE:
                     raise WfstError(f"utterance {b}: the graph has an epsilon cycle of zero or negative cost; "
                                     f"the best path cannot be traced back")
                 if outcome.status == C.OK:
                     paths[b] = outcome.path
+                elif outcome.status == C.MEMORY_OUT:
+                    if searched_with == 1 or self._backend.concurrent(searched_with) == 1:
+                        self._out_of_memory(b, int(plan.lengths[b]), room, outcome)
+                    alone.append(b)
+                    regrowths += 1
                 else:
                     again.append(b)
             if again:
-                self._capacity = self._capacity.grown(o.status for _, o in outcomes)
+                self._capacity = self._capacity.grown(o.status for *_, o in outcomes)
                 plan = dataclasses.replace(plan, capacity=self._capacity)
                 regrowths += len(again)
             todo = sorted(again)
         return paths, regrowths
+
+    def _share(self, room: int | None, n: int) -> int | None:
+        """The memory each of n utterances searched at once may take of `room`."""
+        return None if room is None else room // self._backend.concurrent(n)
+
+    def _out_of_memory(self, b: int, frames: int, room: int | None, outcome) -> None:
+        limit = (f"{C.MAX_BACKPOINTERS:,} backpointers, the most a search holds," if room is None else
+                 f"the {room / 2**30:.2f} GiB of {self._backend.memory} memory its search may take")
+        raise DecoderMemoryError(
+            f"utterance {b} ({frames} frames): its backpointers outgrew {limit} at frame {outcome.frame} "
+            f"({outcome.stored / max(outcome.frame, 1):,.0f} a frame so far, max_active={self.config.max_active}); "
+            f"lower max_active or beam, or decode shorter utterances")
 
     def _room(self) -> int | None:
         """The memory a search's workspaces may take (None: unknown): memory.USABLE_SHARE of
@@ -487,22 +511,24 @@ class Decoder:
             self._opening[1] = available - need
         return available
 
-    def _groups(self, todo: list[int], lengths: np.ndarray) -> list[list[int]]:
-        """The utterances in groups whose workspaces fit the backend's free memory: all at once
-        where they fit, else longest first (a group's workspace is sized by its longest
-        utterance) in groups as large as fit.  Refuses an utterance that fits alone no more."""
+    def _groups(self, todo: list[int], lengths: np.ndarray) -> list[tuple[list[int], int | None]]:
+        """The utterances in groups whose workspaces fit the backend's free memory, each with
+        that memory (None: unknown): all at once where they fit, else longest first (a
+        group's workspace is sized by its longest utterance) in groups as large as fit.
+        Refuses an utterance that fits alone no more."""
+        if not todo:
+            return []
         available = self._room()
         if available is None:
-            return [todo]
+            return [(todo, None)]
         c = self.config
+        links = self._capacity.lattice_links if c.lattice_beam is not None else 0
 
         def need(n, frames):
-            links = self._capacity.lattice_links if c.lattice_beam is not None else 0
-            return self._backend.concurrent(n) * C.workspace_bytes(self._capacity.tokens, c.max_active,
-                                                                   c.min_active, frames, links)
+            return self._backend.concurrent(n) * self._backend.search_bytes(self._capacity, frames, links)
 
         if need(len(todo), int(lengths[todo].max())) <= available:
-            return [todo]
+            return [(todo, available)]
         order, groups = sorted(todo, key=lambda b: -int(lengths[b])), []
         while order:
             frames = int(lengths[order[0]])
@@ -513,7 +539,7 @@ class Decoder:
                     f"{self._backend.memory} memory ({self._capacity.tokens} token slots per frame, max_active="
                     f"{c.max_active}) but {available / 2**30:.2f} GiB is available; lower max_active or "
                     f"token_capacity, or decode shorter utterances")
-            groups.append(order[:n])
+            groups.append((order[:n], available))
             order = order[n:]
         return groups
 

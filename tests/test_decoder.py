@@ -571,6 +571,71 @@ def test_torch_input_if_available(tiny_decoder):
     assert tiny_decoder.decode(torch.from_numpy(x), torch.tensor([5, 3])) == tiny_decoder.decode(x, np.array([5, 3]))
 
 
+def test_torch_inputs_numpy_cannot_hold_are_refused_or_read_if_available(tiny_decoder):
+    """Tensors past NumPy's reach gave torch's own TypeError / RuntimeError from deep in the
+    input path: bfloat16 (a model's usual output), meta, sparse, a gradient in a list; a
+    lazily negated view, valid float32 data, was refused; a Tensor subclass skipped the
+    torch path."""
+    torch = pytest.importorskip("torch")
+    x = random_log_probs(2, batch=2, frames=5, columns=5)
+    lengths = np.array([5, 3])
+    expected = tiny_decoder.decode(x, lengths)
+    t = torch.from_numpy(x)
+
+    class Mine(torch.Tensor):
+        pass
+
+    negated = torch.complex(torch.zeros_like(t), -t).conj().imag  # (float32 with torch's negative bit)
+    assert negated.is_neg() and torch.equal(negated, t)
+    for same in (negated, t.as_subclass(Mine).requires_grad_(), list(t.requires_grad_())):
+        assert tiny_decoder.decode(same, [torch.tensor(5, dtype=torch.float32).requires_grad_(), 3]) == expected
+    for bad, what in [(t.bfloat16(), "log_probs has torch dtype bfloat16, which NumPy cannot hold; convert it"),
+                      (t.to("meta"), "log_probs is a torch tensor on the 'meta' device: it holds no data"),
+                      (t.to_sparse(), "log_probs must be a dense torch tensor"),
+                      (list(t.bfloat16()), "log_probs has torch dtype bfloat16")]:
+        with pytest.raises(DecodeInputError, match=what):
+            tiny_decoder.decode(bad, lengths)
+    with pytest.raises(DecodeInputError, match=r"lengths has torch dtype bfloat16, which NumPy cannot hold; "
+                                               r"convert it \(\.long\(\)\)"):
+        tiny_decoder.decode(t, torch.tensor([5, 3]).bfloat16())
+    s = tiny_decoder.stream()
+    with pytest.raises(DecodeInputError, match="stream 0: a chunk has torch dtype bfloat16"):
+        tiny_decoder.advance([s], [t[0].bfloat16()])
+    tiny_decoder.advance([s], [negated[0]])
+    assert tiny_decoder.finish([s]) == tiny_decoder.decode(x[:1])
+
+
+def test_dlpack_input_numpy_cannot_read_is_refused():
+    """A DLPack exporter NumPy cannot read (a dtype it has not, a tensor that needs its
+    gradient) gave a raw BufferError / RuntimeError."""
+    from wfst.inputs import host_array
+
+    class Refusing:
+        def __dlpack__(self, stream=None, **kw):
+            raise BufferError("Can't export tensors that require gradient")
+
+        def __dlpack_device__(self):
+            return (1, 0)  # kDLCPU
+
+    with pytest.raises(DecodeInputError, match=r"log_probs: NumPy cannot read this Refusing through DLPack \(Can't "
+                                               r"export tensors that require gradient\); give float32 data"):
+        host_array(Refusing())
+
+
+def test_input_shapes_are_said_as_given(tiny_decoder):
+    """A 0-d array was said to have shape (1,) (np.ascontiguousarray makes it 1-d); one (T, V)
+    chunk given to advance() as the list of chunks, T chunks for one stream, now says so."""
+    with pytest.raises(DecodeInputError, match=r"log_probs must have shape \(B, T, V\); got shape \(\)$"):
+        tiny_decoder.decode(np.float32(-1.0))
+    with pytest.raises(DecodeInputError, match=r"lengths must have shape \(2,\) to match log_probs; got one number"):
+        tiny_decoder.decode(random_log_probs(2, batch=2, frames=5, columns=5), np.int64(5))
+    assert tiny_decoder.decode(random_log_probs(2, batch=1, frames=5, columns=5), np.int64(4))  # (a batch of one)
+    s = tiny_decoder.stream()
+    with pytest.raises(DecodeInputError, match=r"advance\(\) got 1 streams but 3 chunks \(one \(T, V\) array is T "
+                                               r"chunks of a frame: give a list, \[chunk\]\)"):
+        tiny_decoder.advance([s], random_log_probs(2, batch=1, frames=3, columns=5)[0])
+
+
 def test_memory_estimate_refuses_impossible_searches(tiny_decoder, tiny):
     huge = Decoder(tiny_decoder.graph, max_active=2_000_000_000, token_capacity=2_000_000_000)
     x = random_log_probs(0, batch=1, frames=3, columns=5)

@@ -35,8 +35,8 @@ from .batch import BatchPlan, Outcome
 from .cuda_arrays import SIMULATOR, SearchStream, array_module, device_views, on_device
 from .cuda_arrays import to_host as _to_host
 from .cuda_lattice import LatticeChunks, device_links
-from .errors import OptionError
-from .inputs import host_array, input_faults
+from .errors import DecodeInputError, OptionError
+from .inputs import host_array, input_faults, is_torch
 from .results import TracedPath, emitting_reads
 
 numba_config.CUDA_LOW_OCCUPANCY_WARNINGS = False  # a batch of one is one block per kernel: expected, not news
@@ -45,24 +45,25 @@ GPU_LM_FIELDS = ("offsets", "labels", "backoff", "bo_weight")  # what of a big L
 
 def on_gpu(x) -> bool:
     """Whether x is GPU data: a CuPy array, a torch CUDA tensor, or a DLPack CUDA array."""
-    module = type(x).__module__.split(".")[0]
-    if module == "torch":
+    if is_torch(x):
         return x.is_cuda
-    return module == "cupy" or (hasattr(x, "__dlpack__") and getattr(x, "__dlpack_device__", lambda: (1,))()[0] == 2)
+    return type(x).__module__.split(".")[0] == "cupy" or (
+        hasattr(x, "__dlpack__") and getattr(x, "__dlpack_device__", lambda: (1,))()[0] == 2)
 
 
-def device_input(x):
+def device_input(x, what: str = "log_probs"):
     """log_probs as a C-contiguous device array: torch CUDA tensors and CuPy arrays without a copy."""
     xp = array_module()
     if SIMULATOR:
-        return xp.asarray(host_array(x))
-    module = type(x).__module__.split(".")[0]
-    if module == "torch":
-        x = x.detach()
-        if x.is_cuda:
-            return xp.ascontiguousarray(xp.from_dlpack(x))
-        x = x.numpy()
-    elif module != "cupy" and on_gpu(x):
+        return xp.asarray(host_array(x, what))
+    if is_torch(x):
+        if not x.is_cuda:
+            return xp.asarray(host_array(x, what))
+        if str(x.dtype) != "torch.float32":  # (CuPy's DLPack reader has no bfloat16: its error would be raw)
+            raise DecodeInputError(f"{what} must be float32 log-posteriors; got "
+                                   f"{str(x.dtype).removeprefix('torch.')} (convert with .float())")
+        return xp.ascontiguousarray(xp.from_dlpack(x.detach().resolve_neg().resolve_conj()))
+    if type(x).__module__.split(".")[0] != "cupy" and on_gpu(x):
         x = xp.from_dlpack(x)
     return xp.ascontiguousarray(xp.asarray(x))
 
@@ -117,18 +118,18 @@ class CudaBackend:
 
     joins_chunks = False  # (advance() copies each chunk into its launch's rows: joining them first would copy twice)
 
-    def to_chunk(self, chunk):
+    def to_chunk(self, chunk, what: str = "a chunk"):
         """A stream's chunk where it is: GPU data as a device array (no copy), host data as
         NumPy (a call moves its streams' chunks to the device together: one copy, not one
         per stream)."""
-        return device_input(chunk) if on_gpu(chunk) else host_array(chunk)
+        return device_input(chunk, what) if on_gpu(chunk) else host_array(chunk, what)
 
     def input_faults(self, x, lengths):
         return input_faults(self.xp, x, lengths)
 
     def stream_bytes(self, capacity, config) -> int:
         """About what a stream opened now takes: its lane's share of the lanes' search arrays."""
-        return C.workspace_bytes(capacity.tokens, config.max_active, config.min_active, 1, 0)
+        return C.workspace_bytes(capacity.tokens, capacity.backpointers, 1, 0)
 
     def free_bytes(self) -> int | None:
         if SIMULATOR:

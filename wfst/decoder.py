@@ -276,13 +276,15 @@ class Decoder:
             if not hasattr(chunks, "__iter__") or isinstance(chunks, (str, bytes)):
                 raise DecodeInputError(f"advance(): chunks must be a list of (T, V) arrays, one per stream, or one "
                                        f"(N, T, V) array; got {type(chunks).__name__}")
+            one_array = getattr(chunks, "ndim", None) == 2
             chunks = list(chunks)
             if len(chunks) != len(streams):
-                raise DecodeInputError(f"advance() got {len(streams)} streams but {len(chunks)} chunks")
+                raise DecodeInputError(f"advance() got {len(streams)} streams but {len(chunks)} chunks"
+                                       + (" (one (T, V) array is T chunks of a frame: give a list, [chunk])"
+                                          if one_array else ""))
             arrays = joined_chunks(chunks, V) if self._backend.joins_chunks else None  # the usual call's, at once
             if arrays is None:
-                to_chunk = self._backend.to_chunk
-                arrays = [to_chunk(chunk) for chunk in chunks]
+                arrays = [self._chunk(i, chunk) for i, chunk in enumerate(chunks)]
                 for i, x in enumerate(arrays):
                     if x.ndim != 2 or x.shape[1] != V:
                         raise DecodeInputError(f"stream {i}: a chunk must have shape (T, V={V}) (V: the graph's "
@@ -384,6 +386,13 @@ class Decoder:
         words = named + tuple(map(table.symbols.__getitem__ if table is not None else str, word_ids[len(named):]))
         s._stable_words = words[:stable]
         return Partial(words, word_ids, word_frames, stable, s.frames)
+
+    def _chunk(self, i: int, chunk):
+        """Stream i's chunk as the backend reads it, or the error that names the stream."""
+        try:
+            return self._backend.to_chunk(chunk, "a chunk")
+        except DecodeInputError as e:
+            raise DecodeInputError(f"stream {i}: {e}") from None
 
     def _check_streams(self, streams, call: str) -> list[Stream]:
         """The streams as a list, or a DecodeInputError that names the first fault."""

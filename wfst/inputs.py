@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
+import sys
 import warnings
 from collections.abc import Sequence
 
@@ -34,8 +35,10 @@ def check_lengths(lengths, B: int, T: int, of: str = "log_probs", item: str = "u
     int64 NumPy."""
     if lengths is None:
         return np.full(B, T, np.int64)
-    given = np.shape(lengths)  # (host_array makes a number (1,))
     lengths = host_array(lengths, "lengths")
+    given = lengths.shape
+    if lengths.ndim == 0:  # one number: the lengths of a batch of one
+        lengths = lengths.reshape(1)
     if lengths.ndim != 1 or lengths.shape[0] != B:
         raise DecodeInputError(f"lengths must have shape ({B},) to match {of}; got "
                                + (f"one number, {lengths.reshape(-1)[0]}" if given == () else f"{given}"))
@@ -196,12 +199,12 @@ def batched_chunks(x, lengths, num_columns: int, streams: int):
                                f"must have shape (N={streams}, T, V={num_columns}) (V: the graph's tokens, blank "
                                f"included)")
     if x.dtype != _FLOAT32 and str(x.dtype).removeprefix("torch.") != "float32":  # (str(): ~1 µs, 20+ cold)
-        raise DecodeInputError(f"chunks must be float32 log-posteriors; got {x.dtype}")
+        raise DecodeInputError(f"chunks must be float32 log-posteriors; got {str(x.dtype).removeprefix('torch.')}")
     N, T, V = shape
     if lengths is not None:
         lengths = check_lengths(lengths, N, T, "chunks", "stream")
     frames = [T] * N if lengths is None else lengths.tolist()
-    x = host_array(x)
+    x = host_array(x, "chunks")
     flat = x.reshape(N * T, V) if min(frames, default=T) == T else _end_to_end(x, lengths)
     if _range_check()(flat, LOG_PROB_SLACK):
         return JoinedChunks(flat, frames)
@@ -248,22 +251,32 @@ def chunk_faults(chunks) -> tuple[tuple[int, int, str] | None, tuple[int, int, f
 
 def host_array(x, what: str = "log_probs") -> np.ndarray:
     """A C-contiguous NumPy view or copy of NumPy / torch / CuPy / DLPack input (GPU data is
-    copied); what: the argument's name, for the error when x holds no numbers."""
+    copied); what: the argument's name, for the error when x holds no numbers NumPy can hold."""
     if isinstance(x, np.ndarray):
         if not x.flags.writeable or not x.dtype.isnative:  # (copied: the compiled search takes writable native
             return np.array(x, dtype=x.dtype.newbyteorder("="), order="C")  # arrays; another type compiles it anew)
-        return np.ascontiguousarray(x)
-    module = type(x).__module__.split(".")[0]
-    if module == "torch":
-        return np.ascontiguousarray(x.detach().cpu().numpy())
-    if module == "cupy":
-        return np.ascontiguousarray(x.get())
+        return np.asarray(x, order="C")  # (np.ascontiguousarray makes a 0-d array 1-d)
+    if is_torch(x):
+        return _torch_to_host(x, what)
+    if type(x).__module__.split(".")[0] == "cupy":
+        return np.asarray(x.get(), order="C")
     if hasattr(x, "__dlpack__"):
         device_type = x.__dlpack_device__()[0] if hasattr(x, "__dlpack_device__") else 1
-        if device_type == 1:  # kDLCPU
-            return np.ascontiguousarray(np.from_dlpack(x))
-        raise DecodeInputError("log_probs lives on a GPU and is neither torch nor CuPy; "
-                               "copy it to the host or decode with device='cuda'")
+        if device_type != 1:  # kDLCPU
+            raise DecodeInputError(f"{what} lives on a GPU and is neither torch nor CuPy; "
+                                   f"copy it to the host or decode with device='cuda'")
+        try:
+            return np.asarray(np.from_dlpack(x), order="C")
+        except (BufferError, RuntimeError, TypeError, ValueError) as e:  # (a dtype NumPy has not, a gradient)
+            raise DecodeInputError(f"{what}: NumPy cannot read this {type(x).__name__} through DLPack ({e}); "
+                                   f"give float32 data") from None
+    if isinstance(x, (list, tuple)) and any(is_torch(i) or hasattr(i, "__dlpack__") for i in x):
+        items = [host_array(i, what) for i in x]  # (np.asarray would call each tensor's __array__: raw errors)
+        try:
+            return np.stack(items)
+        except ValueError:
+            raise DecodeInputError(f"{what}: its arrays' shapes differ ({', '.join(str(i.shape) for i in items[:3])}"
+                                   f"{', ...' if len(items) > 3 else ''}); pad them and give lengths") from None
     try:
         a = np.asarray(x)
     except (ValueError, TypeError):  # (nested lists of unequal lengths)
@@ -272,4 +285,34 @@ def host_array(x, what: str = "log_probs") -> np.ndarray:
     if a.dtype == object or a.dtype.kind in "USV":  # (None, a generator, strings: no shape to check)
         raise DecodeInputError(f"{what} must be an array of numbers (NumPy, torch, CuPy or nested lists); got "
                                f"{type(x).__name__}")
-    return np.ascontiguousarray(a)
+    return np.asarray(a, order="C")
+
+
+def is_torch(x) -> bool:
+    """Whether x is a torch tensor, a subclass's too (without importing torch: a program that
+    has not imported it holds none)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _torch_to_host(x, what: str) -> np.ndarray:
+    """A torch tensor's data as NumPy (a view where it is on the host, strided and of a dtype
+    NumPy has), or a DecodeInputError that says why not."""
+    if x.is_meta:
+        raise DecodeInputError(f"{what} is a torch tensor on the 'meta' device: it holds no data")
+    if x.is_nested or x.layout != sys.modules["torch"].strided:
+        raise DecodeInputError(f"{what} must be a dense torch tensor; got a {'nested' if x.is_nested else x.layout} "
+                               f"one (.to_dense() / pad it)")
+    if x.is_quantized:
+        raise DecodeInputError(f"{what} is a quantized torch tensor; dequantize it (.dequantize())")
+    x = x.detach()
+    if x.is_neg():  # (a lazily negated view: NumPy would refuse it)
+        x = x.resolve_neg()
+    if x.is_conj():
+        x = x.resolve_conj()
+    try:
+        return np.asarray(x.cpu().numpy(), order="C")
+    except (TypeError, RuntimeError):  # (a dtype NumPy has not: bfloat16, float8, complex32, ...)
+        convert = ".long()" if what == "lengths" else ".float()"
+        raise DecodeInputError(f"{what} has torch dtype {str(x.dtype).removeprefix('torch.')}, which NumPy cannot "
+                               f"hold; convert it ({convert})") from None

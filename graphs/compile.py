@@ -309,7 +309,8 @@ def compile_graph(out_dir: str | os.PathLike, *, tokens: str | os.PathLike, lm: 
 
     tok = TokenTable.read(tokens, blank=blank)
     if tok.blank is None:
-        raise GraphBuildError(f"{tokens}: no blank token; name it <blk> or pass blank=SYMBOL (--blank)")
+        raise GraphBuildError(f"{tokens}: no blank token; name it <blk> or pass blank=SYMBOL (--blank; an icefall "
+                              f"phone table, whose '<eps> 0' is the blank: --blank '<eps>')")
     if word_boundary is not None and word_boundary not in tok.symbols:
         raise OptionError(f"word-boundary unit {word_boundary!r} is not in {tokens}")
     if word_boundary is not None and word_boundary == tok.symbols[tok.blank]:

@@ -351,6 +351,21 @@ def make_graph(*args, cwd):
     return subprocess.run([sys.executable, "-m", "wfst.graphs.cli", *args], capture_output=True, text=True, cwd=cwd)
 
 
+def test_an_icefall_phone_table_builds_the_graph_of_its_blk_twin(tiny, tmp_path):
+    """--blank '<eps>' on icefall's phone table ('<eps> 0' its CTC blank) builds the graph of
+    the same table with the blank named <blk>, and the decoder finds the blank there."""
+    (tmp_path / "icefall.txt").write_text("<eps> 0\n| 1\na 2\nb 3\nc 4\n#0 5\n#1 6\n")
+    base = dict(lm=tiny / "lm.arpa", lexicon=tiny / "lexicon.txt", word_boundary="|", progress=False)
+    with pytest.raises(GraphBuildError, match=r"no blank token.*an icefall phone table, whose '<eps> 0' is the "
+                                              r"blank: --blank '<eps>'"):
+        compile_graph(tmp_path / "unnamed", tokens=tmp_path / "icefall.txt", **base)
+    ours = load_graph(compile_graph(tmp_path / "g", tokens=tmp_path / "icefall.txt", blank="<eps>", **base).directory)
+    twin = load_graph(compile_graph(tmp_path / "twin", tokens=tiny / "tokens.txt", **base).directory)
+    assert ours.tokens.symbols == twin.tokens.symbols and ours.tokens.blank == twin.tokens.blank == 0
+    for field in ("ilabel", "olabel", "weight", "nextstate", "e_indptr", "ne_indptr"):
+        assert np.array_equal(getattr(ours, field), getattr(twin, field)), field
+
+
 def test_cli(tiny):
     base = ["--tokens", "tokens.txt", "--lm", "lm.arpa", "--word-boundary", "|", "--quiet"]
     ok = make_graph(*base, "--out", "cli", "--topo", "normal", cwd=tiny)

@@ -418,3 +418,17 @@ def test_unwritable_graph_directory_is_an_output_error(tmp_path):
     assert isinstance(e.value, OSError)
     wfst.graph.write_graph_dir(tmp_path / "g", f, g)  # a writable one is fine
     assert load_graph(tmp_path / "g").num_arcs == g.num_arcs
+
+
+def test_arcs_of_a_state_the_graph_has_not_is_refused():
+    """Graph.arcs(-1) gave an empty range (numpy's indptr[-1]), and arcs(num_states) an
+    IndexError: a walk past the graph's states went on silently or crashed."""
+    from decoding import tied_tlg
+
+    from wfst.errors import OptionError
+
+    _, g = tied_tlg()
+    assert len(g.arcs(0)) == 2 and len(g.arcs(np.int32(1))) == 2 and not g.arcs(1, emitting=False)
+    for state in (-1, g.num_states, 1.0, True, None):
+        with pytest.raises(OptionError, match=rf"no state {state!r}; states are 0\.\.{g.num_states - 1}"):
+            g.arcs(state)

@@ -47,7 +47,7 @@ def test_blank_by_name(tmp_path):
     assert TokenTable.read(p, blank="_").blank == 1
     with pytest.raises(InputFileError, match="blank symbol 'x' is not in the table"):
         TokenTable.read(p, blank="x")
-    with pytest.raises(OptionError, match=r"TokenTable: blank column 3 outside \[0, 3\)"):
+    with pytest.raises(OptionError, match=r"TokenTable: blank must be a column in \[0, 3\) or None; got 3"):
         TokenTable(("a", "_", "b"), 3)
     assert TokenTable.read(p, blank=2).blank == 2  # a column, as a model's card gives it
     with pytest.raises(InputFileError, match=r"blank column 3 is outside its columns 0..2"):
@@ -113,3 +113,44 @@ def test_word_ids_without_gaps(tmp_path, text, missing):
     """Output labels index the table: a gap would print as an empty word."""
     with pytest.raises(InputFileError, match=f"word ids must run from 0 without gaps; {missing}"):
         WordTable.read(write(tmp_path, text, "words.txt"))
+
+
+@pytest.mark.parametrize("kw, what", [
+    (dict(symbols="abc", blank=0), "must be a tuple of str"),
+    (dict(symbols=(), blank=None), "no symbols"),
+    (dict(symbols=("a", "a"), blank=0), "symbol 'a' at columns 0 and 1"),
+    (dict(symbols=("a b", "c"), blank=0), "column 0's symbol 'a b' is not a str without whitespace"),
+    (dict(symbols=("a", 3), blank=0), "column 1's symbol 3"),
+    (dict(symbols=("<eps>", "a"), blank=1), "column 0's symbol '<eps>' is reserved"),
+    (dict(symbols=("a", "#0"), blank=0), "column 1's symbol '#0' is reserved"),
+    (dict(symbols=("a",), blank=True), r"blank must be a column in \[0, 1\) or None; got True"),
+    (dict(symbols=("a",), blank=1), "got 1"),
+    (dict(symbols=("a",), blank=0, num_disambig=-1), "num_disambig must be an int >= 0"),
+])
+def test_a_token_table_made_in_code_is_checked_as_a_read_one(kw, what):
+    """TokenTable(...) in code gets the checks TokenTable.read gives a file: a duplicate symbol
+    decoded as the wrong token, and one with a space wrote a tokens.txt no reader parses."""
+    with pytest.raises(OptionError, match=what):
+        TokenTable(**kw)
+
+
+def test_a_token_table_made_in_code_takes_a_list_and_numpy_ints():
+    import numpy as np
+
+    t = TokenTable(["<blk>", "\u2581a", "b"], np.int64(0))
+    assert t.symbols == ("<blk>", "\u2581a", "b") and t.blank == 0 and type(t.blank) is int
+    assert hash(t) == hash(TokenTable(("<blk>", "\u2581a", "b"), 0))
+
+
+def test_an_icefall_phone_table_s_eps_is_its_blank_when_named(tmp_path):
+    """icefall's phone tables write the CTC blank as '<eps> 0': read as an FST symbol table
+    every column shifted by one, and --blank '<eps>' said '<eps>' was not in the table."""
+    icefall = write(tmp_path, "<eps> 0\n| 1\na 2\nb 3\n#0 4\n#1 5\n")
+    t = TokenTable.read(icefall, blank="<eps>")
+    assert t == TokenTable(("<blk>", "|", "a", "b"), 0, 2)
+    assert TokenTable.read(icefall).symbols == ("|", "a", "b")  # (unnamed: an FST symbol table, as riva's)
+    with pytest.raises(InputFileError, match=r"blank='<eps>' names an icefall table's blank, '<eps> 0'; this table "
+                                             r"has no such line"):
+        TokenTable.read(write(tmp_path, "<blk> 0\na 1\n", "k2.txt"), blank="<eps>")
+    with pytest.raises(InputFileError, match=r"the blank would be called <blk>, which the table has already"):
+        TokenTable.read(write(tmp_path, "<eps> 0\n<blk> 1\na 2\n", "both.txt"), blank="<eps>")

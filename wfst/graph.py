@@ -82,6 +82,9 @@ class Graph:
         return {w: i for i, w in enumerate(self.words.symbols) if w and out[i]}
 
     def arcs(self, state: int, emitting: bool = True) -> range:
+        """The ids of the state's emitting arcs (or of its epsilon arcs) in the arc arrays."""
+        if isinstance(state, bool) or not isinstance(state, (int, np.integer)) or not 0 <= state < self.num_states:
+            raise OptionError(f"{self!r}: no state {state!r}; states are 0..{self.num_states - 1}")
         indptr = self.e_indptr if emitting else self.ne_indptr
         return range(int(indptr[state]), int(indptr[state + 1]))
 

@@ -13,6 +13,7 @@ A graph directory's tokens.txt is the FST input symbol table:
 from __future__ import annotations
 
 import dataclasses
+import operator
 import os
 import re
 
@@ -52,8 +53,34 @@ class TokenTable:
     num_disambig: int = 0
 
     def __post_init__(self):
-        if self.blank is not None and not 0 <= self.blank < len(self.symbols):
-            raise OptionError(f"TokenTable: blank column {self.blank} outside [0, {len(self.symbols)})")
+        if isinstance(self.symbols, str) or not isinstance(self.symbols, (tuple, list)):
+            raise OptionError(f"TokenTable: symbols must be a tuple of str, one per logit column; got "
+                              f"{type(self.symbols).__name__}")
+        object.__setattr__(self, "symbols", tuple(self.symbols))  # (a list would make the table unhashable)
+        if not self.symbols:
+            raise OptionError("TokenTable: no symbols")
+        seen: dict[str, int] = {}
+        for column, sym in enumerate(self.symbols):
+            if not isinstance(sym, str) or split_fields(sym) != [sym]:
+                raise OptionError(f"TokenTable: column {column}'s symbol {sym!r} is not a str without whitespace "
+                                  f"(tokens.txt lines are 'symbol id')")
+            if sym == EPSILON or is_disambig_symbol(sym):
+                raise OptionError(f"TokenTable: column {column}'s symbol {sym!r} is reserved for the FST's "
+                                  f"epsilon or disambiguation symbols (num_disambig counts those)")
+            if sym in seen:
+                raise OptionError(f"TokenTable: symbol {sym!r} at columns {seen[sym]} and {column}")
+            seen[sym] = column
+        if self.blank is not None:
+            try:
+                blank = None if isinstance(self.blank, bool) else operator.index(self.blank)
+            except TypeError:
+                blank = None
+            if blank is None or not 0 <= blank < len(self.symbols):
+                raise OptionError(f"TokenTable: blank must be a column in [0, {len(self.symbols)}) or None; "
+                                  f"got {self.blank!r}")
+            object.__setattr__(self, "blank", blank)
+        if not isinstance(self.num_disambig, int) or isinstance(self.num_disambig, bool) or self.num_disambig < 0:
+            raise OptionError(f"TokenTable: num_disambig must be an int >= 0; got {self.num_disambig!r}")
 
     def __repr__(self) -> str:
         blank = "no blank" if self.blank is None else f"blank {self.symbols[self.blank]!r} at column {self.blank}"
@@ -103,7 +130,9 @@ class TokenTable:
 
         The blank is the symbol named `blank` (or the column `blank`, an int), else the
         one of <blk>, <blank>, <b> the table has; a table with none has ``blank=None``, and
-        one with several of them must be told which.
+        one with several of them must be told which.  ``blank="<eps>"`` reads icefall's
+        phone tables, whose ``<eps> 0`` is the CTC blank (not an FST's epsilon): ids are
+        columns, and the blank is called <blk>.
         """
         rows: list[tuple[int, str, int | None]] = []
         for no, raw in enumerate(read_lines(path, "token table"), start=1):
@@ -130,6 +159,15 @@ class TokenTable:
             rows = [(no, sym, i) for i, (no, sym, _) in enumerate(rows)]
 
         fst_table = any(sym == EPSILON and i == 0 for _, sym, i in rows)
+        if blank == EPSILON:  # icefall's phone tables: id 0 is the model's blank, written <eps>
+            if not fst_table:
+                raise InputFileError(path, None, f"blank={EPSILON!r} names an icefall table's blank, '{EPSILON} 0'; "
+                                                 f"this table has no such line")
+            if any(sym == BLANK_NAMES[0] for _, sym, _ in rows):
+                raise InputFileError(path, None, f"blank={EPSILON!r}: the blank would be called {BLANK_NAMES[0]}, "
+                                                 f"which the table has already")
+            rows = [(no, BLANK_NAMES[0] if (sym, i) == (EPSILON, 0) else sym, i) for no, sym, i in rows]
+            fst_table, blank = False, BLANK_NAMES[0]
         seen_sym: dict[str, int] = {}
         seen_id: dict[int, int] = {}
         tokens: dict[int, str] = {}

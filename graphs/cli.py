@@ -65,8 +65,7 @@ def main(argv=None) -> int:
             progress=not args.quiet)
     except (WfstError, ValueError, OSError) as e:
         return fail(PROG, e)
-    if args.quiet or not result.rebuilt:  # otherwise compile_graph has printed it already
-        print(result.summary())
+    print(result.summary())  # the command's result, on stdout whether built or up to date (progress: stderr)
     return 0
 
 

@@ -407,10 +407,7 @@ def compile_graph(out_dir: str | os.PathLike, *, tokens: str | os.PathLike, lm: 
                         topology=ctc_topology(topology, tok.with_disambig(0)))
     finally:
         stages.close()
-    result = BuildResult(out_dir, info, rebuilt=True)
-    if progress:
-        print(result.summary(), file=sys.stderr)
-    return result
+    return BuildResult(out_dir, info, rebuilt=True)
 
 
 def _report_vocabulary(r: dict):

@@ -1,6 +1,7 @@
 """wfst-decode end to end on the tiny graph (wfst-bench: test_bench.py)."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -407,6 +408,32 @@ def test_commands_show_warnings_and_interrupts_as_one_line(capsys):
     assert capsys.readouterr().err == "wfst-x: warning: the LM has 3 unreachable words\n"
     assert main(True) == 130
     assert capsys.readouterr().err.splitlines()[-1] == "wfst-x: interrupted"
+
+
+def test_a_terminated_command_cleans_up_its_temporary_files(tmp_path):
+    """SIGTERM (a scheduler's or `timeout`'s stop) ended Python at once: a graph build killed
+    so left its /tmp/wfst-G-* folder behind.  Now the command's context managers run first,
+    it says so in one line and exits with 143; the handler before it comes back after."""
+    import signal
+
+    script = tmp_path / "slow.py"
+    script.write_text(
+        "import signal, sys, tempfile, time\n"
+        "from wfst.cli import command\n"
+        "@command('wfst-x')\n"
+        "def main():\n"
+        f"    with tempfile.TemporaryDirectory(dir={str(tmp_path)!r}) as tmp:\n"
+        "        print(tmp, flush=True)\n"
+        "        time.sleep(60)\n"
+        "status = main()\n"
+        "assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL\n"
+        "sys.exit(status)\n")
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    folder = p.stdout.readline().strip()
+    assert os.path.isdir(folder)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=60) == 143
+    assert p.stderr.read() == "wfst-x: terminated\n" and not os.path.exists(folder)
 
 
 def test_a_reader_that_stops_early_gets_no_traceback(tiny_setup):

@@ -373,7 +373,9 @@ def test_cli(tiny):
     assert ok.stderr == ""
     assert "normal TLG" in ok.stdout and load_graph(tiny / "cli").info["topology"] == "normal"
     again = make_graph(*base[:-1], "--out", "cli", "--topo", "normal", cwd=tiny)  # not quiet: it printed nothing
-    assert again.returncode == 0 and "(up to date)" in again.stdout + again.stderr
+    assert again.returncode == 0 and "(up to date)" in again.stdout
+    rebuilt = make_graph(*base[:-1], "--out", "cli", "--topo", "normal", "--force", cwd=tiny)
+    assert rebuilt.returncode == 0 and "built in" in rebuilt.stdout and "built in" not in rebuilt.stderr
 
 
 def test_out_through_a_symlink_or_around_the_current_directory(tiny):

@@ -75,25 +75,56 @@ def fail(prog: str, e: BaseException) -> int:
 def command(prog: str):
     """A command's main function, as every command runs: warnings as `prog: warning: ...`
     (not the library line that raised them), Ctrl-C as one line and exit status 130, a
-    closed pipe (`| head`) as exit status 141."""
+    closed pipe (`| head`) as exit status 141, and SIGTERM (a job scheduler's or `timeout`'s
+    stop) as exit status 143 after the temporary files are cleaned up (Python's default
+    exits at once, leaving them)."""
     def wrap(main):
         @functools.wraps(main)
         def run(*args, **kwargs) -> int:
             def show(message, category, filename, lineno, file=None, line=None):
                 print(f"{prog}: warning: {message}", file=sys.stderr)
 
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), _terminated_as_exception():
                 warnings.showwarning = show
                 try:
                     return main(*args, **kwargs)
                 except KeyboardInterrupt:
                     print(f"{prog}: interrupted", file=sys.stderr)
                     return 130
+                except _Terminated:
+                    print(f"{prog}: terminated", file=sys.stderr)
+                    return 143
                 except BrokenPipeError:  # a reader that stopped early (| head): no traceback, and none at exit
                     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # when Python flushes stdout
                     return 141  # (128 + SIGPIPE, as a tool killed by it)
         return run
     return wrap
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised where the command is, so that its `finally` blocks and context managers
+    run (a BaseException: no `except Exception` takes it for a failure to handle)."""
+
+
+@contextlib.contextmanager
+def _terminated_as_exception():
+    """SIGTERM raises _Terminated while the block runs (in the main thread: only it can set
+    a handler); the previous handler comes back after."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum, frame):
+        raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)  # (None: not set from Python)
 
 
 def _progress(total: int, enabled: bool):

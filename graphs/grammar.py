@@ -34,7 +34,8 @@ _WARNING = re.compile(r"\[W\] (.*)")
 class ArpaVocabulary(NamedTuple):
     words: list[str]  # the unigrams, in the file's order
     counts: list[int]  # the header's n-gram count per order
-    orphans: list[int]  # line numbers of the n-grams G leaves out: their history is no n-gram of the file
+    orphans: list[int]  # line numbers of the n-grams G leaves out: their history is no n-gram of the file, or
+    #                     a word of theirs no unigram
 
 
 def arpa_vocabulary(path: str | os.PathLike) -> ArpaVocabulary:
@@ -48,11 +49,14 @@ def arpa_vocabulary(path: str | os.PathLike) -> ArpaVocabulary:
     skipped so) is an orphan, skipped with a warning, as the rescoring LM's reader skips it.
     arpa2fst skips it too, but only while no earlier n-gram has made its history's state: a
     file's line order decided whether the graph had it (grammar_fst leaves them out itself).
+    So is an n-gram with a word that is no unigram: arpa2fst skipped it only where the word
+    was not in words.txt, so a lexicon that spelled the word put it in the graph.
     """
     reader = ArpaReader(path)
     words: list[str] = []
     seen: dict[int, set] = {}
     orphans: list[int] = []
+    unknown: list[int] = []  # lines of n-grams with a word that is no unigram
     orphan_keys: dict[int, set] = {}
     for no, order, line in reader:
         _, gram, _ = parse_ngram(path, no, order, line, top=order == len(reader.counts))
@@ -66,16 +70,23 @@ def arpa_vocabulary(path: str | os.PathLike) -> ArpaVocabulary:
         if key in seen.setdefault(order, set()):
             raise InputFileError(path, no, f"{order}-gram {key!r} listed twice")
         seen[order].add(key)
-        if order > 2 and all(w in seen[1] for w in gram):  # (a word no unigram: arpa2fst skips it, and says so)
+        if order == 1:
+            continue
+        if not all(w in seen[1] for w in gram):
+            unknown.append(no)
+        elif order > 2:
             history = key[:len(key) - len(gram[-1]) - 1]
             if history not in seen[order - 1] or history in orphan_keys.get(order - 1, ()):
                 orphans.append(no)
                 orphan_keys.setdefault(order, set()).add(key)
     check_sentence_marks(path, seen.get(1, ()))
+    if unknown:
+        warnings.warn(f"{path}: {len(unknown)} n-grams skipped with a word that is not a unigram of the file (the "
+                      f"first on line {unknown[0]}), as Kaldi's arpa2fst skips them", stacklevel=2)
     if orphans:
         warnings.warn(f"{path}: {len(orphans)} n-grams skipped whose history is not an n-gram of the file (the "
                       f"first on line {orphans[0]}), as Kaldi's arpa2fst skips them", stacklevel=2)
-    return ArpaVocabulary(words, [reader.counts[k] for k in sorted(reader.counts)], orphans)
+    return ArpaVocabulary(words, [reader.counts[k] for k in sorted(reader.counts)], sorted(orphans + unknown))
 
 
 _CHILD = """

@@ -8,7 +8,7 @@ import pywrapfst as fst
 from arpa_files import random_arpa
 from wfst.graphs.grammar import arpa_vocabulary, grammar_fst
 
-from wfst import InputFileError, MissingFileError, WordTable
+from wfst import InputFileError, MissingFileError, WordTable, load_graph
 from wfst.lm import read_arpa
 
 kenlm = pytest.importorskip("kenlm", reason="kenlm is a test dependency: pip install -e '.[test]'")
@@ -147,6 +147,8 @@ LINE_FAULTS = [  # wfst.arpa.parse_ngram's, n-grams twice, <s> and </s>: also th
                                                     r"highest order"),
     ("-0.45\ta cab", "-1e38\ta cab", r"bad.arpa:22: a log10 value beyond 10000 in size"),  # (det spun on it)
     ("-0.8\ta\t-0.30", "-0.8\ta\t3e4", r"bad.arpa:10: a log10 value beyond 10000 in size"),
+    # OpenFST's symbol tables cut a symbol at a NUL: the build failed naming a temporary words.txt
+    ("-0.45\ta cab", "-0.45\ta c\x00ab", r"bad.arpa:22: a NUL character \(\\x00\): no symbol may hold one"),
 ]
 
 
@@ -200,7 +202,7 @@ def test_line_endings_and_marks(tiny, tmp_path):
     skipped = [("whose history is not an n-gram of the file", "-0.05\tab ba abc", "-0.05\tabc cab a",
                 r"bad.arpa: 1 n-grams skipped whose history is not an n-gram of the file \(the first on line 27\)"),
                ("with a word that is not a unigram of the file", "-0.45\ta cab", "-0.45\ta zz",
-                r"bad.arpa: 1 warnings from arpa2fst")]
+                r"bad.arpa: 1 n-grams skipped with a word that is not a unigram of the file \(the first on line 22\)")]
     for why, old, new, by_g in skipped:  # no bigram "abc cab"; no word "zz": both skip the line
         bad = corrupt(tiny, old, new)
         with pytest.warns(UserWarning, match=rf"bad.arpa: 1 n-grams skipped {why} \(the first on line \d+\)"):
@@ -208,6 +210,22 @@ def test_line_endings_and_marks(tiny, tmp_path):
         assert store.num_arcs == read_arpa(tiny / "lm.arpa").num_arcs - 1
         with pytest.warns(UserWarning, match=by_g):
             grammar_fst(bad, tmp_path / "words.txt")
+
+
+def test_an_ngram_of_a_word_no_unigram_has_is_left_out_whatever_the_lexicon_spells(tiny, tmp_path):
+    """'a zz' without a unigram 'zz': arpa2fst skipped it only where words.txt had no 'zz', so
+    a lexicon that spelled 'zz' put it in the graph (after 'a' only), while the build said
+    'zz' was unreachable and the rescoring LM's reader left the n-gram out."""
+    from wfst.graphs import compile_graph
+
+    bad = corrupt(tiny, "-0.45\ta cab", "-0.45\ta zz")
+    (tmp_path / "lexicon.txt").write_text((tiny / "lexicon.txt").read_text() + "zz c c\n")
+    with pytest.warns(UserWarning, match=r"1 n-grams skipped with a word that is not a unigram"):
+        r = compile_graph(tmp_path / "g", tokens=tiny / "tokens.txt", lm=bad, lexicon=tmp_path / "lexicon.txt",
+                          word_boundary="|", progress=False)
+    g = load_graph(r.directory)
+    assert "zz" in g.words.symbols and g.words.symbols.index("zz") not in set(g.olabel.tolist())
+    assert r.info["vocabulary"]["lexicon_words_not_in_lm"] == 1
 
 
 @pytest.mark.parametrize("first", ["kept", "orphan"])
@@ -262,7 +280,8 @@ def test_ngram_words_outside_the_unigrams_are_reported(tiny, tmp_path):
     bad = corrupt(tiny, "-0.45\ta cab", "-0.45\ta qq")
     words = WordTable.from_words(arpa_vocabulary(bad).words)
     words.write(tmp_path / "words.txt")
-    with pytest.warns(UserWarning, match=r"bad.arpa: 1 warnings from arpa2fst:\n  line 22 .*'qq' not in symbol"):
+    with pytest.warns(UserWarning, match=r"bad.arpa: 1 n-grams skipped with a word that is not a unigram of the "
+                                         r"file \(the first on line 22\), as Kaldi's arpa2fst skips them"):
         grammar_fst(bad, tmp_path / "words.txt")
 
 

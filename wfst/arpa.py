@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from .errors import InputFileError, MissingFileError
-from .files import split_fields
+from .files import check_no_nul, split_fields
 
 _SECTION = re.compile(r"\\(\d+)-grams:")
 _COUNT = re.compile(r"ngram\s+(\d+)\s*=\s*(\d+)")
@@ -150,6 +150,7 @@ class ArpaReader:
                     if not text.endswith("\n"):
                         text += f.readline()
                         text += "" if text.endswith("\n") else "\n"  # (the file's last line)
+                    check_no_nul(path, text, no)
                     if bar is not None:  # (gzip: the compressed bytes read, as the bar's total counts them)
                         bar.n = f.buffer.tell() if plain else f.buffer.fileobj.tell()
                         bar.refresh()

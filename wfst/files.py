@@ -48,10 +48,21 @@ def read_lines(path: str | os.PathLike, what: str) -> list[str]:
         raise InputFileError(path, None, f"not UTF-8 text ({e.reason} at byte {e.start})") from None
     except OSError as e:
         raise MissingFileError(path, what, e.strerror or str(e)) from None
+    check_no_nul(path, text, 0)
     lines = text.split("\n")
     if lines[-1] == "":  # (the last line's end)
         lines.pop()
     return lines
+
+
+def check_no_nul(path, text: str, lines_before: int) -> None:
+    """An InputFileError naming the line of the first NUL character in `text`, which starts
+    after `lines_before` lines of the file: a symbol that holds one is cut there by OpenFST's
+    symbol tables (a graph build failed naming a temporary words.txt)."""
+    at = text.find("\x00")
+    if at >= 0:
+        raise InputFileError(path, lines_before + text.count("\n", 0, at) + 1,
+                             "a NUL character (\\x00): no symbol may hold one")
 
 
 def split_fields(line: str) -> list[str]:

@@ -150,7 +150,7 @@ def _lg_stages(stages: Stages, lexicon: Lexicon, entries, tokens: TokenTable, wo
                lm: Path, orphans: list[int]) -> tuple[fst.MutableFst, dict]:
     """min(det(L ∘ G)) (orphans: the LM's n-grams G leaves out, arpa_vocabulary's)."""
     sizes = {}
-    L = stages.run("L (lexicon FST)", lexicon_fst, entries, tokens, words, lexicon.separator)
+    L = stages.run("L (lexicon FST)", lexicon_fst, entries, tokens, words, lexicon.separator, lexicon.costs)
     sizes["L"] = _size(L)
     with tempfile.TemporaryDirectory(prefix="wfst-words-") as tmp:
         words_txt = Path(tmp) / "words.txt"

@@ -1,7 +1,8 @@
 """The lexicon L: words spelled in CTC tokens, with disambiguation symbols.
 
 A lexicon comes from a lexicon file (``word tok1 tok2 ...`` per line, alternative
-spellings on separate lines), or is derived from a word list with a sentencepiece
+spellings on separate lines; Kaldi's lexiconp.txt, ``word prob tok1 tok2 ...``, puts each
+spelling's probability on its first arc as -ln prob), or is derived from a word list with a sentencepiece
 model (BPE pieces) or per character.  Per-character lexicons usually have a
 word-boundary unit (wav2vec2's ``|``): it is then a separator between words,
 optional at the start and end of an utterance, and not part of any spelling.
@@ -10,8 +11,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 import json
+import math
 import os
+import re
 
 import pywrapfst as fst
 from tqdm.auto import tqdm
@@ -30,19 +34,23 @@ class Lexicon:
     entries: tuple[tuple[str, tuple[str, ...]], ...]
     separator: str | None = None
     unspellable: tuple[str, ...] = ()  # derived lexicons: words with tokens outside the set
+    costs: tuple[float, ...] = ()  # lexiconp.txt: each entry's -ln probability (empty: none)
 
     @property
     def words(self) -> set[str]:
         return {w for w, _ in self.entries}
 
     def text(self) -> str:
-        """The spellings as a lexicon file (read_lexicon reads it back)."""
+        """The spellings as a lexicon file, without their probabilities (read_lexicon reads it
+        back; word times read the spellings alone)."""
         return "".join(f"{w} {' '.join(p)}\n" for w, p in self.entries)
 
     def digest_text(self) -> str:
         """A canonical text of the lexicon, for fingerprints."""
         head = f"separator={json.dumps(self.separator)}\n"  # (no separator is not one named "None")
-        return head + "".join(f"{w}\t{' '.join(p)}\n" for w, p in self.entries)
+        costs = self.costs or (None,) * len(self.entries)
+        return head + "".join(f"{w}\t{' '.join(p)}" + ("" if c is None else f"\t{c!r}") + "\n"
+                              for (w, p), c in zip(self.entries, costs))
 
 
 def _check_word(path, no, word):
@@ -50,23 +58,37 @@ def _check_word(path, no, word):
         raise InputFileError(path, no, f"{word!r} is reserved and cannot be a word")
 
 
+_NUMBER = re.compile(r"[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?")
+
+
 def read_lexicon(path: str | os.PathLike, tokens: TokenTable, separator: str | None = None) -> Lexicon:
-    """Read ``word tok1 tok2 ...`` lines; every token must be in `tokens` and not the blank."""
+    """Read ``word tok1 tok2 ...`` lines, or Kaldi's lexiconp.txt ``word prob tok1 tok2 ...``
+    (every line's second field a number: its probability, in (0, 1]); every token must be in
+    `tokens` and not the blank."""
     known = set(tokens.symbols)
     blank = tokens.symbols[tokens.blank] if tokens.blank is not None else None
+    rows = [(no, fields) for no, raw in enumerate(read_lines(path, "lexicon"), start=1)
+            if (fields := split_fields(raw))]
+    with_probability = bool(rows) and all(len(f) > 1 and _NUMBER.fullmatch(f[1]) for _, f in rows)
     seen: dict[tuple[str, tuple[str, ...]], int] = {}
-    entries = []
-    for no, raw in enumerate(read_lines(path, "lexicon"), start=1):
-        fields = split_fields(raw)
-        if not fields:
-            continue
+    entries, costs = [], []
+    for no, fields in rows:
         word, pron = fields[0], tuple(fields[1:])
         _check_word(path, no, word)
+        if with_probability:
+            p = float(pron[0])
+            if not 0 < p <= 1:
+                raise InputFileError(path, no, f"probability {pron[0]} of word {word!r} is not in (0, 1] "
+                                     f"(a lexiconp.txt: every line's second field is a number)")
+            costs.append(-math.log(p))
+            pron = pron[1:]
         if not pron:
             raise InputFileError(path, no, f"word {word!r} has no tokens")
-        for tok in pron:
+        for i, tok in enumerate(pron):
             if tok not in known:
-                raise InputFileError(path, no, f"token {tok!r} of word {word!r} is not in the token table")
+                hint = (" (a probability? a lexiconp.txt has one on every line)"
+                        if i == 0 and _NUMBER.fullmatch(tok) else "")
+                raise InputFileError(path, no, f"token {tok!r} of word {word!r} is not in the token table{hint}")
             if tok == blank:
                 raise InputFileError(path, no, f"word {word!r} is spelled with the blank {tok!r}")
             if tok == separator:
@@ -78,7 +100,7 @@ def read_lexicon(path: str | os.PathLike, tokens: TokenTable, separator: str | N
         entries.append((word, pron))
     if not entries:
         raise InputFileError(path, None, "the lexicon is empty")
-    return Lexicon(tuple(entries), separator)
+    return Lexicon(tuple(entries), separator, costs=tuple(costs))
 
 
 def read_word_list(path: str | os.PathLike) -> list[str]:
@@ -170,11 +192,13 @@ def add_disambig(lexicon: Lexicon) -> tuple[list[tuple[str, tuple[str, ...]]], i
     return out, top + 1
 
 
-def lexicon_fst(entries, tokens: TokenTable, words: WordTable, separator: str | None = None) -> fst.VectorFst:
+def lexicon_fst(entries, tokens: TokenTable, words: WordTable, separator: str | None = None,
+                costs=()) -> fst.VectorFst:
     """L with disambiguation symbols (Kaldi's L_disambig.fst), output-label sorted.
 
     State 0 is the start and a final state.  Each spelling is a path 0 -> ... -> end
-    with the word on its first arc.  Without a separator the path ends at 0; with one,
+    with the word on its first arc, and its cost there (costs: one per entry, -ln of its
+    probability; empty: none).  Without a separator the path ends at 0; with one,
     it ends at state 1 ("after a word", final), and ``sep:eps`` arcs 1 -> 0 and 0 -> 0
     make the separator required between words and optional at the edges.  ``#0:#0``
     loops at 0 (and 1) let G's backoff arcs through L ∘ G.
@@ -194,11 +218,14 @@ def lexicon_fst(entries, tokens: TokenTable, words: WordTable, separator: str | 
         L.add_arc(home, fst.Arc(ilab[separator], 0, one, home))
     for s in {home, end}:
         L.add_arc(s, fst.Arc(ilab["#0"], wid[WORD_DISAMBIG], one, s))
-    for word, pron in tqdm(entries, desc="L", unit="word", leave=False, mininterval=1.0, disable=None):
+    costs = costs or itertools.repeat(None)
+    for (word, pron), cost in tqdm(zip(entries, costs), total=len(entries), desc="L", unit="word", leave=False,
+                                   mininterval=1.0, disable=None):
         src, w = home, wid[word]
+        first = one if cost is None else fst.Weight(L.weight_type(), cost)
         for i, tok in enumerate(pron):
             dst = end if i == len(pron) - 1 else L.add_state()
-            L.add_arc(src, fst.Arc(ilab[tok], w if i == 0 else 0, one, dst))
+            L.add_arc(src, fst.Arc(ilab[tok], w if i == 0 else 0, first if i == 0 else one, dst))
             src = dst
     L.arcsort("olabel")
     return L

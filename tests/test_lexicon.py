@@ -27,6 +27,7 @@ TOK = TokenTable(("<blk>", "|", "a", "b", "c"), 0)
     ("<s> a\n", r"lexicon.txt:1: '<s>' is reserved"),
     ("ab a | b\n", r"lexicon.txt:1: word 'ab' contains the word-boundary unit '\|'"),
     ("\n  \n", r"lexicon.txt: the lexicon is empty"),
+    ("a a\nab a b\na\x00bc a b c\n", r"lexicon.txt:3: a NUL character \(\\x00\): no symbol may hold one"),
 ])
 def test_bad_lexicons(tmp_path, text, message):
     p = tmp_path / "lexicon.txt"
@@ -159,3 +160,54 @@ def test_lexicon_fst_with_separator():
     assert accepts([a, b, sep, a, b])
     assert not accepts([a, b, a, b])
     assert wid["ab"] == 1
+
+
+def test_kaldi_lexiconp_puts_each_spelling_s_probability_on_its_first_arc(tiny, tmp_path):
+    """Kaldi's lexiconp.txt (`word prob tokens`, icefall writes one too) was read as tokens:
+    '1.0' refused as an unknown token, or, with a token named '1', a spelling '1 a' built
+    silently.  Now each spelling costs -ln prob in L: probabilities of 1 build the graph
+    of lexicon.txt, and 0.5 on one of a word's two spellings makes its paths ln 2 dearer."""
+    import math
+
+    import numpy as np
+
+    import wfst
+    from wfst.graphs import compile_graph
+
+    plain = (tiny / "lexicon.txt").read_text()
+    lines = plain.splitlines()
+    (tmp_path / "ones.txt").write_text("".join(f"{w} 1.0 {rest}\n" for w, rest in (ln.split(" ", 1) for ln in lines)))
+    half = [f"{w} {'0.5' if rest == 'c a b c' else '1'} {rest}\n" for w, rest in (ln.split(" ", 1) for ln in lines)]
+    (tmp_path / "half.txt").write_text("".join(half))
+    lex = read_lexicon(tmp_path / "half.txt", TOK, separator="|")
+    assert lex.entries == read_lexicon(tiny / "lexicon.txt", TOK, separator="|").entries
+    assert lex.costs == tuple(math.log(2) if p == ("c", "a", "b", "c") else 0.0 for _, p in lex.entries)
+    graphs = {}
+    for name, lexicon in (("plain", tiny / "lexicon.txt"), ("ones", tmp_path / "ones.txt"),
+                          ("half", tmp_path / "half.txt")):
+        r = compile_graph(tmp_path / name, tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=lexicon,
+                          word_boundary="|", progress=False)
+        graphs[name] = wfst.load_graph(r.directory)
+    assert np.array_equal(graphs["ones"].weight, graphs["plain"].weight)
+    assert (graphs["ones"].directory / "lexicon.txt").read_text() == plain  # (the spellings, for word times)
+    x = np.full((1, 8, 5), -12.0, np.float32)  # "c a b c", each token twice: only the 4-token spelling of 'cab'
+    for t, column in enumerate([4, 4, 2, 2, 3, 3, 4, 4]):
+        x[0, t, column] = -0.01
+    results = {name: wfst.Decoder(g, beam=30.0).decode(x)[0] for name, g in graphs.items()}
+    assert all(r.words == ("cab",) for r in results.values())
+    assert results["ones"].cost == pytest.approx(results["plain"].cost, abs=1e-5)
+    assert results["half"].cost - results["plain"].cost == pytest.approx(math.log(2), abs=1e-4)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("a 0 a\nab 1 a b\n", r"lexicon.txt:1: probability 0 of word 'a' is not in \(0, 1\]"),
+    ("a 1.5 a\nab 1 a b\n", r"lexicon.txt:1: probability 1.5 of word 'a' is not in \(0, 1\]"),
+    ("a 1.0 a\nab a b\n", r"lexicon.txt:1: token '1.0' of word 'a' is not in the token table \(a probability\? "
+                          r"a lexiconp.txt has one on every line\)"),
+    ("a 1.0\nab 1 a b\n", r"lexicon.txt:1: word 'a' has no tokens"),
+])
+def test_bad_lexiconp(tmp_path, text, message):
+    p = tmp_path / "lexicon.txt"
+    p.write_text(text)
+    with pytest.raises(InputFileError, match=message):
+        read_lexicon(p, TOK, separator="|")

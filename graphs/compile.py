@@ -51,10 +51,10 @@ from .topology import check_topology, ctc_topology, topology_size
 
 GRAPH_FORMAT = 1
 # Bump when a change to the compiler changes the graphs it writes (4: lexicon.txt, T.fst; 5: an
-# LM's orphan n-grams left out whatever their line order); LG_REVISION when it changes
-# min(det(L ∘ G)), whose cache it keys.
-COMPILER_REVISION = 5
-LG_REVISION = 3
+# LM's orphan n-grams left out whatever their line order; 6: n-grams of a word no unigram has left
+# out whatever the lexicon spells); LG_REVISION when it changes min(det(L ∘ G)), whose cache it keys.
+COMPILER_REVISION = 6
+LG_REVISION = 4
 
 
 # --------------------------------------------------------------------------- measuring

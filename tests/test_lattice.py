@@ -359,6 +359,10 @@ def test_bad_calibrations(noisy, tmp_path):
         Calibration(slope=float("nan"))
     with pytest.raises(OptionError, match="slope=-0.5: must be >= 0"):
         Calibration(slope=-0.5)
+    with pytest.raises(OptionError, match="slope=True: must be a finite number"):
+        Calibration(slope=True)
+    numpy_made = Calibration(slope=np.float32(2.0), offset=np.int64(-1))  # (a fit's NumPy numbers were refused)
+    assert numpy_made == Calibration(2.0, -1.0) and type(numpy_made.slope) is float
     with pytest.raises(MissingFileError, match="missing.json: not found"):
         Decoder(g, lattice_beam=8.0, confidence_calibration=tmp_path / "missing.json")
     with pytest.raises(MissingFileError, match="is a directory"):

@@ -252,6 +252,10 @@ def test_save_load_round_trip(tmp_path):
         save_npz(path, lp, ln[:2])
     with pytest.raises(OptionError, match=r"lengths must be in \[0, \d+\], got -1\.\."):
         save_npz(path, lp, np.array([-1, 1, 1]))
+    with pytest.raises(OptionError, match=r"lengths must be integers; got float64"):  # (was cut to 1, silently)
+        save_npz(path, lp, np.array([1.9, 1, 1]))
+    with pytest.raises(OptionError, match=r"lengths must be in \[0, \d+\], got 1\.\.4294967296"):
+        save_npz(path, lp, np.array([1, 1, 2**32]))  # (was 0 as int32)
     with pytest.raises(OptionError, match=r"lengths must have shape"):
         greedy_ctc(lp, ln[:1], CHARS.blank)
 

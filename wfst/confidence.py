@@ -46,8 +46,10 @@ class Calibration:
     def __post_init__(self):
         for name in ("slope", "offset"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            if (not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, (bool, np.bool_))
+                    or not math.isfinite(value)):
                 raise OptionError(f"Calibration {name}={value!r}: must be a finite number")
+            object.__setattr__(self, name, float(value))  # (a NumPy scalar's: its repr and JSON are a float's)
         if self.slope < 0:  # it would rank the words the lattice is surest of last
             raise OptionError(f"Calibration slope={self.slope!r}: must be >= 0 (a calibration keeps the ranking)")
 

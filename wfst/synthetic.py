@@ -38,6 +38,7 @@ import numpy as np
 
 from .errors import InputFileError, MissingFileError, OptionError, OutputFileError
 from .files import atomic_path, check_path, split_fields
+from .inputs import host_array
 from .symbols import TokenTable
 
 __all__ = ["Emissions", "detokenize", "emissions", "from_texts", "greedy_ctc", "load_npz", "save_npz", "tokenize"]
@@ -322,9 +323,12 @@ def save_npz(path: str | os.PathLike, log_probs: np.ndarray, lengths: np.ndarray
     path = check_path(path, "emissions file")
     if path.is_dir():  # (IsADirectoryError from deep in the write)
         raise OutputFileError(path, "emissions file", "it is a directory")
-    log_probs = np.asarray(log_probs, dtype=np.float32)
-    lengths = np.asarray(lengths, dtype=np.int32)
-    _check_batch(log_probs, lengths, "")
+    log_probs = np.asarray(host_array(log_probs), dtype=np.float32)
+    lengths = host_array(lengths, "lengths")
+    if lengths.dtype.kind not in "iu" and not (lengths.dtype.kind == "f" and np.all(np.floor(lengths) == lengths)):
+        raise OptionError(f"lengths must be integers; got {lengths.dtype}")  # (41.9 frames was cut to 41)
+    _check_batch(log_probs, lengths, "")  # (before the cast: 2**40 would wrap)
+    lengths = lengths.astype(np.int32)
     arrays = {"log_probs": log_probs, "lengths": lengths, "synthetic": np.array(True)}
     if texts is not None:
         texts = list(texts)

@@ -162,7 +162,9 @@ def _lg_stages(stages: Stages, lexicon: Lexicon, entries, tokens: TokenTable, wo
     def compose(L, G):
         LG = fst.compose(L, G)
         if not any(a.olabel for s in LG.states() for a in LG.arcs(s)):
-            raise GraphBuildError("L ∘ G has no word arcs: no word of the lexicon is in the language model")
+            spelled = ", ".join(sorted({w for w, _ in lexicon.entries})[:3])
+            raise GraphBuildError(f"L ∘ G has no word arcs: no word the lexicon spells (e.g. {spelled}) is in the "
+                                  f"language model {lm}")
         return LG
 
     LG = stages.run("L ∘ G", compose, L, G)

@@ -170,9 +170,9 @@ def test_kaldi_lexiconp_puts_each_spelling_s_probability_on_its_first_arc(tiny, 
     import math
 
     import numpy as np
+    from wfst.graphs import compile_graph
 
     import wfst
-    from wfst.graphs import compile_graph
 
     plain = (tiny / "lexicon.txt").read_text()
     lines = plain.splitlines()

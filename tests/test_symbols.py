@@ -67,7 +67,8 @@ def test_a_table_with_two_blank_names_must_be_told_which(tmp_path):
 @pytest.mark.parametrize("text,message", [
     ("<blk> 0\na 1\na 2\n", r"tokens.txt:3: symbol 'a' already on line 2"),
     ("<blk> 0\na 1\nb 1\n", r"tokens.txt:3: id 1 already used on line 2"),
-    ("<blk> 0\na 2\n", r"contiguous from 0; id 2 follows a gap"),
+    ("<blk> 0\na 2\n", r"tokens.txt:2: token ids must run from 0 without gaps: id 1 is missing before id 2"),
+    ("<eps> 0\n<blk> 1\na 3\n", r"tokens.txt:3: token ids must run from 1 without gaps: id 2 is missing before id 3"),
     ("<blk> 0\na\n", r"tokens.txt:2: some lines have ids and some do not"),
     ("<blk> 0\na x\n", r"tokens.txt:2: id 'x' is not an integer"),
     ("<blk> 0 1\n", r"tokens.txt:1: expected 'symbol \[id\]'"),

@@ -205,10 +205,11 @@ class TokenTable:
             raise InputFileError(path, early[0], "a disambiguation symbol among the model's tokens (#k must "
                                  "follow them: they are no logit columns)")
         if columns != list(range(len(columns))):
-            gap = next(c for k, c in enumerate(columns) if c != k)
+            missing = next(k for k, c in enumerate(columns) if c != k)
             first = 1 if fst_table else 0
-            raise InputFileError(path, None, f"token ids must be contiguous from {first}; "
-                                 f"id {gap + first} follows a gap")
+            line = next(no for no, sym, i in rows if i == columns[missing] + first)
+            raise InputFileError(path, line, f"token ids must run from {first} without gaps: id {missing + first} "
+                                 f"is missing before id {columns[missing] + first}")
         symbols = tuple(tokens[c] for c in columns)
         if disambig:
             expected = [f"#{k}" for k in range(len(disambig))]

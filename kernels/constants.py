@@ -129,7 +129,7 @@ NO_CONTEXT, SHARED_MEMO, OWN_MEMO = 0, 1, 2
 GROUP_COUNTS = 3
 # advance_streams' flags per stream: bits (LINKS_FULL: with OVERFLOWED, the lattice's links filled, not
 # the tokens)
-COMMIT_DUE, OVERFLOWED, DIED, LINKS_FULL = 1, 2, 4, 8
+COMMIT_DUE, OVERFLOWED, DIED, LINKS_FULL, BACKPOINTERS_FULL = 1, 2, 4, 8, 16  # (BACKPOINTERS_FULL: MEMORY_OUT)
 # a partial result's path (kernels.cpu.partial_path): found; looping (an epsilon cycle); or the
 # backpointer it was asked to start after is not on it (the caller asks again from the start)
 PARTIAL_OK, PARTIAL_LOOPS, PARTIAL_STALE = 0, 1, 2

@@ -67,6 +67,7 @@ from .common import (
     trailing_blanks,
 )
 from .constants import (
+    BACKPOINTERS_FULL,
     COMMIT_DUE,
     DIED,
     EMPTY_KEY,
@@ -1892,7 +1893,8 @@ def advance_streams(graph, settings, ws, memo, table, which, chunks, offsets, or
         v[S_SURVIVORS] += survivors
         _fetch_add(counts, 1, survivors)
         if status != OK:
-            flags[k] = OVERFLOWED | (LINKS_FULL if status == LINK_OVERFLOW else 0)
+            flags[k] = (OVERFLOWED | (LINKS_FULL if status == LINK_OVERFLOW else 0)
+                        | (BACKPOINTERS_FULL if status == MEMORY_OUT else 0))
             return k, done, beam
         # the endpoint rules' readings; blanks back to the commit point: the prefix's last speech decides
         v[S_TRAILING] = trailing if voiced else v[S_FRAMES] - 1 - v[S_LAST_VOICED]

@@ -502,6 +502,8 @@ class CpuBackend:
         `memo`, the memo of the group's call, or its own).  Returns the survivors of pruning
         from there on."""
         state = group.states[k]
+        if group.flags[k] & C.BACKPOINTERS_FULL:
+            _backpointers_full()
         state.overflowed(ws, bool(group.flags[k] & C.LINKS_FULL))
         _clean(ws)
         memo = _memo_of(state, memo)
@@ -540,8 +542,7 @@ class CpuBackend:
             if status == C.OK:
                 break
             if status == C.MEMORY_OUT:
-                raise DecoderMemoryError(f"a stream's backpointers outgrew {C.MAX_BACKPOINTERS:,}, the most a "
-                                         f"search holds, with nothing committed: end streams at their endpoints")
+                _backpointers_full()
             state.overflowed(ws, status == C.LINK_OVERFLOW)  # again: go on from its survivors
             _clean(ws)
             t += done
@@ -672,6 +673,13 @@ class CpuBackend:
         yield
         self._count_steps(memo.counts - before)
         self._memo_bytes = max(self._memo_bytes, memo.table.nbytes)
+
+
+def _backpointers_full():
+    """A stream's backpointers reached MAX_BACKPOINTERS (a stream of hours that never
+    commits: silence whose paths never meet): refused, not searched on from no survivors."""
+    raise DecoderMemoryError(f"a stream's backpointers outgrew {C.MAX_BACKPOINTERS:,}, the most a search holds, "
+                             f"with nothing committed: end streams at their endpoints")
 
 
 def _nbytes(slot) -> int:

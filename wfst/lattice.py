@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import operator
 import os
 from typing import NamedTuple
 
@@ -216,7 +217,9 @@ class Lattice:
         """The posterior of each word of `result` (the lattice's best path): the posteriors
         of the lattice's arcs that output the same word near the word, summed (at most 1),
         then mapped by the decoder's confidence_calibration where it has one (unless not
-        `calibrated`).
+        `calibrated`).  The sum is the word's expected count there, which a path that says
+        it twice near it counts twice: on such lattices it lies above the probability that
+        the word is there.
         A word's label sits anywhere from its first frame into the next word (determinizing
         L ∘ G delays it), and other paths may start the word earlier than the best path, so
         word i owns the frames from halfway back to word i - 1's start (the first word: from
@@ -308,7 +311,10 @@ class Lattice:
         best = self._best_words
         if best is not None and (best in listed or len(listed) == n):  # (absent from a full list: more tie with it)
             listed = [best] + [words for words in listed if words != best][:n - 1]
-        return [self._best_path_result(words) for words in listed]
+        results = [self._best_path_result(words) for words in listed]
+        # in the order of their costs as reported (summed in float64: OpenFST's order, of float32 sums,
+        # differed from it by 1e-7 in places); the first stays the decode's best
+        return results[:1] + sorted(results[1:], key=_COST)
 
     def _best_path_result(self, words: tuple[int, ...]) -> DecodeResult:
         """The DecodeResult of the best lattice path that outputs `words`."""
@@ -386,39 +392,66 @@ class Lattice:
         f = self._words_fst(epsilons=True).copy()
         f.topsort()  # the lattice is acyclic: states renumbered in topological order
         S, R = f.num_states(), len(ref)
-        steps = np.arange(R + 1)
-        cost = np.full((S, R + 1), np.inf)
-        back = np.full((S, R + 1, 3), -1, np.int64)  # predecessor (state, position, word)
+        _check_oracle_room(S, R)
+        steps = np.arange(R + 1, dtype=np.int32)
+        # per (state, reference position): the fewest errors, and how it was reached: a deletion
+        # (the same state, one position back), an arc that stays (an inserted word or an
+        # epsilon) or one that moves (a match or a substitution) from `came` with `word`
+        cost = np.full((S, R + 1), np.iinfo(np.int32).max // 2, np.int32)
+        how = np.zeros((S, R + 1), np.int8)
+        came = np.full((S, R + 1), -1, np.int32)
+        word = np.zeros((S, R + 1), np.int32)
         cost[f.start()] = steps
-        back[f.start(), 1:] = np.column_stack([np.full(R, f.start()), steps[:-1], np.zeros(R, np.int64)])
+        how[f.start(), 1:] = _DELETED
         for s in range(S):
             row = cost[s]
-            for i in range(R):  # deletions: reference words that no lattice word stands for
-                if row[i] + 1 < row[i + 1]:
-                    row[i + 1] = row[i] + 1
-                    back[s, i + 1] = (s, i, 0)
+            # deletions (reference words no lattice word stands for): row[i] = min over j <= i of
+            # row[j] + i - j, in one pass; a position they improve came from the one before
+            deleted = steps + np.minimum.accumulate(row - steps)
+            fewer = deleted < row
+            row[fewer] = deleted[fewer]
+            how[s][fewer] = _DELETED
             for a in f.arcs(s):
                 t, w = a.nextstate, a.olabel
                 stay = row + (1 if w else 0)  # an inserted word (or an epsilon)
                 better = stay < cost[t]
-                cost[t][better] = stay[better]
-                back[t][better] = np.column_stack([np.full(R + 1, s), steps, np.full(R + 1, w)])[better]
+                cost[t][better], how[t][better], came[t][better], word[t][better] = stay[better], _STAYED, s, w
                 if w and R:
                     move = row[:-1] + (ref_ids != w)  # the word matches or substitutes reference word i
                     better = move < cost[t][1:]
-                    cost[t][1:][better] = move[better]
-                    back[t][1:][better] = np.column_stack([np.full(R, s), steps[:-1], np.full(R, w)])[better]
+                    cost[t][1:][better], how[t][1:][better] = move[better], _MOVED
+                    came[t][1:][better], word[t][1:][better] = s, w
         finals = [s for s in range(S) if float(f.final(s)) != float("inf")]
         end = min(finals, key=lambda s: cost[s, R])
         errors = int(cost[end, R])
         path, s, i = [], end, R
-        while back[s, i, 0] >= 0 and not (s == f.start() and i == 0):
-            ps, pi, w = back[s, i]
-            if w and not (ps == s and pi == i - 1 and w == 0):
-                path.append(int(w))
-            s, i = int(ps), int(pi)
+        while how[s, i]:
+            if how[s, i] != _DELETED and word[s, i]:
+                path.append(int(word[s, i]))
+            s, i = (s, i - 1) if how[s, i] == _DELETED else (int(came[s, i]), i - (how[s, i] == _MOVED))
         names = tuple(words[w] if words is not None else str(w) for w in reversed(path))
         return errors, names
+
+
+_COST = operator.attrgetter("cost")
+_DELETED, _STAYED, _MOVED = 1, 2, 3  # how an oracle cell was reached (0: the start's, or not at all)
+_ORACLE_CELL_BYTES = 13  # its errors, from where (int32 each), how (int8) and the word (int32)
+
+
+def _check_oracle_room(states: int, reference_words: int) -> None:
+    """Refuse an oracle whose table (the word acceptor's states x the reference's positions)
+    would not fit in the free host memory, before it is made (a NumPy MemoryError, or the
+    machine swapping, after minutes)."""
+    from .errors import DecoderMemoryError
+    from .memory import USABLE_SHARE, available_host_bytes
+
+    need = states * (reference_words + 1) * _ORACLE_CELL_BYTES
+    free = available_host_bytes()
+    if free is not None and need > USABLE_SHARE * free:
+        raise DecoderMemoryError(f"oracle: the lattice's {states:,} word states x the reference's "
+                                 f"{reference_words + 1:,} positions need about {need / 2**30:.1f} GiB of host memory, "
+                                 f"{USABLE_SHARE * free / 2**30:.1f} GiB is available; keep a smaller lattice "
+                                 f"(lattice_beam) or score shorter utterances")
 
 
 def _word_windows(result: DecodeResult) -> tuple[np.ndarray, np.ndarray]:

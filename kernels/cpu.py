@@ -831,6 +831,7 @@ class Trace(NamedTuple):
     arc: np.ndarray  # int32
     steps: np.ndarray  # int64 (frames + 2,)
     survivors: np.ndarray  # int32 (frames,): tokens that survived pruning, per frame
+    room: int  # the backpointers prev and arc may hold, old and grown arrays together (_store)
 
 
 @njit(nogil=True, cache=True)
@@ -868,7 +869,7 @@ def end_to_end(x, lengths):
 def new_trace(frames: int, capacity: int) -> Trace:
     size = max(capacity, 1024)
     return Trace(np.empty(size, np.int32), np.empty(size, np.int32), np.zeros(frames + 2, np.int64),
-                 np.zeros(frames, np.int32))
+                 np.zeros(frames, np.int32), MAX_BACKPOINTERS)
 
 
 @njit(nogil=True, cache=True)
@@ -996,7 +997,7 @@ def _ghosts(ws, ns):
 
 @njit(nogil=True, cache=True)
 def frames(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n, ns, resume_beam, trace, first, stored,
-           lat, room):
+           lat):
     """Frames 0 .. num_frames - 1 of log_probs: prune the n tokens in ws.tl, store the
     survivors as backpointers (from `stored` on, step first + t in trace.steps), expand
     them and close over epsilon arcs.  resume_beam >= 0: frame 0 was pruned already (with
@@ -1006,7 +1007,7 @@ def frames(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n,
     Returns (status, frames done, n, ns, adaptive beam, prev, arc, stored, FLToP
     fallbacks): status OK, or TOKEN_OVERFLOW (LINK_OVERFLOW: lat's links) at frame `frames
     done`, whose ns survivors are in ws.sv; prev and arc are trace's arrays, grown when full,
-    up to `room` backpointers (_store), past which MEMORY_OUT at frame `frames done`.
+    up to trace.room backpointers (_store), past which MEMORY_OUT at frame `frames done`.
 
     lat: the search's lattice.Links (its links are stored with the backpointers and pruned
     every lat.interval steps), or None."""
@@ -1033,7 +1034,7 @@ def frames(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n,
             if n > 0:
                 cutoff, adaptive_beam = _cutoff(tl, n, settings, ws.hist)
             trace.steps[first + t] = stored
-            prev, arc, stored, ns = _store(ws, n, -1, cutoff, False, prev, arc, stored, lat, room)
+            prev, arc, stored, ns = _store(ws, n, -1, cutoff, False, prev, arc, stored, lat, trace.room)
             if ns < 0:
                 return MEMORY_OUT, t, n, 0, adaptive_beam, prev, arc, stored, fallbacks
             trace.survivors[first + t] = ns
@@ -1144,7 +1145,7 @@ def search(graph, boosts, context, memo, log_probs, num_frames, settings, ws, la
     no_steps = np.zeros(1, np.int64)
     C = ws.tl.state.shape[0]
     trace = Trace(np.empty(max(C, 1024), np.int32), np.empty(max(C, 1024), np.int32),
-                  np.zeros(num_frames + 2, np.int64), np.zeros(num_frames, np.int32))
+                  np.zeros(num_frames + 2, np.int64), np.zeros(num_frames, np.int32), room)
     n, overflow = begin(graph, boosts, context, memo, ws, lat)
     if overflow:
         status = TOKEN_OVERFLOW
@@ -1154,12 +1155,12 @@ def search(graph, boosts, context, memo, log_probs, num_frames, settings, ws, la
         return status, empty, empty, False, trace.survivors, 0, no_steps, empty, no_costs
     status, done, n, _, _, prev, arc, stored, fallbacks = frames(graph, boosts, context, memo, log_probs, num_frames,
                                                                  settings, ws, n, 0, np.float32(-1.0), trace, 0, 0,
-                                                                 lat, room)
+                                                                 lat)
     if status == MEMORY_OUT:
         return status, empty, empty, False, trace.survivors, fallbacks, trace.steps[:done + 1], empty, no_costs
     if status != OK:
         return status, empty, empty, False, trace.survivors, fallbacks, no_steps, empty, no_costs
-    trace = Trace(prev, arc, trace.steps, trace.survivors)
+    trace = Trace(prev, arc, trace.steps, trace.survivors, trace.room)
     if lat is None:
         status, path_arcs, path_gids, reached_final = finish(graph, context, ws, n, trace, num_frames, stored)
         final_gids, final_costs = empty, no_costs
@@ -1531,7 +1532,7 @@ def advance_stream(graph, boosts, context, memo, log_probs, num_frames, settings
     and the frames after their paths count as trailing blanks)."""
     status, done, n, ns, beam, prev, arc, stored, fallbacks = frames(
         graph, boosts, context, memo, log_probs, num_frames, settings, ws, n, ns, resume_beam, trace, first, stored,
-        lat, MAX_BACKPOINTERS)
+        lat)
     survivors = 0
     for t in range(first, first + done):  # an overflowed frame counts when redone
         survivors += trace.survivors[t]
@@ -1625,7 +1626,7 @@ def append_chunk(slots, i, x, numbers):
         steps, survivors = np.zeros(size, np.int64), np.zeros(size, np.int32)
         steps[:len(trace.steps)] = trace.steps
         survivors[:len(trace.survivors)] = trace.survivors
-        trace = Trace(trace.prev, trace.arc, steps, survivors)
+        trace = Trace(trace.prev, trace.arc, steps, survivors, trace.room)
         grown = True
     if grown:
         s = StreamSlot(s.tl, trace, s.word_costs, logp)
@@ -1681,7 +1682,7 @@ def _finish_slot(graph, context, ws, slots, i, numbers, lat):
         i32 = np.int32
         none = np.empty(0, i32)
         slots[i] = StreamSlot(Tokens(none, none, np.empty(0, np.float32), none, none, none, none),
-                              Trace(none, none, np.empty(0, np.int64), none), np.empty(0, np.float32),
+                              Trace(none, none, np.empty(0, np.int64), none, MAX_BACKPOINTERS), np.empty(0, np.float32),
                               np.empty((0, s.logp.shape[1]), np.float32))
         at, read = path_reads(graph.ilabel, arcs, gids, s.trace.steps[:v[S_FRAMES] - v[S_BASE] + 2], v[S_BASE],
                               v[S_FRAMES], s.logp)
@@ -1884,7 +1885,8 @@ def advance_streams(graph, settings, ws, memo, table, which, chunks, offsets, or
                 _fetch_add(table.steps, c, m.counts[c] - before[c])
         status, done, n, ns, beam, prev, arc, stored, fallbacks, survivors, trailing, voiced, rel, dead = r
         if len(prev) != len(s.trace.prev):  # the backpointers grew
-            slots[i] = StreamSlot(s.tl, Trace(prev, arc, s.trace.steps, s.trace.survivors), s.word_costs, s.logp)
+            slots[i] = StreamSlot(s.tl, Trace(prev, arc, s.trace.steps, s.trace.survivors, s.trace.room), s.word_costs,
+                                  s.logp)
         v[S_N] = n
         v[S_NS] = ns
         v[S_STORED] = stored

@@ -685,7 +685,9 @@ def _backpointers_full():
 def _nbytes(slot) -> int:
     """The bytes of a cpu.StreamSlot's arrays (field by field: a generic walk of its nested
     tuples took ~40 µs of a stream's finish)."""
-    return sum(map(_NBYTES, slot.tl)) + sum(map(_NBYTES, slot.trace)) + slot.word_costs.nbytes + slot.logp.nbytes
+    t = slot.trace
+    return (sum(map(_NBYTES, slot.tl)) + t.prev.nbytes + t.arc.nbytes + t.steps.nbytes + t.survivors.nbytes
+            + slot.word_costs.nbytes + slot.logp.nbytes)
 
 
 _NBYTES = operator.attrgetter("nbytes")

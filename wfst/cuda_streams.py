@@ -441,7 +441,8 @@ class StreamLanes:
             for j, i in enumerate(mine):
                 n = int(ns[j])
                 tokens[i] = Tokens(*(a[j, :n] for a in parts), np.array([n], np.int32)), n
-        return copy, [(tl, n, cpu.Trace(prev[i, :m], arc[i, :m], steps[i, :s.frames - s.base + 2], None), int(m))
+        return copy, [(tl, n, cpu.Trace(prev[i, :m], arc[i, :m], steps[i, :s.frames - s.base + 2], None,
+                                           C.MAX_BACKPOINTERS), int(m))
                       for i, (s, (tl, n), m) in enumerate(zip(streams, tokens, copy.stored))]
 
     def _host_state(self, s: CudaStream):

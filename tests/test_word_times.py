@@ -222,7 +222,7 @@ def test_what_has_no_word_times(demo, demo_graphs, tmp_path, capsys):
     g = wfst.load_graph(bare)
     _, x, lengths = demo_emissions(demo, g, kw, count=1)
     r = Decoder(g).decode(x, lengths)[0]
-    with pytest.raises(GraphFormatError, match="no lexicon.txt and T.fst"):
+    with pytest.raises(GraphFormatError, match="no lexicon.txt and no T.fst"):
         r.word_times
     with pytest.raises(OptionError, match="which a pickled result leaves behind"):
         pickle.loads(pickle.dumps(r)).word_times
@@ -234,6 +234,28 @@ def test_what_has_no_word_times(demo, demo_graphs, tmp_path, capsys):
     with pytest.raises(SystemExit):
         decode_main(base + ["--ctm", str(tmp_path / "missing" / "o.ctm")])
     assert "missing does not exist" in capsys.readouterr().err
+
+
+def test_a_graph_s_word_time_files_that_are_missing_or_wrong_are_named(tiny_graphs, tmp_path):
+    """A directory without T.fst was said to have neither lexicon.txt nor T.fst; a lexicon.txt
+    of another graph named the path's words by their ids ([4, 7, 5])."""
+    g = tiny_graphs["compact"]
+    x = np.full((1, 6, 5), -9.0, np.float32)
+    for t, column in enumerate([2, 0, 1, 3, 2, 0]):  # "a | b a": the words a, ba
+        x[0, t, column] = -0.01
+    for name, files, what in [("no_t", ("TLG.fst", "tokens.txt", "words.txt", "lexicon.txt", "graph.json"),
+                               r"has no T.fst \(a graph built"),
+                              ("other", ("TLG.fst", "tokens.txt", "words.txt", "T.fst", "graph.json"),
+                               r"do not spell its words 'a ba' with the graph's lexicon and topology")]:
+        (tmp_path / name).mkdir()
+        for f in files:
+            shutil.copy(g.directory / f, tmp_path / name / f)
+        if name == "other":
+            (tmp_path / name / "lexicon.txt").write_text("a b\nba a a\n")
+        r = Decoder(wfst.load_graph(tmp_path / name)).decode(x)[0]
+        assert r.words == ("a", "ba")
+        with pytest.raises(GraphFormatError, match=what):
+            r.word_times
 
 
 def test_streams_have_the_offline_word_times(demo, demo_graphs, tmp_path):

@@ -55,6 +55,7 @@ class WordAligner:
             self._T_open.set_final(s, one)
         ilabels = tokens.ilabels()
         word_ids = words.ids()
+        self._words = words.symbols  # (for messages)
         self._spellings: dict[int, list[tuple[int, ...]]] = collections.defaultdict(list)
         for word, pron in spellings:
             if word in word_ids:
@@ -69,9 +70,9 @@ class WordAligner:
         why = None
         if directory is None:
             why = "it was not loaded from a graph directory"
-        elif not all((directory / name).is_file() for name in (LEXICON_NAME, TOPOLOGY_NAME)):
-            why = (f"{directory} has no {LEXICON_NAME} and {TOPOLOGY_NAME} (a graph built before word times, "
-                   f"or not by wfst-make-graph)")
+        elif missing := [name for name in (LEXICON_NAME, TOPOLOGY_NAME) if not (directory / name).is_file()]:
+            why = (f"{directory} has no {' and no '.join(missing)} (a graph built before word times, or not by "
+                   f"wfst-make-graph)")
         elif graph.words is None:
             why = f"{directory} has no words.txt"
         if why is not None:
@@ -105,7 +106,8 @@ class WordAligner:
         best = fst.shortestpath(fst.compose(fst.compose(frames, self._T if complete else self._T_open)
                                             .arcsort("olabel"), spelled))
         if best.start() == -1:
-            raise GraphFormatError(f"the path's frames do not spell its words {word_ids} with the graph's "
+            named = " ".join(self._words[w] if 0 <= w < len(self._words) else str(w) for w in word_ids)
+            raise GraphFormatError(f"the path's frames do not spell its words {named!r} with the graph's "
                                    f"lexicon and topology: {LEXICON_NAME} does not belong to this graph")
         bounds = _label_frames(best, len(word_ids) + 1, len(frame_tokens))  # + where the unlisted rest starts
         voiced = (frame_tokens != self._blank) & (frame_tokens != (self._separator or -1))

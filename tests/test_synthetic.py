@@ -260,6 +260,30 @@ def test_save_load_round_trip(tmp_path):
         greedy_ctc(lp, ln[:1], CHARS.blank)
 
 
+def test_utterance_ids_are_kept_and_other_arrays_said_to_be_unread(tmp_path):
+    """An emissions file's utterance ids key its CTM and hypothesis lines; its 'keys' array
+    was dropped without a word (the lines said 0, 1, 2)."""
+    lp, ln = from_texts(["ab", "c", "ba"], CHARS, word_boundary="|", seed=1)
+    save_npz(tmp_path / "e.npz", lp, ln, utt_ids=["u1", "u2", "u3"])
+    got = load_npz(tmp_path / "e.npz")
+    assert got.utt_ids == ["u1", "u2", "u3"] and got.key(1) == "u2" and load_npz_plain(tmp_path, lp, ln).key(1) == "1"
+    for ids, why in ((["u1", "u2"], "2 utterance ids for 3 utterances"), (["u1", "u 2", "u3"], "'u 2' is not a str"),
+                     (["u1", "u2", "u1"], "utterance id 'u1' is given to utterances 0 and 2")):
+        with pytest.raises(OptionError, match=why):
+            save_npz(tmp_path / "bad.npz", lp, ln, utt_ids=ids)
+        np.savez(tmp_path / "bad.npz", log_probs=lp, lengths=ln, utt_ids=np.array(ids))
+        with pytest.raises(InputFileError, match=why):
+            load_npz(tmp_path / "bad.npz")
+    np.savez(tmp_path / "keys.npz", log_probs=lp, lengths=ln, keys=np.array(["a", "b", "c"]))
+    with pytest.warns(UserWarning, match=r"arrays 'keys' are not read .*utterance ids go in 'utt_ids'"):
+        assert load_npz(tmp_path / "keys.npz").utt_ids is None
+
+
+def load_npz_plain(tmp_path, lp, ln):
+    np.savez(tmp_path / "plain.npz", log_probs=lp, lengths=ln)
+    return load_npz(tmp_path / "plain.npz")
+
+
 def test_load_errors(tmp_path):
     with pytest.raises(MissingFileError, match="cannot read emissions file .*none.npz: not found"):
         load_npz(tmp_path / "none.npz")

@@ -173,6 +173,13 @@ def test_ctm_lines(demo, demo_graphs, tmp_path, capsys):
     dead = [row for row in rows if row[0] == "1"]
     assert dead and all(row[5] == "0.0000" for row in dead)
     assert all(0 < float(row[5]) <= 1 for row in rows if row[0] != "1")
+    # the file's utterance ids key the lines (they said 0, 1, 2 whatever the file held)
+    ids = ["spk1-utt000", "spk1-utt001", "spk2-utt000"]
+    synthetic.save_npz(em, x, lengths, texts, utt_ids=ids)
+    assert decode_main(["--graph", str(path), "--emissions", str(em), "--ctm", str(ctm), "--lattice-beam", "4"]) == 0
+    assert {line.split()[0] for line in ctm.read_text().splitlines()} == set(ids)
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split("\t")[0] for line in out if line and not line.startswith("\t")][:3] == ids
 
 
 def test_ctm_words_never_overlap_and_always_last(demo_graphs):

@@ -408,13 +408,13 @@ def _decode(args, config: DecoderConfig | None, beam_decoder=None, phrases=None)
         write_text_atomic(args.output, "".join(r.text + "\n" for r in results))
     if args.ctm:
         scored = args.lattice_beam is not None
-        write_text_atomic(args.ctm, "".join(ctm_lines(str(i), r, args.frame_ms / 1000, scored)
+        write_text_atomic(args.ctm, "".join(ctm_lines(em.key(i), r, args.frame_ms / 1000, scored)
                                             for i, r in enumerate(results)))
     if args.stream and not args.quiet:
         print("\nfinal:")
     if not args.quiet:
         for i, r in enumerate(results):
-            print(f"{i}\t{r.text}" + ("" if r.reached_final else "\t(no final state reached)"))
+            print(f"{em.key(i)}\t{r.text}" + ("" if r.reached_final else "\t(no final state reached)"))
             if r.lattice is not None:
                 print("\tconfidences " + " ".join(f"{w}:{c:.2f}" for w, c in zip(r.words, r.word_confidences)))
             for k, e in enumerate(r.nbest[:args.nbest or 0]):
@@ -539,7 +539,7 @@ def _streams(decoder: Decoder, em, lo: int, hi: int, args, clock: _Clock, boost=
             text += "  (endpoint)" if s.endpoint else ""
             if shown.get(i) != text:
                 shown[i] = text
-                print(f"{lo + i}\t{s.frames * args.frame_ms / 1000:6.2f} s\t{text}")
+                print(f"{em.key(lo + i)}\t{s.frames * args.frame_ms / 1000:6.2f} s\t{text}")
     with clock():
         results = decoder.finish(streams, nbest=args.nbest)
     return results, survivors / max(sum(lengths), 1)

@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 import zipfile
 from collections.abc import Sequence
 
 import numpy as np
 
-from .errors import InputFileError, MissingFileError, OptionError, OutputFileError
+from .errors import InputFileError, MissingFileError, OptionError, OutputFileError, user_stacklevel
 from .files import atomic_path, check_path, split_fields
 from .inputs import host_array
 from .symbols import TokenTable
@@ -298,12 +299,37 @@ def from_texts_seeds(texts: Sequence[str], tokens: TokenTable, seeds: int, **kw)
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Emissions:
-    """What :func:`load_npz` reads: log-posteriors, lengths, the texts if stored, the marker."""
+    """What :func:`load_npz` reads: log-posteriors, lengths, the texts and utterance ids if
+    stored, the marker."""
 
     log_probs: np.ndarray  # float32 (B, T, V)
     lengths: np.ndarray  # int32 (B,)
     texts: list[str] | None
     synthetic: bool
+    utt_ids: list[str] | None = None  # each utterance's id (Kaldi's key: CTM and hypothesis lines), if stored
+
+    def key(self, b: int) -> str:
+        """Utterance b's id, or its index where the file holds none."""
+        return str(b) if self.utt_ids is None else self.utt_ids[b]
+
+
+_ARRAYS = ("log_probs", "lengths", "texts", "utt_ids", "synthetic")  # what an emissions file's arrays may be
+
+
+def _check_utt_ids(ids: list, count: int) -> str | None:
+    """What is wrong with utterance ids for `count` utterances (None: nothing): a CTM line
+    and a Kaldi key are split at spaces, and a scorer matches them one to one."""
+    if len(ids) != count:
+        return f"{len(ids)} utterance ids for {count} utterances"
+    bad = next((i for i in ids if not isinstance(i, str) or split_fields(i) != [i]), None)
+    if bad is not None:
+        return f"utterance id {bad!r} is not a str without spaces"
+    seen: dict[str, int] = {}
+    for b, i in enumerate(ids):
+        if i in seen:
+            return f"utterance id {i!r} is given to utterances {seen[i]} and {b}"
+        seen[i] = b
+    return None
 
 
 def _check_batch(log_probs, lengths, where: str):
@@ -317,9 +343,10 @@ def _check_batch(log_probs, lengths, where: str):
 
 
 def save_npz(path: str | os.PathLike, log_probs: np.ndarray, lengths: np.ndarray,
-             texts: Sequence[str] | None = None) -> None:
-    """Write ``log_probs`` (float32), ``lengths`` (int32), ``texts`` (optional) and
-    ``synthetic=True`` to the ``.npz`` file `path` (exactly that name, written atomically)."""
+             texts: Sequence[str] | None = None, utt_ids: Sequence[str] | None = None) -> None:
+    """Write ``log_probs`` (float32), ``lengths`` (int32), ``texts`` and ``utt_ids``
+    (optional) and ``synthetic=True`` to the ``.npz`` file `path` (exactly that name,
+    written atomically)."""
     path = check_path(path, "emissions file")
     if path.is_dir():  # (IsADirectoryError from deep in the write)
         raise OutputFileError(path, "emissions file", "it is a directory")
@@ -335,14 +362,20 @@ def save_npz(path: str | os.PathLike, log_probs: np.ndarray, lengths: np.ndarray
         if len(texts) != log_probs.shape[0]:
             raise OptionError(f"{len(texts)} texts for {log_probs.shape[0]} utterances")
         arrays["texts"] = np.array(texts, dtype=np.str_).reshape(len(texts))
+    if utt_ids is not None:
+        utt_ids = list(utt_ids)
+        if (why := _check_utt_ids(utt_ids, log_probs.shape[0])) is not None:
+            raise OptionError(why)
+        arrays["utt_ids"] = np.array(utt_ids, dtype=np.str_).reshape(len(utt_ids))
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as f:
             np.savez(f, **arrays)
 
 
 def load_npz(path: str | os.PathLike) -> Emissions:
-    """Read a file written by :func:`save_npz` (or any ``.npz`` with ``log_probs`` and ``lengths``;
-    ``synthetic`` is then False)."""
+    """Read a file written by :func:`save_npz` (or any ``.npz`` with ``log_probs`` and ``lengths``,
+    and optionally ``texts`` and ``utt_ids``; ``synthetic`` is then False).  Other arrays are
+    not read: a warning names them."""
     check_path(path, "emissions file")
     if not os.path.isfile(path):
         raise MissingFileError(path, "emissions file")
@@ -374,21 +407,33 @@ def load_npz(path: str | os.PathLike) -> Emissions:
         _check_batch(log_probs, lengths, "")
     except OptionError as e:
         raise InputFileError(path, None, str(e)) from None
-    texts = None
-    if "texts" in arrays:
-        given = arrays["texts"].reshape(-1)
-        if given.dtype.kind not in "SU":  # (numbers read as references "1", "2": a WER of nothing)
-            raise InputFileError(path, None, f"'texts' must be strings, got {given.dtype}")
-        try:  # (bytes read by str() as "b'...'", every word an error)
-            texts = [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in given.tolist()]
-        except UnicodeDecodeError as e:
-            raise InputFileError(path, None, f"'texts' holds bytes that are not UTF-8 ({e})") from None
-        if len(texts) != log_probs.shape[0]:
-            raise InputFileError(path, None, f"{len(texts)} texts for {log_probs.shape[0]} utterances")
+    texts = _strings(path, arrays, "texts")
+    if texts is not None and len(texts) != log_probs.shape[0]:
+        raise InputFileError(path, None, f"{len(texts)} texts for {log_probs.shape[0]} utterances")
+    utt_ids = _strings(path, arrays, "utt_ids")
+    if utt_ids is not None and (why := _check_utt_ids(utt_ids, log_probs.shape[0])) is not None:
+        raise InputFileError(path, None, why)
+    unread = sorted(set(arrays) - set(_ARRAYS))
+    if unread:  # (a file's 'keys' were dropped silently: its CTM said 0, 1, 2, ...)
+        warnings.warn(f"{path}: arrays {', '.join(map(repr, unread))} are not read (an emissions file's arrays are "
+                      f"{', '.join(_ARRAYS)}; utterance ids go in 'utt_ids')", stacklevel=user_stacklevel())
     synthetic = arrays.get("synthetic", np.False_)
     if synthetic.size != 1 or synthetic.dtype.kind not in "bi":
         raise InputFileError(path, None, f"'synthetic' must be one bool, got {synthetic.dtype} of shape "
                              f"{synthetic.shape}")
     synthetic = bool(synthetic.reshape(-1)[0])
     return Emissions(log_probs.astype(np.float32, copy=False), lengths.astype(np.int32, copy=False),
-                     texts, synthetic)
+                     texts, synthetic, utt_ids)
+
+
+def _strings(path, arrays: dict, name: str) -> list[str] | None:
+    """The file's array `name` as a list of str (None: it has none)."""
+    if name not in arrays:
+        return None
+    given = arrays[name].reshape(-1)
+    if given.dtype.kind not in "SU":  # (numbers read as references "1", "2": a WER of nothing)
+        raise InputFileError(path, None, f"{name!r} must be strings, got {given.dtype}")
+    try:  # (bytes read by str() as "b'...'", every word an error)
+        return [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in given.tolist()]
+    except UnicodeDecodeError as e:
+        raise InputFileError(path, None, f"{name!r} holds bytes that are not UTF-8 ({e})") from None

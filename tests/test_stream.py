@@ -1029,6 +1029,14 @@ def test_kaldi_endpoint_rules(silence, cost, length, rule):
     assert len(KALDI_RULES) == 5
 
 
+@pytest.mark.parametrize("frames, frame_seconds", [(30, 0.03), (15, 0.06), (10, 0.09), (60, 0.015), (90, 0.01)])
+def test_a_rule_fires_at_the_frame_its_seconds_are_reached(frames, frame_seconds):
+    """30 x 0.03 s is 0.8999999999999999 in binary: a 0.9 s rule fired a frame late."""
+    config = EndpointConfig(rules=(EndpointRule(False, 0.9),), frame_seconds=frame_seconds)
+    assert config.fired(frames, math.inf, frames) == 0
+    assert config.fired(frames - 1, math.inf, frames - 1) is None
+
+
 def test_endpoints_fire_on_a_stream(demo, demo_graphs):
     """Speech then blank frames: an endpoint fires once the trailing silence is long enough
     (not before the speech ends); an all-blank stream fires only at 5 s."""

@@ -55,9 +55,15 @@ class EndpointRule:
         """Kaldi's RuleActivated, all in seconds except the cost."""
         contains_nonsilence = length > trailing_silence
         return ((contains_nonsilence or not self.must_contain_nonsilence)
-                and trailing_silence >= self.min_trailing_silence
+                and _at_least(trailing_silence, self.min_trailing_silence)
                 and relative_cost <= self.max_relative_cost
-                and length >= self.min_utterance_length)
+                and _at_least(length, self.min_utterance_length))
+
+
+def _at_least(seconds: float, threshold: float) -> bool:
+    """seconds >= threshold, frames x frame_seconds read as the decimal it stands for: 30 x
+    0.03 s is 0.8999999999999999 in binary, and a 0.9 s rule fired a frame late."""
+    return seconds >= threshold or math.isclose(seconds, threshold, rel_tol=1e-9)
 
 
 KALDI_RULES = (

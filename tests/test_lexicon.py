@@ -28,6 +28,12 @@ TOK = TokenTable(("<blk>", "|", "a", "b", "c"), 0)
     ("ab a | b\n", r"lexicon.txt:1: word 'ab' contains the word-boundary unit '\|'"),
     ("\n  \n", r"lexicon.txt: the lexicon is empty"),
     ("a a\nab a b\na\x00bc a b c\n", r"lexicon.txt:3: a NUL character \(\\x00\): no symbol may hold one"),
+    # Kaldi's lexiconp.txt: every line's second field a probability in (0, 1]
+    ("a 0 a\nab 1 a b\n", r"lexicon.txt:1: probability 0 of word 'a' is not in \(0, 1\]"),
+    ("a 1.5 a\nab 1 a b\n", r"lexicon.txt:1: probability 1.5 of word 'a' is not in \(0, 1\]"),
+    ("a 1.0 a\nab a b\n", r"lexicon.txt:1: token '1.0' of word 'a' is not in the token table \(a probability\? "
+                          r"a lexiconp.txt has one on every line\)"),
+    ("a 1.0\nab 1 a b\n", r"lexicon.txt:1: word 'a' has no tokens"),
 ])
 def test_bad_lexicons(tmp_path, text, message):
     p = tmp_path / "lexicon.txt"
@@ -197,17 +203,3 @@ def test_kaldi_lexiconp_puts_each_spelling_s_probability_on_its_first_arc(tiny, 
     assert all(r.words == ("cab",) for r in results.values())
     assert results["ones"].cost == pytest.approx(results["plain"].cost, abs=1e-5)
     assert results["half"].cost - results["plain"].cost == pytest.approx(math.log(2), abs=1e-4)
-
-
-@pytest.mark.parametrize("text,message", [
-    ("a 0 a\nab 1 a b\n", r"lexicon.txt:1: probability 0 of word 'a' is not in \(0, 1\]"),
-    ("a 1.5 a\nab 1 a b\n", r"lexicon.txt:1: probability 1.5 of word 'a' is not in \(0, 1\]"),
-    ("a 1.0 a\nab a b\n", r"lexicon.txt:1: token '1.0' of word 'a' is not in the token table \(a probability\? "
-                          r"a lexiconp.txt has one on every line\)"),
-    ("a 1.0\nab 1 a b\n", r"lexicon.txt:1: word 'a' has no tokens"),
-])
-def test_bad_lexiconp(tmp_path, text, message):
-    p = tmp_path / "lexicon.txt"
-    p.write_text(text)
-    with pytest.raises(InputFileError, match=message):
-        read_lexicon(p, TOK, separator="|")

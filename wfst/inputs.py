@@ -42,7 +42,7 @@ def check_lengths(lengths, B: int, T: int, of: str = "log_probs", item: str = "u
     if lengths.ndim != 1 or lengths.shape[0] != B:
         raise DecodeInputError(f"lengths must have shape ({B},) to match {of}; got "
                                + (f"one number, {lengths.reshape(-1)[0]}" if given == () else f"{given}"))
-    if lengths.dtype.kind not in "iu" and not (lengths.dtype.kind == "f" and np.all(np.floor(lengths) == lengths)):
+    if not whole_numbers(lengths):
         raise DecodeInputError(f"lengths must be integers; got {lengths.dtype}")
     # (before the cast: a uint64 above 2**63, or 1e300, would wrap; min and max first: cheaper than the mask)
     if lengths.size and (lengths.min() < 0 or lengths.max() > T):
@@ -51,6 +51,12 @@ def check_lengths(lengths, B: int, T: int, of: str = "log_probs", item: str = "u
         shown = int(lengths[b]) if lengths.dtype.kind in "iu" else f"{lengths[b]:g}"
         raise DecodeInputError(f"{item} {b}: length {shown} outside [0, T={T}]")
     return lengths.astype(np.int64)
+
+
+def whole_numbers(a: np.ndarray) -> bool:
+    """Whether the host array a holds integers (of an integer dtype, or floats without a
+    fraction: lengths as a float tensor)."""
+    return a.dtype.kind in "iu" or (a.dtype.kind == "f" and bool(np.all(np.floor(a) == a)))
 
 
 def frame_fault(x: np.ndarray) -> tuple[int, str] | None:

@@ -39,7 +39,7 @@ import numpy as np
 
 from .errors import InputFileError, MissingFileError, OptionError, OutputFileError, user_stacklevel
 from .files import atomic_path, check_path, split_fields
-from .inputs import host_array
+from .inputs import host_array, whole_numbers
 from .symbols import TokenTable
 
 __all__ = ["Emissions", "detokenize", "emissions", "from_texts", "greedy_ctc", "load_npz", "save_npz", "tokenize"]
@@ -352,7 +352,7 @@ def save_npz(path: str | os.PathLike, log_probs: np.ndarray, lengths: np.ndarray
         raise OutputFileError(path, "emissions file", "it is a directory")
     log_probs = np.asarray(host_array(log_probs), dtype=np.float32)
     lengths = host_array(lengths, "lengths")
-    if lengths.dtype.kind not in "iu" and not (lengths.dtype.kind == "f" and np.all(np.floor(lengths) == lengths)):
+    if not whole_numbers(lengths):
         raise OptionError(f"lengths must be integers; got {lengths.dtype}")  # (41.9 frames was cut to 41)
     _check_batch(log_probs, lengths, "")  # (before the cast: 2**40 would wrap)
     lengths = lengths.astype(np.int32)

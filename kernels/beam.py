@@ -335,7 +335,7 @@ def search(log_probs, num_frames, settings, lm, pb, pb_row, work, parents, label
                 limit = np.float32(best + settings.threshold)
                 if size == K:
                     limit = min(limit, packed_cost(work.heap_key[0]))
-                if c <= limit:
+                if c <= limit and c < INF:  # (a path of probability 0 is none, whatever the beam's best)
                     best = min(best, c)
                     packed = pack(c, k * V + v)
                     n, slot, lower = _insert(work, n, _key(cur.hash[k], v), cur.hash[k], packed, k, v)
@@ -376,7 +376,7 @@ def search(log_probs, num_frames, settings, lm, pb, pb_row, work, parents, label
                 c = np.float32(c - settings.insertion)
                 if pb is not None:
                     c = np.float32(c + work.pb_cost[rp, v])
-                if not c <= limit:  # NaN-safe
+                if not (c <= limit and c < INF):  # NaN-safe
                     continue
                 best = min(best, c)
                 packed = pack(c, k * V + v)

@@ -239,7 +239,7 @@ def beam_step_kernel(clock, beams, work, settings, lm, use_lm, pb, log_probs):
     # 2. recombination: each key's smallest pack(cost, candidate)
     for i in range(tid, n, nthreads):
         c = work.cand_cost[b, i]
-        if c <= limit:
+        if c <= limit and c < INF:
             slot = _candidate_slot(beams, cur, b, i, V, settings.blank, work.table_key, base, mask)
             work.cand_slot[b, i] = slot
             cuda.atomic.min(work.table_packed, base + slot, pack(c, i))
@@ -247,7 +247,7 @@ def beam_step_kernel(clock, beams, work, settings, lm, use_lm, pb, log_probs):
     # 3. list the winners, select the best K of them
     for i in range(tid, n, nthreads):
         c = work.cand_cost[b, i]
-        if c <= limit:
+        if c <= limit and c < INF:
             slot = work.cand_slot[b, i]
             packed = pack(c, i)
             if work.table_packed[base + slot] == packed:

@@ -259,6 +259,53 @@ def test_bpe_words_start_at_their_word_piece():
     assert r.words == ("ab", "c") and r.word_times == ((0, 2), (4, 7))
 
 
+def test_a_piece_that_holds_word_boundaries_gives_each_of_its_words_its_frames():
+    """A sentencepiece model trained without splitting at whitespace has pieces like "▁of▁the":
+    its words share its frames (word_times had one span for the two words, and the CTM paired
+    the third word's time with the second and dropped the third)."""
+    from wfst.cli import ctm_lines
+
+    table = TokenTable(("<blk>", "\u2581of\u2581the", "\u2581cat", "a\u2581"), 0, 0)
+    x = np.full((1, 9, 4), math.log(1e-4), np.float32)
+    for t, c in enumerate([1, 1, 0, 2, 2, 3, 0, 2, 0]):  # ▁of▁the ▁of▁the <blk> ▁cat ▁cat a▁ <blk> ▁cat <blk>
+        x[0, t, c] = 0.0
+    r = CtcBeamDecoder(table, token_insertion=0.0, num_threads=1).decode(x)[0]
+    assert r.words == ("of", "the", "cata", "cat")
+    assert r.word_times == ((0, 1), (0, 1), (3, 5), (7, 7))  # (as after a bare "▁": the word begins at its own)
+    assert [line.split()[-1] for line in ctm_lines("u", r, 0.04).splitlines()] == list(r.words)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_an_utterance_whose_every_path_has_probability_0_has_none(tmp_path, device):
+    """Where the LM gives probability 0 to every token the frames allow (b, then b or a blank),
+    no hypothesis survives: no words, cost +inf, reached_final False (as the graph decoder
+    says it).  The beam's bound was inf + threshold there, which let in paths of cost inf, and
+    the result was one of them, ranked by the order they were made in, reached_final True."""
+    if device == "cuda":
+        pytest.importorskip("numba.cuda")
+    arpa = tmp_path / "inf.arpa"
+    arpa.write_text("\\data\\\nngram 1=5\n\n\\1-grams:\n-1.0\t<unk>\n-99\t<s>\n-0.8\t</s>\n-0.6\ta\n"
+                    "-inf\tb\n\n\\end\\\n")
+    table = token_table(("a", "b"))
+    x = np.full((2, 4, 3), -np.inf, np.float32)
+    x[:, 0, 2] = 0.0  # frame 0: only b
+    x[:, 1:, 1], x[:, 1:, 0] = math.log(0.6), math.log(0.4)  # then a or a blank
+    x[1, 0, 0] = math.log(0.5)  # the second utterance may wait on a blank first
+    x[1, 0, 2] = math.log(0.5)
+    for beam_size in (1, 4):
+        options = dict(beam_size=beam_size, lm_weight=0.5, token_insertion=0.0)
+        dead, alive = CtcBeamDecoder(table, arpa, device=device, **options).decode(x, np.array([4, 4]))
+        assert dead.words == () and dead.cost == math.inf and not dead.reached_final
+        assert dead.nbest == () and dead.word_times == ()
+        assert alive.reached_final and math.isfinite(alive.cost) and set("".join(alive.words)) <= {"a"}
+
+
+def test_a_blank_named_beside_a_token_table_is_refused():
+    """blank= reads a tokens.txt; beside a TokenTable, which has its own, it was ignored."""
+    with pytest.raises(OptionError, match=r"blank='a' names the blank of a tokens.txt read here; the TokenTable"):
+        CtcBeamDecoder(token_table(CHARS), blank="a")
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_traced_token_runs_read_the_hypothesis_acoustic_cost(seed):
     """Every hypothesis of the last beam, traced: its tokens read their columns from their
@@ -528,5 +575,7 @@ def test_cuda_equals_cpu(tmp_path, case):
     cpu = CtcBeamDecoder(table, lm, num_threads=1, **options)
     gpu = CtcBeamDecoder(table, lm, device="cuda", **options)
     expected = cpu.decode(x, lengths, phrases=phrases)
-    assert gpu.decode(x, lengths, phrases=phrases) == expected
+    got = gpu.decode(x, lengths, phrases=phrases)
+    assert got == expected  # (a DecodeResult's == leaves its N-best list and word times out)
+    assert [(r.nbest, r.word_times) for r in got] == [(r.nbest, r.word_times) for r in expected]
     assert max(len(r.nbest) for r in expected) > 1  # (distinct prefixes: fewer than beam_size may be)

@@ -17,6 +17,7 @@ tokens spell, split at the word boundary (`|` for characters) or at sentencepiec
 """
 from __future__ import annotations
 
+import math
 import numbers
 import os
 import time
@@ -98,6 +99,9 @@ class CtcBeamDecoder:
                  device: str = "cpu", num_threads: int | None = None):
         from wfst.kernels.beam import BeamSettings
 
+        if isinstance(tokens, TokenTable) and blank is not None:
+            raise OptionError(f"blank={blank!r} names the blank of a tokens.txt read here; the TokenTable given has "
+                              f"its own ({tokens!r}): make the table with the blank you mean")
         self.tokens = tokens if isinstance(tokens, TokenTable) else TokenTable.read(tokens, blank=blank)
         if self.tokens.blank is None:
             raise OptionError(f"the token table {tokens} has no blank (name it with blank=...)")
@@ -321,11 +325,13 @@ class CtcBeamDecoder:
             seen.add(h)
             path = beam.trace(parents, labels, T, j, self.tokens.blank) if T else (np.empty(0, np.int32),) * 3
             entries.append(self._entry(final, j, *path, T))
-        if not entries:  # no frames: the empty prefix
-            entries.append(self._entry(final, 0, *(np.empty(0, np.int32),) * 3, T))
+        if not entries:  # every hypothesis had probability 0 (the LM's, where the frames allow others): none
+            return DecodeResult((), (), (), math.inf, math.inf, math.inf, False, T, 0.0, nbest=(),
+                                _computed={"word_times": ()})
         best = entries[0]
-        return DecodeResult(best.words, (), best.word_frames, best.cost, best.acoustic_cost, best.graph_cost, True,
-                            T, best.boost_cost, nbest=tuple(entries), _computed=best._computed)
+        return DecodeResult(best.words, (), best.word_frames, best.cost, best.acoustic_cost, best.graph_cost,
+                            math.isfinite(best.cost), T, best.boost_cost, nbest=tuple(entries),
+                            _computed=best._computed)
 
     def _entry(self, final, j, tokens, frames, ends, T) -> DecodeResult:
         s = self.settings
@@ -338,24 +344,21 @@ class CtcBeamDecoder:
 
     def _word_spans(self, tokens, frames, ends) -> tuple[tuple[int, int], ...]:
         """(start, end) frames of each word: from its first token's first frame (a sentencepiece
-        word from its "▁" piece) to its last token's last frame, both inclusive."""
+        word from its "▁" piece) to its last token's last frame, both inclusive.  A token may
+        hold a word boundary inside ("▁of▁the" of a model trained without splitting at
+        whitespace): the words it holds share its frames, as detokenize splits them."""
+        sep = self.word_boundary if self.word_boundary is not None else "\u2581"
         out, in_word, start = [], False, None
         for c, f, e in zip(tokens.tolist(), frames.tolist(), ends.tolist()):
-            sym = self.tokens.symbols[c]
-            if self.word_boundary is not None:
-                if sym == self.word_boundary:
+            for i, body in enumerate(self.tokens.symbols[c].split(sep)):
+                if i > 0:  # a boundary: the word before ends; a sentencepiece word begins at its "▁"
                     in_word = False
-                    continue
-                body = sym
-            else:
-                if sym.startswith("\u2581"):  # a word begins here (a bare "▁" before another: an empty word)
-                    in_word = False
-                    start = f
-                body = sym.lstrip("\u2581")
-            if body and not in_word:
-                out.append([start if start is not None else f, e])
-                in_word = True
-            if body:
-                start = None
-                out[-1][1] = e
+                    if self.word_boundary is None:
+                        start = f
+                if body:
+                    if not in_word:
+                        out.append([start if start is not None else f, e])
+                        in_word = True
+                    start = None
+                    out[-1][1] = e
         return tuple((s, e) for s, e in out)

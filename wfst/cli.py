@@ -506,6 +506,9 @@ def ctm_lines(key: str, result, frame_seconds: float, with_confidence: bool = Fa
     digits = 3  # ms, or as many more as one frame needs to last more than 0
     while frame_seconds * 10 ** digits < 1:
         digits += 1
+    if len(result.word_times) != len(result.words):  # (zip would drop the words after the shorter)
+        raise WfstError(f"internal error: utterance {key} has {len(result.words)} words but "
+                        f"{len(result.word_times)} word times")
     for k, (word, (start, end)) in enumerate(zip(result.words, result.word_times)):
         # start and end rounded, the duration their difference: a word ends at or before the next starts
         begin, finish = round(start * frame_seconds, digits), round((end + 1) * frame_seconds, digits)

@@ -91,6 +91,48 @@ def test_lexicon_words_the_lms_lack_and_no_arc_outputs_need_no_unk(tmp_path):
                                                      - dec.rescorer.small.score(got.words), abs=1e-4)
 
 
+UNK_ARPA = ("\\data\\\nngram 1=5\nngram 2=2\n\n\\1-grams:\n-99\t<s>\t-0.5\n-0.9\t</s>\n-1.0\ta\t-0.3\n-1.2\tb\n"
+            "-1.5\t{unk}\n\n\\2-grams:\n-0.3\t<s> a\n-0.4\ta b\n\n\\end\\\n")
+
+
+def test_an_lm_that_spells_its_unknown_word_UNK_reads_it_as_kenlm_does(tmp_path):
+    """Kaldi's and LibriSpeech's LMs spell the unknown word <UNK>, which kenlm reads as its
+    <unk>: an unknown word cost log10 -100 instead (~230 nats), and a graph word the big
+    LM lacks was refused as if it had no unknown word."""
+    kenlm = pytest.importorskip("kenlm")
+    big = tmp_path / "big.arpa"
+    big.write_text(UNK_ARPA.format(unk="<UNK>"))
+    small = tmp_path / "small.arpa"
+    small.write_text("\\data\\\nngram 1=5\nngram 2=1\n\n\\1-grams:\n-99\t<s>\t-0.5\n-0.9\t</s>\n-1.0\ta\n-1.2\tb\n"
+                     "-1.5\tc\n\n\\2-grams:\n-0.3\t<s> a\n\n\\end\\\n")
+    models = {p: kenlm.Model(str(p)) for p in (big, small)}
+    for words in (["a", "b"], ["a", "zzz"], ["<UNK>"], ["<unk>", "b"]):
+        assert read_arpa(big).score(words) == pytest.approx(kenlm_cost(models[big], words), abs=1e-3)
+    with pytest.warns(UserWarning, match="scored as <unk>: 'c'"):
+        rescorer = Rescorer(read_arpa(big), read_arpa(small), ("<eps>", "a", "b", "c"))
+    assert rescorer.path_cost([1, 3]) == pytest.approx(kenlm_cost(models[big], ["a", "c"])
+                                                       - kenlm_cost(models[small], ["a", "c"]), abs=1e-3)
+
+
+def test_a_graph_word_unk_is_scored_as_the_big_lm_scores_it_or_refused(tmp_path):
+    """A lexicon that spells <unk> (Kaldi's and icefall's do) puts it on the graph's arcs: it is
+    scored as the big LM's <unk>, or refused where the big LM has none; it was read as the
+    big LM's word 0 (</s> here) without a word."""
+    kenlm = pytest.importorskip("kenlm")
+    small = tmp_path / "small.arpa"
+    small.write_text(UNK_ARPA.format(unk="<unk>"))
+    words, on_arcs = ("<eps>", "a", "b", "<unk>"), np.array([0, 1, 2, 3])
+    big = tmp_path / "big.arpa"
+    big.write_text(UNK_ARPA.format(unk="<unk>").replace("-1.5\t<unk>", "-2.5\t<unk>"))
+    rescorer = Rescorer(read_arpa(big), read_arpa(small), words, on_arcs)
+    models = {p: kenlm.Model(str(p)) for p in (big, small)}
+    assert rescorer.path_cost([1, 3]) == pytest.approx(kenlm_cost(models[big], ["a", "<unk>"])
+                                                       - kenlm_cost(models[small], ["a", "<unk>"]), abs=1e-3)
+    big.write_text(UNK_ARPA.format(unk="<unk>").replace("-1.5\t<unk>\n", "").replace("ngram 1=5", "ngram 1=4"))
+    with pytest.raises(VocabularyError, match=r"not in the big LM, which has no <unk> to stand for them: '<unk>'"):
+        Rescorer(read_arpa(big), read_arpa(small), words, on_arcs)
+
+
 @pytest.mark.parametrize("order", [2, 3, 4])
 def test_backoff_weights_of_ngrams_nothing_continues_apply(tmp_path, order):
     """An n-gram's backoff weight applies to the next word even where no n-gram continues it
@@ -370,6 +412,33 @@ def test_lattice_rescoring_prunes_the_composition_as_it_is_made(small_graph):
         for beam in made:
             made[beam] += out[beam][10]
     assert made[2.0] < 0.5 * made[np.inf]
+
+
+def test_lattice_rescoring_keeps_a_path_where_the_big_lm_makes_every_path_dearer(tmp_path):
+    """The composition's estimate is the small LM's: where the big LM makes every path dearer
+    by more than the margin ('a b' by 6.4 nats, 'c b' by 4.1), pruning against it left no
+    path, and the result had no words and cost +inf.  It is made again wider: the big LM's
+    best, 'c b', as on the fly."""
+    (tmp_path / "tokens.txt").write_text("<blk> 0\n| 1\na 2\nb 3\nc 4\n")
+    (tmp_path / "lexicon.txt").write_text("a a\nb b\nc c\n")
+    (tmp_path / "small.arpa").write_text("\\data\\\nngram 1=5\n\n\\1-grams:\n-99\t<s>\n-0.602\t</s>\n"
+                                         "-0.602\ta\n-0.602\tb\n-0.602\tc\n\n\\end\\\n")
+    (tmp_path / "big.arpa").write_text(
+        "\\data\\\nngram 1=5\nngram 2=5\n\n\\1-grams:\n-99\t<s>\t0\n-0.602\t</s>\n-0.602\ta\t0\n"
+        "-0.602\tb\t0\n-0.602\tc\t0\n\n\\2-grams:\n-0.5\t<s> a\n-3.5\t<s> c\n-4.0\ta b\n-0.004\tc b\n"
+        "-0.1\tb </s>\n\n\\end\\\n")
+    r = compile_graph(tmp_path / "g", tokens=tmp_path / "tokens.txt", lm=tmp_path / "small.arpa",
+                      lexicon=tmp_path / "lexicon.txt", word_boundary="|", topology="compact", progress=False)
+    g = wfst.load_graph(r.directory)
+    x = np.full((1, 5, 5), -30.0, np.float32)  # a blank, a or c alike, the boundary, b, a blank
+    x[0, 0, 0] = x[0, 4, 0] = x[0, 2, 1] = x[0, 3, 3] = 0.0
+    x[0, 1, 2] = x[0, 1, 4] = math.log(0.5)
+    options = dict(rescore_lm=tmp_path / "big.arpa", graph_lm=tmp_path / "small.arpa", beam=16.0, num_threads=1)
+    on_the_fly = Decoder(g, **options).decode(x)[0]
+    rescored = Decoder(g, **options, rescore_mode="lattice", lattice_beam=3.0).decode(x, nbest=5)[0]
+    assert on_the_fly.words == rescored.words == ("c", "b")
+    assert rescored.cost == pytest.approx(on_the_fly.cost, abs=1e-4)
+    assert [n.words for n in rescored.nbest] == [("c", "b"), ("a", "b")]
 
 
 def test_lattice_rescoring_options_are_checked(small_graph):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import math
 import operator
 import os
 from typing import NamedTuple
@@ -40,6 +41,9 @@ from .results import DecodeResult, PathPart, part_result, path_part
 # the rescoring benchmark's 1,428 demo and large utterances had the exact search's words as with
 # the full composition; at 0, 3 fewer.
 COMPOSE_MARGIN = 2.0
+# Where that pruning leaves no path (the big LM makes every path dearer than the estimate by more
+# than the margin), the composition is made again with 4 x the margin, up to this, then whole.
+MAX_COMPOSE_MARGIN = 256.0
 
 
 class RawLattice(NamedTuple):
@@ -351,10 +355,16 @@ class Lattice:
         if not _number(beam) or not beam >= 0:
             raise OptionError(f"rescored: beam={beam!r} must be a number >= 0 (the paths kept within it of the best)")
         raw, sc = self._raw, self._scorer
-        status, state_of, src, dst, arc, lm_cost, finals, final_costs, path, _, _ = rescore_lattice(
-            raw.src, raw.dst, self.olabel, raw.graph_cost + raw.acoustic_cost, raw.arc, self.num_states,
-            raw.final_states, raw.final_costs, raw.reached_final, rescorer.context, float(beam),
-            float(beam) + COMPOSE_MARGIN)
+        margin = float(beam) + COMPOSE_MARGIN
+        while True:
+            status, state_of, src, dst, arc, lm_cost, finals, final_costs, path, best, _ = rescore_lattice(
+                raw.src, raw.dst, self.olabel, raw.graph_cost + raw.acoustic_cost, raw.arc, self.num_states,
+                raw.final_states, raw.final_costs, raw.reached_final, rescorer.context, float(beam), margin)
+            if status or best < math.inf or margin == math.inf or not len(raw.final_states):
+                break
+            # the big LM made every path dearer than the estimate (the small LM's) by more than the
+            # margin, so that the pruning left none: wider, at last the whole composition
+            margin = 4 * margin if 4 * margin <= MAX_COMPOSE_MARGIN else math.inf
         if status:
             raise WfstError("the lattice has a cycle: the graph has an epsilon cycle of zero or negative cost")
         new = RawLattice(src.astype(np.int32), dst.astype(np.int32), raw.arc[arc],

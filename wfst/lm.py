@@ -95,6 +95,13 @@ class LmStore:
             object.__setattr__(self, "_word_ids", {w: i for i, w in enumerate(self.words)})
         return self.__dict__["_word_ids"]
 
+    @property
+    def unk(self) -> int | None:
+        """The id of the unknown word: <unk>, or <UNK> as Kaldi's and LibriSpeech's LMs spell it
+        (kenlm reads either); None where the LM has neither."""
+        ids = self._ids()
+        return ids.get("<unk>", ids.get("<UNK>"))
+
     def ids_of(self, words, missing: int = -1) -> np.ndarray:
         """The ids of `words` (a sequence of strings) as int32, `missing` for those not here."""
         get = self._ids().get
@@ -116,7 +123,7 @@ class LmStore:
             raise OptionError(f"score: the sentence must be a sequence of words (str), e.g. text.split(); got "
                               f"{words!r}")
         ids = self.word_ids()
-        unk = ids.get("<unk>", -1)
+        unk = self.unk if self.unk is not None else -1
         a = self.automaton()
         s, total = self.start, 0.0
         for w in [*words, "</s>"]:
@@ -595,13 +602,13 @@ class Rescorer:
 
 def _never_scored(word: str) -> bool:
     """Graph words that no path scores with an LM: disambiguation symbols and the specials."""
-    return is_disambig_symbol(word) or word in ("<eps>", "<s>", "</s>", "<unk>")  # ('#tag' is a word)
+    return is_disambig_symbol(word) or word in ("<eps>", "<s>", "</s>")  # (#tag is a word; so is <unk>)
 
 
 def _word_map(store: LmStore, graph_words, scored: np.ndarray, what: str):
     """Graph word id -> LM word id; graph words the LM lacks go to <unk> (counted), or fail.
     scored: which graph words a path scores (not _never_scored, not <eps>)."""
-    unk = store.word_ids().get("<unk>")
+    unk = store.unk
     direct = store.ids_of(graph_words)
     direct[0] = -1
     m = direct.copy()
@@ -622,7 +629,7 @@ def _word_map(store: LmStore, graph_words, scored: np.ndarray, what: str):
     unused = np.ones(len(store.words), bool)  # the LM's words no graph word is, but the marks and <unk>
     unused[direct[direct >= 0]] = False
     ids = store.word_ids()
-    unused[[ids[w] for w in ("<s>", "</s>", "<unk>") if w in ids]] = False
+    unused[[ids[w] for w in ("<s>", "</s>") if w in ids] + ([unk] if unk is not None else [])] = False
     return m, {"graph_words_as_unk": len(missing), "examples": missing[:10], "lm_words_not_in_graph": int(unused.sum())}
 
 
@@ -634,7 +641,7 @@ def _gain_bounds(rescorer: Rescorer, scored: np.ndarray):
     from wfst.kernels.common import BUCKET_NONE, GAIN_BUCKETS, lm_gain_bounds
 
     big, small = rescorer.big, rescorer.small
-    big_to_small = small.ids_of(big.words, small.word_ids().get("<unk>", -1))
+    big_to_small = small.ids_of(big.words, small.unk if small.unk is not None else -1)
     graph = np.flatnonzero(scored)
     if len(graph) and np.any(np.where(rescorer.lm_map[graph] >= 0, big_to_small[rescorer.lm_map[graph]], -2)
                              != rescorer.lm0_map[graph]):

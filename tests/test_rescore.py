@@ -23,7 +23,7 @@ import wfst
 from wfst import contexts, synthetic
 from wfst.boost import NO_PHRASES
 from wfst.decoder import Decoder
-from wfst.errors import MissingFileError
+from wfst.errors import MissingFileError, OutputFileError
 from wfst.graph import read_fst
 from wfst.lm import (
     LmStoreError,
@@ -345,6 +345,7 @@ def test_lattice_rescoring_equals_the_lattice_composed_with_the_big_lm(small_gra
     assert dec._searched_lm is None and dec.rescorer is not None
     x = random_log_probs(5, batch=8, frames=12, columns=5, sharpness=1.0)
     plain, got = first.decode(x), dec.decode(x, nbest=4)
+    assert dec.stats.lm == {"lm_bytes": dec.rescorer.host_bytes}  # (the search reads no LM; the lattices do)
     finals = {True: rescoring_fst(dec), False: rescoring_fst(dec, final=False)}
     changed = 0
     for p, r in zip(plain, got):
@@ -830,22 +831,57 @@ def test_a_word_that_starts_with_a_hash_is_scored(tiny, tmp_path):
         Decoder(g, rescore_lm=lacking, graph_lm=small)
 
 
+def test_an_arpa_whose_store_cannot_be_written_anywhere_is_read_into_memory(tmp_path, monkeypatch):
+    """A read-only model folder and working folder: opening the ARPA parsed it whole, then
+    failed naming only the relative fallback.  It now warns, naming both places and why, and
+    decodes from the store parsed in memory; prepare_lm itself raises so."""
+    from wfst import lm as wlm
+
+    arpa = tmp_path / "lm.arpa"
+    arpa.write_text(TINY_ARPA.lstrip())
+    monkeypatch.chdir(tmp_path)
+
+    def read_only(store, path):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(wlm, "save_lm", read_only)
+    places = rf"{arpa}.lmstore: Read-only file system; nor {tmp_path}/.wfst-cache/lm-\w+.lmstore: Read-only"
+    with pytest.warns(UserWarning, match=rf"cannot write LM store file {places}.*read from {arpa} into memory"):
+        store = open_lm(arpa)
+    assert store.score(["a", "cab"]) == read_arpa(arpa).score(["a", "cab"])
+    with pytest.raises(OutputFileError, match=places):
+        prepare_lm(arpa)
+
+
 def test_a_store_whose_arpa_changed_since_is_warned_about(tmp_path):
     """A store file given as such keeps the numbers of the ARPA it was made from; a change of
-    that file (its size, or a time after the store's) is said, not used silently."""
+    that file (its size, or another time than the store recorded: a copy that kept an older
+    time too, as cp -p makes, which was silent) is said, not used silently.  prepare_lm, as
+    the warning advises, keeps a store whose ARPA was only touched, and the warning goes."""
     import os
 
     arpa = tmp_path / "lm.arpa"
     arpa.write_text(TINY_ARPA.lstrip())
     store = prepare_lm(arpa)
+    made = arpa.stat().st_mtime_ns
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         open_lm(store)  # (unchanged: nothing said)
-    arpa.write_text(TINY_ARPA.lstrip().replace("-0.45\ta cab", "-0.55\ta cab"))  # the same size
-    later = store.stat().st_mtime + 10
-    os.utime(arpa, (later, later))
-    with pytest.warns(UserWarning, match=rf"{store.name} was made from .*lm.arpa, which has changed since \(it is "
-                                         r"newer than the store\); its scores are the old file's"):
+    changed = r"which may have changed since \(modified since the store was made, its size the same\)"
+    for when in (made - 10**10, made + 10**10):  # the same size, an older time (cp -p) or a newer one
+        arpa.write_text(TINY_ARPA.lstrip().replace("-0.45\ta cab", "-0.55\ta cab"))
+        os.utime(arpa, ns=(when, when))
+        with pytest.warns(UserWarning, match=rf"{store.name} was made from .*lm.arpa, {changed}; the store keeps "
+                                             r"the old file's scores"):
+            open_lm(store)
+    arpa.write_text(TINY_ARPA.lstrip())  # the content of the store, touched
+    with pytest.warns(UserWarning, match=changed):
+        open_lm(store)
+    before = store.read_bytes()
+    assert prepare_lm(arpa) == store and load_lm(store).source["mtime_ns"] == arpa.stat().st_mtime_ns
+    assert store.read_bytes() != before  # (its record of the ARPA's time, anew: the same numbers)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         open_lm(store)
     arpa.write_text(TINY_ARPA.lstrip().replace("-0.45\ta cab", "-0.455\ta cab"))
     with pytest.warns(UserWarning, match=rf"\({arpa.stat().st_size} bytes, it had {arpa.stat().st_size - 1}\)"):

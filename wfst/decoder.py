@@ -180,7 +180,7 @@ class Decoder:
                     g, c, int(plan.lengths[b]), boosts.maps[b], boosts.phrases[b], self._searched_lm)
                     for b in range(len(results))], nbest)
             frames = int(plan.lengths.sum())
-            lm = self._backend.lm_report(lm_before, frames, self._searched_lm)
+            lm = self._backend.lm_report(lm_before, frames, self._searched_lm) or self._lattice_lm_report()
             self.stats = DecodeStats(len(results), frames, time.perf_counter() - start,
                                      sum(p.survivors for p in paths.values()) / frames if frames else 0.0,
                                      regrowths, sum(p.fallbacks for p in paths.values()), boosts.unknown, lm,
@@ -354,9 +354,14 @@ class Decoder:
                 s._state = _FinishedState(s.frames)
             if self.config.lattice_beam is not None:
                 results = self._with_lattices(results, lattices, scorers, nbest)
-            self.stats = DecodeStats(len(results), 0, time.perf_counter() - start,
+            self.stats = DecodeStats(len(results), 0, time.perf_counter() - start, lm=self._lattice_lm_report(),
                                      no_path=no_path(results, "stream"))
         return results
+
+    def _lattice_lm_report(self) -> dict:
+        """stats.lm where the lattices are rescored after the search (which reads no LM): the
+        big LM's host memory, as on the fly."""
+        return dict(lm_bytes=self.rescorer.host_bytes) if self.rescore_mode == "lattice" else {}
 
     @interruptible
     def partials(self, streams) -> list[Partial]:

@@ -196,7 +196,7 @@ def read_arpa(path: str | os.PathLike, *, progress: bool = False, sha256: str | 
     if unknown:
         warnings.warn(f"{path}: {unknown} n-grams skipped with a word that is not a unigram of the file (the first "
                       f"on line {first_unknown}), as the graph compiler skips them", stacklevel=2)
-    source = {"path": str(path.resolve()), "sha256": sha256 or sha256_file(path), "bytes": path.stat().st_size}
+    source = {"sha256": sha256 or sha256_file(path), **_stat_of(path)}
     return _build(path, words, [grams.get(k) or _Rows(0, k, path) for k in range(1, len(reader.counts) + 1)],
                   source)
 
@@ -449,6 +449,15 @@ def prepare_lm(arpa: str | os.PathLike, out: str | os.PathLike | None = None, *,
     """Parse `arpa` once and write its store file (default: `<arpa>.lmstore` beside it, or in
     ``.wfst-cache`` when that folder cannot be written); return the store's path.  An
     existing store made from the same ARPA content is kept."""
+    place, _, error = _prepare(arpa, out, progress)
+    if error is not None:
+        raise error
+    return place
+
+
+def _prepare(arpa, out, progress: bool):
+    """prepare_lm's work: (the store's path, None, None), or where no place could be written
+    (None, the store parsed, the OutputFileError naming the places)."""
     arpa = check_path(arpa, "ARPA file")
     out = None if out is None else check_path(out, "LM store file")
     if not arpa.is_file():
@@ -459,18 +468,26 @@ def prepare_lm(arpa: str | os.PathLike, out: str | os.PathLike | None = None, *,
     for place in places:
         if place.is_file():
             try:
-                if load_lm(place).source.get("sha256") == sha:
-                    return place
+                kept = load_lm(place)
             except (LmStoreError, MissingFileError):
-                pass  # damaged or stale: made again
+                continue  # damaged: made again
+            if kept.source.get("sha256") == sha:
+                if any(kept.source.get(k) != v for k, v in _stat_of(arpa).items()):
+                    try:  # (the ARPA was touched, copied or moved: its store says so no more)
+                        save_lm(dataclasses.replace(kept, source={**kept.source, **_stat_of(arpa)}), place)
+                    except OSError:
+                        pass  # (a store that cannot be written keeps its record; its numbers are right)
+                return place, None, None
     store = read_arpa(arpa, progress=progress, sha256=sha)
+    failed = []
     for place in places:
         try:
             place.parent.mkdir(parents=True, exist_ok=True)
-            return save_lm(store, place)
+            return save_lm(store, place), None, None
         except OSError as e:
-            if place == places[-1]:
-                raise OutputFileError(place, "LM store file", e.strerror or str(e)) from None
+            failed.append((place.resolve(), e.strerror or str(e)))
+    (first, why), *others = failed
+    return None, store, OutputFileError(first, "LM store file", "; ".join([why] + [f"nor {p}: {w}" for p, w in others]))
 
 
 def open_lm(source: str | os.PathLike | LmStore) -> LmStore:
@@ -485,16 +502,31 @@ def open_lm(source: str | os.PathLike | LmStore) -> LmStore:
     with open(path, "rb") as f:
         is_store = f.read(len(MAGIC)) == MAGIC or path.suffix == ".lmstore"  # (a damaged one: load_lm says so)
     if not is_store:
-        return load_lm(prepare_lm(path, progress=path.stat().st_size > 32 << 20))
+        place, store, error = _prepare(path, None, path.stat().st_size > 32 << 20)
+        if error is None:
+            return load_lm(place)
+        warnings.warn(f"{error}: the LM is read from {path} into memory, and will be read again next time (give "
+                      f"its store a writable place with wfst.lm.prepare_lm(arpa, out))", stacklevel=user_stacklevel())
+        return store
     store = load_lm(path)
     _warn_if_stale(store, path)
     return store
 
 
+def _stat_of(arpa: Path) -> dict:
+    """What a store records of its ARPA file besides the digest, to tell without reading it
+    whether it changed since: its path, size and modification time."""
+    st = arpa.stat()
+    return {"path": str(arpa.resolve()), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
 def _warn_if_stale(store: LmStore, path: Path) -> None:
     """A store given as a file keeps its numbers when its ARPA file changes (an ARPA given is
     checked by its digest): say so where the ARPA, still in its place, has another size or
-    is newer than the store (a stat, not a read of the ARPA)."""
+    another modification time than the store recorded (a copy that kept an older time, as
+    cp -p and rsync -t make, included); stores that recorded none: a time newer than the
+    store's.  A stat, not a read of the ARPA; prepare_lm reads it and, where its digest is
+    the store's, records its time anew."""
     src = store.source.get("path")
     try:
         st = Path(src).stat() if src else None
@@ -502,12 +534,17 @@ def _warn_if_stale(store: LmStore, path: Path) -> None:
         return
     if st is None:
         return
-    why = (f"{st.st_size} bytes, it had {store.source.get('bytes')}" if st.st_size != store.source.get("bytes")
-           else "it is newer than the store" if st.st_mtime > path.stat().st_mtime else None)
+    recorded = store.source.get("mtime_ns")
+    if st.st_size != store.source.get("bytes"):
+        why = f"{st.st_size} bytes, it had {store.source.get('bytes')}"
+    elif recorded is not None:
+        why = "modified since the store was made, its size the same" if st.st_mtime_ns != recorded else None
+    else:
+        why = "it is newer than the store" if st.st_mtime > path.stat().st_mtime else None
     if why:
-        warnings.warn(f"{path} was made from {src}, which has changed since ({why}); its scores are the old "
-                      f"file's: prepare it again (wfst.lm.prepare_lm) or give the ARPA file",
-                      stacklevel=user_stacklevel())
+        warnings.warn(f"{path} was made from {src}, which may have changed since ({why}); the store keeps the "
+                      f"old file's scores: prepare it again (wfst.lm.prepare_lm, which keeps it where the "
+                      f"content is the same) or give the ARPA file", stacklevel=user_stacklevel())
 
 
 # ---------------------------------------------------------------------- rescoring

@@ -862,6 +862,81 @@ def test_streams_of_an_advance_that_stopped_part_way_are_lost_not_silently_wrong
     assert dec.finish([fresh])[0] == want
 
 
+def test_ctrl_c_in_a_stream_call_is_raised_when_it_ends_with_its_streams_whole(demo, demo_graphs, monkeypatch):
+    """Ctrl-C (SIGINT, on the main thread) in the middle of a stream call is held until the call
+    ends, then raised: its streams moved whole and go on exactly.  Raised inside, it could
+    land in Numba's unboxing of the slots' typed lists and leave them corrupt: a later call
+    on new streams crashed.  A handler of the caller's own gets the signal the same way."""
+    import _thread
+    import signal
+
+    path, kw = demo_graphs["char_compact"]
+    g = wfst.load_graph(path)
+    _, x, lengths = demo_emissions(demo, g, kw, count=1)
+    dec = Decoder(g, num_threads=1)
+    want = dec.decode(x[:, :lengths[0]])[0]
+    s = dec.stream()
+    real = dec._backend.advance
+
+    def interrupted(*args):
+        _thread.interrupt_main()  # (as a Ctrl-C in the middle of the call)
+        return real(*args)
+
+    monkeypatch.setattr(dec._backend, "advance", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        dec.advance([s], [x[0, :10]])
+    assert repr(s) == "<Stream 10 frames>"
+    noted = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum))
+    try:
+        dec.advance([s], [x[0, 10:20]])
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert noted == [signal.SIGINT] and repr(s) == "<Stream 20 frames>"
+    monkeypatch.undo()
+    dec.advance([s], [x[0, 20:lengths[0]]])
+    assert dec.finish([s])[0] == want
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX's")
+def test_streams_go_on_in_a_forked_child_of_a_process_whose_pool_ran_them(demo, demo_graphs, monkeypatch):
+    """The streams' Python thread pool does not survive fork() (its threads stay in the
+    parent): a child that used the decoder waited for ever in advance().  It makes its own."""
+    import select
+
+    monkeypatch.setattr(cpu_backend, "_NUMBA_POOL", 0)  # (streams on Python threads)
+    path, kw = demo_graphs["char_compact"]
+    g = wfst.load_graph(path)
+    _, x, lengths = demo_emissions(demo, g, kw, count=2)
+    dec = Decoder(g, num_threads=2)
+    want = dec.decode(x, lengths)
+
+    def streamed():
+        streams = [dec.stream() for _ in range(2)]
+        dec.advance(streams, [x[i, :lengths[i]] for i in range(2)])
+        return dec.finish(streams)
+
+    assert streamed() == want and dec._backend._pool is not None
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: say whether its streams decoded as the parent's, and leave
+        ok = False
+        try:
+            ok = streamed() == want
+        finally:
+            os.write(write, b"1" if ok else b"0")
+            os._exit(0)
+    os.close(write)
+    try:
+        if not select.select([read], [], [], 120)[0]:
+            os.kill(pid, 9)
+            pytest.fail("the forked child's advance() did not return")
+        assert os.read(read, 1) == b"1"
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
+
+
 def test_joined_chunks_read_as_the_list_of_their_chunks():
     """The usual call's chunks joined (inputs.JoinedChunks) are, to the code that reads them
     one by one (dead streams, streams searched alone, the CUDA backend), the list they were."""

@@ -2,6 +2,7 @@
 hand-made frames on the tiny graph, N-best entries, CTM lines and what has no word times."""
 from __future__ import annotations
 
+import json
 import pickle
 import shutil
 
@@ -263,6 +264,31 @@ def test_a_graph_s_word_time_files_that_are_missing_or_wrong_are_named(tiny_grap
         assert r.words == ("a", "ba")
         with pytest.raises(GraphFormatError, match=what):
             r.word_times
+
+
+def test_word_times_of_a_graph_whose_directory_was_built_again_since_it_was_loaded_are_refused(tiny_graphs,
+                                                                                                 tmp_path):
+    """Word times read lexicon.txt and T.fst when first asked: a directory built again (or
+    removed) since the graph was loaded gave another build's files, refused as not a
+    spelling, or as a graph built before word times.  Now it says what happened."""
+    g = tiny_graphs["compact"]
+    x = np.full((1, 6, 5), -9.0, np.float32)
+    for t, column in enumerate([2, 0, 1, 3, 2, 0]):  # "a | b a": the words a, ba
+        x[0, t, column] = -0.01
+    shutil.copytree(g.directory, tmp_path / "g")
+    for change in ("built again", "removed"):
+        r = Decoder(wfst.load_graph(tmp_path / "g")).decode(x)[0]
+        if change == "built again":
+            info = json.loads((tmp_path / "g" / "graph.json").read_text())
+            (tmp_path / "g" / "graph.json").write_text(json.dumps({**info, "fingerprint": "another build"}))
+        else:
+            shutil.rmtree(tmp_path / "g")
+        with pytest.raises(GraphFormatError, match=r"from .*/g, which was built again or removed since the graph "
+                                                   r"was loaded: its files are not this graph's; load the graph again"):
+            r.word_times
+        if change == "built again":
+            shutil.rmtree(tmp_path / "g")
+            shutil.copytree(g.directory, tmp_path / "g")
 
 
 def test_streams_have_the_offline_word_times(demo, demo_graphs, tmp_path):

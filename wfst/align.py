@@ -21,13 +21,14 @@ the word-boundary unit.
 from __future__ import annotations
 
 import collections
+import json
 import weakref
 
 import numpy as np
 
 from .errors import GraphFormatError, InputFileError
 from .files import read_lines, split_fields
-from .graph import LEXICON_NAME, TOPOLOGY_NAME, read_fst
+from .graph import INFO_NAME, LEXICON_NAME, TOPOLOGY_NAME, read_fst
 from .symbols import ilabel_of_column
 
 _ALIGNERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -70,6 +71,10 @@ class WordAligner:
         why = None
         if directory is None:
             why = "it was not loaded from a graph directory"
+        elif graph.info.get("fingerprint") and _fingerprint(directory) != graph.info["fingerprint"]:
+            raise GraphFormatError(f"word times read the graph's lexicon and topology from {directory}, which was "
+                                   f"built again or removed since the graph was loaded: its files are not this "
+                                   f"graph's; load the graph again")
         elif missing := [name for name in (LEXICON_NAME, TOPOLOGY_NAME) if not (directory / name).is_file()]:
             why = (f"{directory} has no {' and no '.join(missing)} (a graph built before word times, or not by "
                    f"wfst-make-graph)")
@@ -205,3 +210,11 @@ def _label_frames(path, n: int, default: int) -> list[int]:
         if a.ilabel:
             frame += 1
     return starts
+
+
+def _fingerprint(directory) -> str | None:
+    """The build fingerprint a graph directory's graph.json holds now (None: none readable)."""
+    try:
+        return json.loads((directory / INFO_NAME).read_text()).get("fingerprint")
+    except (OSError, ValueError, AttributeError):
+        return None

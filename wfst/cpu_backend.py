@@ -67,7 +67,8 @@ class CpuBackend:
         self._counts = np.zeros(C.STEP_COUNTERS, np.int64)  # the memos' counters, summed over searches
         self._counts_lock = threading.Lock()
         self._memo_bytes = 0  # of the largest memo in use
-        self._pool = None  # the streams' thread pool, made on first use
+        self._pool = None  # the streams' thread pool, made on first use (in this process: a fork's child has
+        self._pool_pid = None  # the parent's, without its threads)
         self._slots = StreamSlots(self._counts)  # the live streams' arrays
         self._local = threading.local()  # .meeting: this thread's MeetingScratch (partials, commits)
         self._cpu = cpu  # the kernels module (imported here: importing wfst compiles nothing)
@@ -360,8 +361,8 @@ class CpuBackend:
         else:
             for group in groups:
                 self._cpu.work_order(self._slots.numbers, group.which, group.offsets, group.order)
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.num_threads - 1)
+            if self._pool is None or self._pool_pid != os.getpid():
+                self._pool, self._pool_pid = ThreadPoolExecutor(self.num_threads - 1), os.getpid()
             futures = [self._pool.submit(run, t) for t in range(1, threads)]
             try:
                 run(0)  # this thread takes work too

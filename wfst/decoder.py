@@ -41,6 +41,7 @@ from .errors import (
     SearchStateError,
     WfstError,
     interruptible,
+    interrupts_held,
 )
 from .graph import Graph, check_searchable, load_graph
 from .inputs import (
@@ -226,7 +227,7 @@ class Decoder:
 
     # ------------------------------------------------------------------ streams
 
-    @interruptible
+    @interrupts_held
     def stream(self, boost=None, *, endpoint: EndpointConfig | None = None) -> Stream:
         """A new live stream (see wfst.stream): its search state lives on this decoder's
         device until finish().  boost: word or phrase -> reward for this stream, as in
@@ -255,7 +256,7 @@ class Decoder:
         return Stream(self, state, boosts.maps[0], boosts.phrases[0], endpoint or EndpointConfig(),
                       tuple(w for _, w in boosts.unknown))
 
-    @interruptible
+    @interrupts_held
     def advance(self, streams, chunks, lengths=None) -> None:
         """Decode the next chunk of each stream in one batched step: chunks[i] is a (T_i, V)
         float32 array of log-posteriors (NumPy, torch or CuPy; T_i may be 0), or chunks is
@@ -327,7 +328,7 @@ class Decoder:
                                      survivors / frames if frames else 0.0, lm=lm,
                                      device_seconds=self._backend.device_seconds - device_before)
 
-    @interruptible
+    @interrupts_held
     def finish(self, streams, *, nbest: int | None = None) -> list[DecodeResult]:
         """The streams' results, exactly as decode() gives them for the whole of each stream's
         frames (with a lattice_beam: their lattices; nbest=N: their N best word sequences);
@@ -363,7 +364,7 @@ class Decoder:
         big LM's host memory, as on the fly."""
         return dict(lm_bytes=self.rescorer.host_bytes) if self.rescore_mode == "lattice" else {}
 
-    @interruptible
+    @interrupts_held
     def partials(self, streams) -> list[Partial]:
         """Each stream's partial() in one call: on device="cuda" their lanes are read back
         together (a transfer costs microseconds of host time, so one per stream would cost
@@ -373,7 +374,7 @@ class Decoder:
             found = self._backend.stream_partials([s._state for s in streams])
         return [self._named(s, *f) for s, f in zip(streams, found)]
 
-    @interruptible
+    @interrupts_held
     def _partial(self, s: Stream) -> Partial:
         with self._lock:  # checked in turn: another thread may be finishing it
             if s._lost:

@@ -374,6 +374,11 @@ def test_decoder_takes_a_config_and_overrides(tiny):
                       word_boundary="|")
     d = Decoder(r.directory, DecoderConfig(beam=9.0), max_active=50)
     assert d.config.beam == 9.0 and d.config.max_active == 50
+    # a min_active left to its default is the new max_active's default (the old one was carried
+    # over: max_active=10 refused for a min_active of 20 no one gave, 7000 kept one of 10)
+    assert Decoder(r.directory, DecoderConfig(), max_active=10).config.min_active == 10
+    assert Decoder(r.directory, DecoderConfig(max_active=10), max_active=7000).config.min_active == 20
+    assert Decoder(r.directory, DecoderConfig(max_active=10, min_active=3), max_active=7000).config.min_active == 3
     with pytest.raises(ValueError, match="device"):
         Decoder(r.directory, device="tpu")
 
@@ -442,6 +447,8 @@ def test_emissions_that_are_no_log_probs_are_warned_about(tiny_decoder, recwarn)
     beam = CtcBeamDecoder(d.graph.tokens)
     for call, where in ((lambda: d.decode(np.exp(x)), "utterance 0, frame 0 has 0.[0-9]+ > 0"),
                         (lambda: d.decode(padded), "utterance 1, frame 4 has 7 > 0"),
+        (lambda: d.decode(np.where(padded == 7.0, np.nan, x + 2.0), np.array([6, 4])),  # (NaN padding hid it)
+         "utterance 0, frame 0 has"),
                         (lambda: d.advance([d.stream()], [x[1] + 2.0]), "stream 0, chunk frame 0 has"),
                         (lambda: beam.decode(x + 3.0), "utterance 0, frame 0 has")):
         with pytest.warns(LogProbsWarning, match=f"not log-probabilities: {where}") as caught:

@@ -51,8 +51,11 @@ class DecoderConfig:
     # with a lattice: word confidences mapped by a calibration fitted on a dev set
     # (wfst.confidence.Calibration, or the path of its JSON file; None: lattice posteriors as they are)
     confidence_calibration: object = None
+    # whether min_active was given, not its default (which with_options takes anew for a new max_active)
+    _min_active_given: bool = dataclasses.field(default=True, init=False, repr=False, compare=False)
 
     def __post_init__(self):
+        object.__setattr__(self, "_min_active_given", self.min_active is not None)
         for f in dataclasses.fields(self):  # NumPy scalars as Python numbers (an int8 min_active overflowed)
             value = getattr(self, f.name)
             if isinstance(value, (np.integer, np.floating)):
@@ -103,6 +106,14 @@ class DecoderConfig:
             if self.lattice_beam is None:  # (it would map nothing, silently)
                 raise OptionError("DecoderConfig.confidence_calibration maps the lattice's word confidences: set "
                                   "lattice_beam too (e.g. 8.0)")
+
+    def with_options(self, **options) -> DecoderConfig:
+        """This config with the fields `options` names changed (Decoder(graph, config, beam=...)):
+        a min_active left to its default takes the default of the new max_active (dataclasses'
+        replace carried the old one over as if it had been given)."""
+        if not self._min_active_given and "min_active" not in options:
+            options["min_active"] = None
+        return dataclasses.replace(self, **options)
 
     def fltop(self, num_columns: int) -> tuple[int, float]:
         """(top_n, log R) as the kernels take them; (V, -inf) when pruning is off."""

@@ -101,7 +101,7 @@ class Decoder:
         if config is None:
             config = DecoderConfig(**options)
         elif options:
-            config = dataclasses.replace(config, **options)
+            config = config.with_options(**options)
         if device not in ("cpu", "cuda"):
             raise OptionError(f"device={device!r}: must be 'cpu' or 'cuda'")
         if graph.num_arcs >= 2**31 - 1:

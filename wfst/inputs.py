@@ -98,13 +98,16 @@ def input_faults(xp, x, lengths: np.ndarray) -> tuple[np.ndarray, tuple[int, int
     value above 0 within the lengths (no log-probability), or None."""
     if not x.size:
         return np.zeros(x.shape[0], bool), None
-    if bool(xp.isfinite(x).all()):  # the usual case, in a tenth of the time of the rows' maxima
+    finite = bool(xp.isfinite(x).all())
+    if finite:  # the usual case, in a tenth of the time of the rows' maxima
         bad = np.zeros(x.shape[0], bool)
     else:
         valid = xp.asarray(np.arange(x.shape[1])[None, :] < lengths[:, None])
         bad = host_array((~xp.isfinite(x.max(axis=2)) & valid).any(axis=1))
     above = None
-    if float(xp.nan_to_num(x.max(), nan=0.0)) > LOG_PROB_SLACK:  # then find where, within the lengths
+    # (NaN, as in padding, is no maximum: it hid the values above 0 of the frames within the lengths)
+    largest = x.max() if finite else xp.where(xp.isnan(x), -xp.inf, x).max()
+    if float(largest) > LOG_PROB_SLACK:  # then find where, within the lengths
         top = host_array(x.max(axis=2))
         top[np.arange(x.shape[1])[None, :] >= lengths[:, None]] = -np.inf
         hits = np.argwhere(np.nan_to_num(top, nan=-np.inf) > LOG_PROB_SLACK)

@@ -75,13 +75,14 @@ def same_lattices(got, want):
         assert [(h.words, h.cost) for h in a.nbest] == [(h.words, h.cost) for h in b.nbest]
 
 
-@pytest.mark.parametrize("name", ["char_compact", "bpe_compact"])
-def test_streams_equal_offline_decoding_for_any_chunking(demo, demo_graphs, name):
+@pytest.mark.parametrize("name, scales", [("char_compact", {}), ("bpe_compact", {}),
+                                           ("char_compact", dict(acoustic_scale=0.7, blank_penalty=0.4))])
+def test_streams_equal_offline_decoding_for_any_chunking(demo, demo_graphs, name, scales):
     path, kw = demo_graphs[name]
     g = wfst.load_graph(path)
     texts, x, lengths = demo_emissions(demo, g, kw, count=8, seed=4)
     lengths[5] = 0  # a stream given no frames: the start's epsilon path to a final state, as offline
-    dec = Decoder(g, beam=12.0, max_active=600, num_threads=2)
+    dec = Decoder(g, beam=12.0, max_active=600, num_threads=2, **scales)
     want = dec.decode(x, lengths)
     assert want[5].reached_final and want[5].words == ()
     finals = {}

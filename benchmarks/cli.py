@@ -26,7 +26,7 @@ import numpy as np
 import wfst
 from wfst.cli import CliParser, as_options, command, fail
 from wfst.config import MIN_ACTIVE, usable_cores
-from wfst.files import read_lines, sha256_file, why_unwritable
+from wfst.files import read_lines, sha256_file, why_unwritable, write_text_atomic
 from wfst.scoring import FRAME_SECONDS, rtfx, word_errors
 from wfst.synthetic import from_texts_seeds, load_npz
 
@@ -230,9 +230,16 @@ def main(argv: list[str] | None = None) -> int:
              f"{args.max_active}, min_active {args.min_active}, batch {args.batch_size}, best of {args.rounds} "
              f"round(s); {m['cpu']}, "
              f"{m['cores']} cores" + (f", {m['gpu']}" if m["gpu"] else ", no GPU"))
-    print(format_table(rows, title))
     ref_words = [w for r in refs or [] for w in r.split()]
     oov = sum(w not in vocabulary for w in ref_words) if vocabulary is not None else None
+    if args.json:  # the file first: a reader of stdout that stops early (| head) cut the run before it
+        settings.update(batch_size=args.batch_size, rounds=args.rounds, decoders=args.decoders, graph=args.graph,
+                        emissions=args.emissions, texts=args.texts, seeds=None if args.emissions else args.seeds,
+                        spm=args.spm, word_boundary=args.word_boundary, synthetic=synthetic)
+        write_text_atomic(args.json, json.dumps({"title": title, "machine": m, "settings": settings, "utterances":
+                                                 len(lengths), "frames": frames, "reference_words": len(ref_words),
+                                                 "oov_words": oov, "rows": rows}, indent=2))
+    print(format_table(rows, title))
     if oov:
         print(f"\n{oov} of the references' {len(ref_words)} words ({100 * oov / len(ref_words):.2f}%) are not in the "
               f"graph's vocabulary: every decoder gets them wrong")
@@ -241,13 +248,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nours CPU 1 thread / Kaldi FasterDecoder: {by['cpu1']['rtfx'] / by['kaldi']['rtfx']:.2f}x RTFx")
     if "cuda" in by and "kaldi" in by:
         print(f"ours CUDA / Kaldi FasterDecoder: {by['cuda']['rtfx'] / by['kaldi']['rtfx']:.1f}x RTFx")
-    if args.json:
-        settings.update(batch_size=args.batch_size, rounds=args.rounds, decoders=args.decoders, graph=args.graph,
-                        emissions=args.emissions, texts=args.texts, seeds=None if args.emissions else args.seeds,
-                        spm=args.spm, word_boundary=args.word_boundary, synthetic=synthetic)
-        Path(args.json).write_text(json.dumps({"title": title, "machine": m, "settings": settings, "utterances":
-                                               len(lengths), "frames": frames, "reference_words": len(ref_words),
-                                               "oov_words": oov, "rows": rows}, indent=2))
     return 0
 
 

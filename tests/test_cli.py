@@ -279,11 +279,28 @@ def test_decode_cli_never_writes_over_its_inputs(tiny_setup, tmp_path, capsys):
     assert em.read_bytes() == before and refs.read_text() == "ab\n" * 7
 
 
-def test_decode_cli_refuses_outputs_in_the_graph_directory_and_frames_it_cannot_time(tiny_setup, tmp_path, capsys):
-    """--output g/words.txt broke the graph; --frame-ms 1e-320 ended in a traceback after the decode."""
+def test_decode_cli_refuses_outputs_in_the_graph_directory_and_frames_it_cannot_time(tiny_setup, tmp_path, capsys,
+                                                                                      monkeypatch):
+    """--output g/words.txt broke the graph (through a link too); --frame-ms 1e-320 ended in a
+    traceback after the decode; '' (an unset variable), a folder's name or '-' wrote nothing or
+    a file named so; another user's file in a sticky folder (/tmp) failed after the decode."""
+    from wfst import files
+
     graph, em, _ = tiny_setup
     words = (graph / "words.txt").read_bytes()
+    (tmp_path / "link.txt").symlink_to(graph / "words.txt")
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    (sticky / "theirs.ctm").write_text("")
+    monkeypatch.setattr(files.os, "geteuid", lambda: 4242, raising=False)  # (not root, not the owner)
     for options, message in ((["--output", str(graph / "words.txt")], "--output: .*words.txt is in the --graph"),
+                             (["--output", str(tmp_path / "link.txt")], "--output: .*link.txt is in the --graph"),
+                             (["--output", ""], "--output: '' names no file \\(an unset variable"),
+                             (["--ctm", "out/"], "--ctm: 'out/' names no file but a folder"),
+                             (["--output", "-"], "--output: '-' names no file \\(the results go to standard output"),
+                             (["--ctm", str(sticky / "theirs.ctm")], "theirs.ctm is another user's, in a folder where "
+                                                                     "only its owner may replace it"),
                              (["--ctm", str(graph / "new.ctm")], "--ctm: .*new.ctm is in the --graph directory"),
                              (["--frame-ms", "1e-320"], r"--frame-ms: must be a number of milliseconds in \[0.001, "),
                              (["--frame-ms", "1e300"], "--frame-ms: must be a number of milliseconds")):
@@ -323,12 +340,15 @@ def test_decode_cli_writes_its_files_before_stdout_and_through_links(tiny_setup,
     """| head closed stdout before --output and --ctm were written: both lost. A symlink (to a
     file, or /proc/self/fd/1) was replaced by a file; a file replaced lost its mode."""
     graph, em, texts = tiny_setup
-    out, ctm = tmp_path / "o.txt", tmp_path / "o.ctm"
-    p = subprocess.Popen([sys.executable, "-m", "wfst.cli", "--graph", str(graph), "--emissions", str(em),
-                          "--output", str(out), "--ctm", str(ctm)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    p.stdout.close()
-    p.stderr.read()
-    assert p.wait(timeout=120) == 141 and out.read_text().splitlines() == texts and ctm.read_text()
+    for stream in ([], ["--stream"]):  # (streams print their partial results while they decode: the files after)
+        out, ctm = tmp_path / f"o{len(stream)}.txt", tmp_path / f"o{len(stream)}.ctm"
+        p = subprocess.Popen([sys.executable, "-m", "wfst.cli", "--graph", str(graph), "--emissions", str(em),
+                              "--output", str(out), "--ctm", str(ctm), *stream], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        p.stdout.close()
+        err = p.stderr.read()
+        assert p.wait(timeout=120) == 141 and out.read_text().splitlines() == texts and ctm.read_text(), err
+        assert b"Traceback" not in err
     (tmp_path / "link.txt").symlink_to("target.txt")
     (tmp_path / "kept.txt").write_text("old\n")
     (tmp_path / "kept.txt").chmod(0o640)
@@ -445,3 +465,13 @@ def test_a_reader_that_stops_early_gets_no_traceback(tiny_setup):
     p.stdout.close()  # (before decoding is done: every print meets the closed pipe)
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == 141 and "Traceback" not in err and "Broken pipe" not in err, err
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="/dev/full is Linux's")
+def test_a_full_stdout_is_one_line_of_error(tiny_setup):
+    """> /dev/full (a full disk): an uncaught OSError's traceback, exit status 1."""
+    graph, em, _ = tiny_setup
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([sys.executable, "-m", "wfst.cli", "--graph", str(graph), "--emissions", str(em)],
+                           stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert p.returncode == 2 and p.stderr == "wfst-decode: error: cannot write the output: No space left on device\n"

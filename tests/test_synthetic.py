@@ -1,4 +1,8 @@
 """The synthetic CTC emission generator: tokenization, shapes, determinism, greedy decoding, files."""
+import os
+import re
+import warnings
+
 import numpy as np
 import pytest
 
@@ -268,6 +272,8 @@ def test_utterance_ids_are_kept_and_other_arrays_said_to_be_unread(tmp_path):
     got = load_npz(tmp_path / "e.npz")
     assert got.utt_ids == ["u1", "u2", "u3"] and got.key(1) == "u2" and load_npz_plain(tmp_path, lp, ln).key(1) == "1"
     for ids, why in ((["u1", "u2"], "2 utterance ids for 3 utterances"), (["u1", "u 2", "u3"], "'u 2' is not a str"),
+                     (["u1", "u\u00a02", "u\u20283"], re.escape(repr("u\u00a02"))),  # (any space splits a CTM)
+                     (["u1", "u2", "u\x0b3"], re.escape(repr("u\x0b3"))),
                      (["u1", "u2", "u1"], "utterance id 'u1' is given to utterances 0 and 2")):
         with pytest.raises(OptionError, match=why):
             save_npz(tmp_path / "bad.npz", lp, ln, utt_ids=ids)
@@ -287,6 +293,16 @@ def load_npz_plain(tmp_path, lp, ln):
 def test_load_errors(tmp_path):
     with pytest.raises(MissingFileError, match="cannot read emissions file .*none.npz: not found"):
         load_npz(tmp_path / "none.npz")
+    os.mkfifo(tmp_path / "fifo.npz")  # (a pipe, or <(...), was "not found")
+    with pytest.raises(InputFileError, match="fifo.npz: not a regular file: an .npz archive is read by seeking"):
+        load_npz(tmp_path / "fifo.npz")
+    lp = np.full((1, 2, 3), np.finfo(np.float64).min)  # float64's log 0: -inf in float32, without a warning
+    lp[0, :, 0] = 0.0
+    np.savez(tmp_path / "f64.npz", log_probs=lp, lengths=np.array([2]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = load_npz(tmp_path / "f64.npz").log_probs
+    assert got.dtype == np.float32 and (got[0, :, 1:] == -np.inf).all() and (got[0, :, 0] == 0).all()
     np.savez(tmp_path / "nolp.npz", lengths=np.array([1]))
     with pytest.raises(InputFileError, match=r"nolp.npz: no 'log_probs' array \(has: lengths\)"):
         load_npz(tmp_path / "nolp.npz")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import errno
 import functools
 import math
 import os
@@ -66,10 +67,34 @@ def one_line(e: BaseException) -> str:
     return "; ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
+_STDOUT = {"closed": False}  # a reader of stdout stopped early (| head) while a command went on
+
+
+def say(text: str) -> None:
+    """print() of what a command shows while it works (a stream's partial results): a reader
+    that stopped early (| head) ends the showing, not the work, whose files are still
+    written (command() then exits 141)."""
+    if _STDOUT["closed"]:
+        return
+    try:
+        print(text)
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        _STDOUT["closed"] = True
+
+
+def _stdout_to_devnull() -> None:
+    """What Python flushes of stdout at exit goes nowhere: no second error."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def fail(prog: str, e: BaseException) -> int:
     """Report an error the user can act on, as every command does: one line, exit status 2."""
     print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
     return 2
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)  # a write to stdout that a full disk (or a dead one) fails
 
 
 def command(prog: str):
@@ -82,12 +107,15 @@ def command(prog: str):
         @functools.wraps(main)
         def run(*args, **kwargs) -> int:
             def show(message, category, filename, lineno, file=None, line=None):
-                print(f"{prog}: warning: {message}", file=sys.stderr)
+                with contextlib.suppress(OSError):  # (a full stderr: the warning lost, not the run)
+                    print(f"{prog}: warning: {message}", file=sys.stderr)
 
             with warnings.catch_warnings(), _terminated_as_exception():
                 warnings.showwarning = show
+                _STDOUT["closed"] = False
                 try:
-                    return main(*args, **kwargs)
+                    status = main(*args, **kwargs)
+                    return 141 if _STDOUT["closed"] and not status else status
                 except KeyboardInterrupt:
                     print(f"{prog}: interrupted", file=sys.stderr)
                     return 130
@@ -95,8 +123,15 @@ def command(prog: str):
                     print(f"{prog}: terminated", file=sys.stderr)
                     return 143
                 except BrokenPipeError:  # a reader that stopped early (| head): no traceback, and none at exit
-                    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # when Python flushes stdout
+                    _stdout_to_devnull()
                     return 141  # (128 + SIGPIPE, as a tool killed by it)
+                except OSError as e:
+                    if e.filename is not None or e.errno not in _FULL:
+                        raise
+                    _stdout_to_devnull()  # (stdout on a full disk: said once, on stderr if it can)
+                    with contextlib.suppress(OSError):
+                        print(f"{prog}: error: cannot write the output: {e.strerror or e}", file=sys.stderr)
+                    return 2
         return run
     return wrap
 
@@ -335,6 +370,11 @@ def _check_shared(ap, args) -> None:
     if not (MIN_FRAME_MS <= args.frame_ms <= MAX_FRAME_MS):
         ap.error(f"argument --frame-ms: must be a number of milliseconds in [{MIN_FRAME_MS:g}, {MAX_FRAME_MS:g}], "
                  f"got {args.frame_ms}")
+    for option, path in (("--output", args.output), ("--ctm", args.ctm)):
+        if path is not None and (not path or path == "-" or path.endswith(("/", os.sep))):
+            ap.error(f"argument {option}: {path!r} names no file" + (" (the results go to standard output as "
+                     "well; name a file)" if path == "-" else " (an unset variable?)" if not path else
+                     " but a folder; name a file in it"))
     outputs = [(option, path) for option, path in (("--output", args.output), ("--ctm", args.ctm)) if path]
     for option, path in outputs:
         problem = why_unwritable(path)
@@ -348,7 +388,7 @@ def _check_shared(ap, args) -> None:
             if given and _same_file(path, given):
                 ap.error(f"argument {option}: {path} is the {other} file; write it elsewhere")
         graph = getattr(args, "graph", None)
-        if graph and (_same_file(path, graph) or _same_file(Path(path).parent, graph)):
+        if graph and (_same_file(path, graph) or _same_file(Path(path).resolve().parent, graph)):  # (a link too)
             ap.error(f"argument {option}: {path} is in the --graph directory, whose files it would replace; write "
                      f"it elsewhere")
 
@@ -542,7 +582,7 @@ def _streams(decoder: Decoder, em, lo: int, hi: int, args, clock: _Clock, boost=
             text += "  (endpoint)" if s.endpoint else ""
             if shown.get(i) != text:
                 shown[i] = text
-                print(f"{em.key(lo + i)}\t{s.frames * args.frame_ms / 1000:6.2f} s\t{text}")
+                say(f"{em.key(lo + i)}\t{s.frames * args.frame_ms / 1000:6.2f} s\t{text}")
     with clock():
         results = decoder.finish(streams, nbest=args.nbest)
     return results, survivors / max(sum(lengths), 1)

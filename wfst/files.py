@@ -124,4 +124,15 @@ def why_unwritable(path: str | os.PathLike, make_parents: bool = False) -> str |
         return f"{parent} is not a directory"
     if not os.access(parent, os.W_OK | os.X_OK):
         return f"no permission to write in {parent}"
+    if path.is_file() and _sticky_and_not_ours(parent, path):  # (as another user's file in /tmp)
+        return f"{path} is another user's, in a folder where only its owner may replace it"
     return None
+
+
+def _sticky_and_not_ours(folder: Path, path: Path) -> bool:
+    """Whether a file cannot be replaced by a rename into `folder` (its sticky bit set, and
+    neither the folder nor the file this user's, who is not root): atomic_path's way."""
+    uid = os.geteuid() if hasattr(os, "geteuid") else None
+    if uid in (None, 0) or not folder.stat().st_mode & stat.S_ISVTX:
+        return False
+    return path.stat().st_uid != uid and folder.stat().st_uid != uid

@@ -321,8 +321,8 @@ def _check_utt_ids(ids: list, count: int) -> str | None:
     and a Kaldi key are split at spaces, and a scorer matches them one to one."""
     if len(ids) != count:
         return f"{len(ids)} utterance ids for {count} utterances"
-    bad = next((i for i in ids if not isinstance(i, str) or split_fields(i) != [i]), None)
-    if bad is not None:
+    bad = next((i for i in ids if not isinstance(i, str) or not i or any(c.isspace() for c in i)), None)
+    if bad is not None:  # (any space: \v, a no-break space or U+2028 split the CTM's lines and fields too)
         return f"utterance id {bad!r} is not a str without spaces"
     seen: dict[str, int] = {}
     for b, i in enumerate(ids):
@@ -378,6 +378,9 @@ def load_npz(path: str | os.PathLike) -> Emissions:
     not read: a warning names them."""
     check_path(path, "emissions file")
     if not os.path.isfile(path):
+        if os.path.exists(path):  # (a pipe, /dev/stdin, <(...): an .npz is read from both ends)
+            raise InputFileError(path, None, "not a regular file: an .npz archive is read by seeking, so save it "
+                                 "to a file first")
         raise MissingFileError(path, "emissions file")
     with open(path, "rb") as f:
         head = f.read(6)
@@ -422,8 +425,16 @@ def load_npz(path: str | os.PathLike) -> Emissions:
         raise InputFileError(path, None, f"'synthetic' must be one bool, got {synthetic.dtype} of shape "
                              f"{synthetic.shape}")
     synthetic = bool(synthetic.reshape(-1)[0])
-    return Emissions(log_probs.astype(np.float32, copy=False), lengths.astype(np.int32, copy=False),
-                     texts, synthetic, utt_ids)
+    return Emissions(_as_float32(log_probs), lengths.astype(np.int32, copy=False), texts, synthetic, utt_ids)
+
+
+def _as_float32(x: np.ndarray) -> np.ndarray:
+    """Log-probs in float32: values below its range (float64's smallest as log 0) are -inf, as
+    the cast makes them, without NumPy's warning about the overflow (which named no file)."""
+    if x.dtype == np.float32:
+        return x
+    with np.errstate(over="ignore"):
+        return x.astype(np.float32)
 
 
 def _strings(path, arrays: dict, name: str) -> list[str] | None:

@@ -27,6 +27,7 @@ import wfst
 from wfst.cli import CliParser, as_options, command, fail
 from wfst.config import MIN_ACTIVE, usable_cores
 from wfst.files import read_lines, sha256_file, why_unwritable, write_text_atomic
+from wfst.inputs import check_log_probs, input_faults
 from wfst.scoring import FRAME_SECONDS, rtfx, word_errors
 from wfst.synthetic import from_texts_seeds, load_npz
 
@@ -79,7 +80,7 @@ def run(graph_dir, log_probs, lengths, refs, *, decoders: Sequence[str] = tuple(
                 if before is not None and before["seconds"] <= out.seconds:
                     before["own_mb"] = own
                     continue
-                rows[name] = {"decoder": name, "wer": _wer(refs, out.hyps),
+                rows[name] = {"decoder": name, "wer": _wer(refs, out.hyps), "gave_up": out.gave_up,
                               "seconds": out.seconds, "rtfx": rtfx(em.frames, out.seconds),
                               "frames_per_second": em.frames / out.seconds, "tokens_per_frame": out.tokens_per_frame,
                               "device": (device := getattr(system, "device", "cpu")),
@@ -105,6 +106,7 @@ def format_table(rows: list[dict], title: str) -> str:
             lines.append(f"| {name} | not measured: {r['skipped']} | | | | | |")
             continue
         wer = f"{100 * r['wer']:.2f}" if r["wer"] is not None else "-"
+        wer += f" ({r['gave_up']} gave up ³)" if r.get("gave_up") else ""
         tok = f"{r['tokens_per_frame']:.0f}" if r["tokens_per_frame"] is not None else "-"
         peak, own = (f"{r[k]:.0f}" if r[k] is not None else "-" for k in ("peak_mb", "own_mb"))
         own += " (GPU)" if r["device"] == "cuda" and r["own_mb"] is not None else ""
@@ -113,6 +115,9 @@ def format_table(rows: list[dict], title: str) -> str:
               "rows left resident",
               "² what the row's own decoding (its graph loaded, its decoder made, warmed up and run) added to the "
               "resident memory at its peak, the least over the rounds; CUDA: CuPy's memory pool on the GPU at its end"]
+    if any(r.get("gave_up") for r in rows):
+        lines.append("³ utterances the decoder found no path for (Kaldi: \"Did not successfully decode\"), scored as "
+                     "empty hypotheses")
     return "\n".join(lines)
 
 
@@ -155,6 +160,9 @@ def _parse(argv) -> argparse.Namespace:
         ap.error(f"argument --decoders: {twice[0]!r} given twice")
     if args.seeds < 1:
         ap.error(f"argument --seeds: must be >= 1, got {args.seeds}")
+    if args.emissions and (args.seeds != 1 or args.spm is not None):  # (ignored there, and recorded in --json)
+        ap.error(f"argument {'--seeds' if args.seeds != 1 else '--spm'}: spells --texts; --emissions are decoded "
+                 f"as they are")
     if args.batch_size < 1:
         ap.error(f"argument --batch-size: must be >= 1, got {args.batch_size}")
     if args.rounds < 1:
@@ -190,6 +198,10 @@ def main(argv: list[str] | None = None) -> int:
                 raise wfst.InputFileError(args.emissions, None, f"log_probs have V={log_probs.shape[2]} columns, "
                                           f"the graph's tokens {graph.tokens.num_columns}: another model's "
                                           f"emissions?")  # reading past each row)
+            try:  # (a NaN: a traceback after the first decoders' work, or their WER of NaN input, as wfst-decode says)
+                check_log_probs(input_faults(np, log_probs, lengths), log_probs, lengths)
+            except wfst.DecodeInputError as e:
+                raise wfst.InputFileError(args.emissions, None, str(e)) from None
         else:
             texts = [t for t in read_lines(args.texts, "texts file") if t.strip()]
             if not texts:
@@ -213,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
             log_probs, lengths = from_texts_seeds(texts, graph.tokens, args.seeds, spm=args.spm,
                                                   word_boundary=args.word_boundary)
             refs, synthetic = texts * args.seeds, True
-        vocabulary = graph.words.ids() if graph.words is not None else None
+        vocabulary = graph.output_words()
         del graph
         if not np.sum(lengths):
             raise wfst.InputFileError(args.emissions or args.texts, None,

@@ -223,6 +223,7 @@ def _result(em: EmissionSet, run: DecodeRun, code: dict | None) -> dict:
         keep = np.flatnonzero(~em.in_vocabulary)
         oov_wer = word_errors([em.texts[i] for i in keep], [run.hyps[i] for i in keep]).rate
     return {"wer": e.rate, "iv_wer": iv_wer, "oov_wer": oov_wer, "errors": e.errors, "words": e.words,
+            "gave_up": run.gave_up,
             "sub": e.substitutions, "ins": e.insertions, "del": e.deletions, "seconds": run.seconds,
             "frames": em.frames,
             "rtfx": rtfx(em.frames, run.seconds) if run.seconds > 0 else None,
@@ -352,14 +353,16 @@ def run_experiment(out: str | os.PathLike, targets: Sequence[Target], systems: C
 
     try:
         for t, profile, sys_list in plan:
-            key = (t.token_set, profile)
-            if key not in emissions:  # same token set, same emissions: every topology decodes the same input
-                g = wfst.load_graph(t.graph_dir)
-                vocab = set(g.words.symbols) if g.words is not None else None
+            g = wfst.load_graph(t.graph_dir)
+            vocab = g.output_words()
+            # the same tokens, spelling and words, the same emissions: the topologies of a token set decode
+            # the same input (the token_set name alone shared them between graphs of other tokens or words)
+            key = (t.token_set, profile, g.tokens.symbols, g.tokens.blank, t.spm, t.word_boundary, vocab)
+            if key not in emissions:
                 emissions.clear()
                 emissions[key] = (make_emissions(t, g.tokens, dev_texts, "dev", profile, seed, vocab),
                                   make_emissions(t, g.tokens, test_texts, "test", profile, seed, vocab))
-                del g
+            del g
             dev, test = emissions[key]
             for s in sys_list:
                 n_cells = (0 if s.tuned_like else len(s.grid_points())) + len(s.points)
@@ -393,13 +396,17 @@ def _load_range(rows: Sequence[dict]) -> list[float] | None:
     return [min(loads), max(loads)] if loads else None
 
 
-def _iv_count(texts: Sequence[str], targets: Sequence[Target]) -> int | None:
-    """How many of `texts` have every word in the first target graph's vocabulary."""
-    words = Path(targets[0].graph_dir) / "words.txt" if targets else None
-    if words is None or not words.is_file():
+def _iv_count(texts: Sequence[str], targets: Sequence[Target]) -> int | str | None:
+    """How many of `texts` have every word among the words the target graphs output (a
+    range "a-b" where the graphs' vocabularies differ)."""
+    counts = set()
+    for t in targets:
+        vocab = wfst.load_graph(t.graph_dir).output_words()
+        if vocab is not None:
+            counts.add(sum(all(w in vocab for w in text.split()) for text in texts))
+    if not counts:
         return None
-    vocab = set(wfst.WordTable.read(words).symbols)
-    return sum(all(w in vocab for w in t.split()) for t in texts)
+    return counts.pop() if len(counts) == 1 else f"{min(counts)}-{max(counts)}"
 
 
 def _brief(res: dict) -> dict:
@@ -440,7 +447,8 @@ def markdown_table(rows: Sequence[dict], columns: Sequence[Column], *, status_ke
              "|" + "|".join("---" if i < label_columns else "---:" for i in range(len(columns))) + "|"]
     for r in rows:
         status = r.get(status_key, "ok")
-        if status != "ok":
+        if status != "ok":  # (on one line, its pipes escaped: a peer's message of two lines broke the table)
+            status = " ".join(str(status).split()).replace("|", "\\|")
             cells = [c.text(r) for c in columns[:label_columns]] + [status] + [""] * (len(columns) - label_columns - 1)
         else:
             cells = [c.text(r) for c in columns]
@@ -644,8 +652,8 @@ def oov_goal(rows: Sequence[dict], lexicon_free: str, tlg: str) -> list[str]:
 # --------------------------------------------------------------------------- writing results
 
 RESULT_KEYS = ["target", "token_set", "topology", "profile", "system", "label", "status", "setting", "tuned",
-               "dev_wer", "wer", "iv_wer", "oov_wer", "sub", "ins", "del", "words", "rtfx", "seconds", "frames",
-               "tokens_per_frame", "peak_mb", "load_average"]
+               "dev_wer", "wer", "iv_wer", "oov_wer", "sub", "ins", "del", "words", "gave_up", "rtfx", "seconds",
+               "frames", "tokens_per_frame", "peak_mb", "load_average"]
 TUNING_KEYS = ["target", "token_set", "profile", "system", "label", "setting", "params", "wer", "sub", "ins", "del",
                "seconds"]
 
@@ -674,8 +682,8 @@ def settings_markdown(run_info: dict) -> str:
              f"not how a recogniser would do. Dev: {run_info['dev_utterances']} sentences of `dev.txt` (tuning only); "
              f"test: {run_info['test_utterances']} sentences of `test.txt` (every figure in the tables). "
              f"In-vocabulary WER is over the {run_info.get('test_in_vocabulary')} test sentences whose words are "
-             f"all in the LM's vocabulary: a TLG (and flashlight's lexicon decoder) can only output those words, "
-             f"pyctcdecode and greedy decoding can spell others."]
+             f"all among the words the graph outputs (in the LM and the lexicon): a TLG (and flashlight's "
+             f"lexicon decoder) can only output those words, pyctcdecode and greedy decoding can spell others."]
     for p in run_info["profiles"]:
         lines.append(f"  - `{p}`: {PROFILE_NOTES.get(p, p)}")
     lines += [f"- RTFx = audio seconds (40 ms per frame) / decoding seconds, decoding only (emissions in memory), "

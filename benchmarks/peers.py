@@ -74,6 +74,7 @@ class DecodeRun:
     tokens_per_frame: float | None = None
     peak_mb: float | None = None  # peak resident memory above what the process held before (CUDA: GPU pool)
     process_peak_mb: float | None = None  # the process's whole peak resident memory meanwhile (VmHWM)
+    gave_up: int = 0  # utterances it found no path for (Kaldi: "Did not successfully decode"), scored as empty
 
 
 # --------------------------------------------------------------------------- lexicon

@@ -316,7 +316,8 @@ class KaldiSystem(System):
                 seconds = kd.seconds - before
                 best = seconds if best is None else min(best, seconds)
             del kd
-        return DecodeRun([[self.words[w] for w in r.word_ids] for r in out], best, None, mem.mb, mem.process_mb)
+        return DecodeRun([[self.words[w] for w in r.word_ids] for r in out], best, None, mem.mb, mem.process_mb,
+                         sum(r.cost == float("inf") and not r.word_ids for r in out))
 
     def teardown(self):
         self._cache = {}

@@ -166,6 +166,58 @@ def test_emissions_of_another_model_and_a_boundary_for_a_sentencepiece_graph_are
     assert "was built with a sentencepiece model: pass --spm" in capsys.readouterr().err
 
 
+def test_emissions_no_search_can_read_and_options_they_ignore_are_refused_before_the_run(bench_inputs, tmp_path,
+                                                                                         capsys):
+    """A NaN in the emissions: a traceback after greedy's work with ours, and WERs printed from
+    NaN input with Kaldi and greedy alone; --seeds and --spm with --emissions were ignored
+    (and --json recorded the --spm)."""
+    graph, texts, em = bench_inputs
+    x = synthetic.load_npz(em)
+    bad = x.log_probs.copy()
+    bad[1, 3, 2] = np.nan
+    synthetic.save_npz(tmp_path / "nan.npz", bad, x.lengths, TEXTS)
+    for decoders in ("greedy,cpu1", "greedy"):
+        assert main(["--graph", str(graph), "--emissions", str(tmp_path / "nan.npz"), "--decoders", decoders]) == 2
+        err = capsys.readouterr().err
+        assert err == f"wfst-bench: error: {tmp_path / 'nan.npz'}: utterance 1: log_probs at frame 3 has NaN or " \
+                      f"+inf (1 utterance(s) affected)\n"
+    for option in (["--seeds", "3"], ["--spm", "x.model"]):
+        with pytest.raises(SystemExit) as e:
+            main(["--graph", str(graph), "--emissions", str(em), *option])
+        assert e.value.code == 2 and f"argument {option[0]}: spells --texts" in capsys.readouterr().err
+
+
+def test_reference_words_no_arc_outputs_are_out_of_the_vocabulary(bench_inputs, tiny, tmp_path, capsys):
+    """A word of the LM that the lexicon cannot spell ('ba' here) is in words.txt but no arc
+    outputs it: it was counted as in the vocabulary."""
+    _, _, em = bench_inputs
+    (tmp_path / "no_ba.txt").write_text("a a\nab a b\nabc a b c\ncab c a b\n")
+    graph = compile_graph(tmp_path / "no_ba", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa",
+                          lexicon=tmp_path / "no_ba.txt", word_boundary="|", topology="compact").directory
+    g = wfst.load_graph(graph)
+    assert "ba" in g.words.symbols and "ba" not in g.output_words() and {"a", "ab", "abc", "cab"} <= g.output_words()
+    assert main(["--graph", str(graph), "--emissions", str(em), "--decoders", "greedy"]) == 0
+    assert "2 of the references' 7 words (28.57%) are not in the graph's vocabulary" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not _has_kaldi(), reason="kaldi-decoder is not installed")
+def test_utterances_kaldi_gives_up_on_are_counted_not_scored_silently_as_empty(bench_inputs, tmp_path, capsys):
+    """Kaldi finds no path where the frames spell no word ('c', a blank, 'c': no word holds
+    'cc'): it was scored as an empty hypothesis, and the table said nothing."""
+    graph, _, em = bench_inputs
+    x = synthetic.load_npz(em)
+    lp, lengths = x.log_probs.copy(), x.lengths.copy()
+    lp[0] = -np.inf
+    lp[0, np.arange(4), [4, 0, 4, 0]] = 0.0
+    lengths[0] = 4
+    synthetic.save_npz(tmp_path / "cc.npz", lp, lengths, TEXTS)
+    assert main(["--graph", str(graph), "--emissions", str(tmp_path / "cc.npz"), "--decoders", "kaldi",
+                 "--json", str(tmp_path / "b.json")]) == 0
+    out = capsys.readouterr().out
+    assert "(1 gave up ³)" in out and "³ utterances the decoder found no path for" in out
+    assert json.loads((tmp_path / "b.json").read_text())["rows"][0]["gave_up"] == 1
+
+
 def test_nothing_to_decode_and_unwritable_json_are_said_before_the_run(bench_inputs, tmp_path, capsys):
     graph, texts, em = bench_inputs
     with pytest.raises(SystemExit) as e:

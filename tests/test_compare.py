@@ -175,6 +175,35 @@ def test_run_experiment_tunes_on_dev_and_resumes(tiny_target, tmp_path):
     assert len(calls) == 4 and all(c[0] == "test" for c in calls) and res["skipped"] == 6
 
 
+def test_graphs_of_one_token_set_name_share_emissions_only_where_their_tokens_and_words_agree(tiny, tiny_target,
+                                                                                              tmp_path):
+    """The emissions and their in-vocabulary marks were shared by the token_set name alone: a
+    graph of other tokens decoded another's emissions (88.9% WER instead of 0), and one whose
+    lexicon lacks a word took the first graph's vocabulary.  In the vocabulary now means some
+    arc outputs the word (an LM word no spelling reaches is in words.txt too)."""
+    seen = {}
+
+    class Recording(systems.System):
+        family = "fake"
+
+        def decode(self, em, params, *, timed, repeat=1):
+            seen.setdefault(self.target, em)
+            return DecodeRun([t.split() for t in em.texts], 0.01, None, 1.0)
+
+        def setup(self, target, workdir):
+            self.target = target.name
+
+    (tmp_path / "no_ba.txt").write_text("a a\nab a b\nabc a b c\ncab c a b\n")
+    other = compile_graph(tmp_path / "no_ba", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa",
+                          lexicon=tmp_path / "no_ba.txt", word_boundary="|", topology="compact").directory
+    targets = [tiny_target, systems.Target("no_ba", other, "char", "compact", tiny / "lm.arpa", word_boundary="|")]
+    res = compare.run_experiment(tmp_path / "out", targets, lambda t: [Recording("r", "recording", points=[{}])],
+                                 dev_texts=TEXTS[:2], test_texts=TEXTS, profiles=["demo"], progress=False, repeat=1)
+    assert seen["tiny_compact"].in_vocabulary.tolist() == [True, True, True, True]
+    assert seen["no_ba"].in_vocabulary.tolist() == [False, True, True, False]  # ('ab ba', 'ba abc')
+    assert res["test_in_vocabulary"] == "2-4"
+
+
 def test_a_tuning_grid_grows_while_the_best_value_is_on_its_edge(tiny_target, tmp_path):
     assert compare.extend_value([1.0, 2.0, 3.0], "high", "arithmetic") == 4.0
     assert compare.extend_value([0.5, 1.0, 2.0], "low", "geometric") == 0.25
@@ -236,12 +265,14 @@ def test_pyctcdecode_venv_is_only_used_and_its_absence_names_the_make_target(tmp
 def test_markdown_table_and_csv():
     rows = [{"name": "ours", "wer": 0.0312, "rtfx": 2864.4, "status": "ok", "params": {"a": 1}},
             {"name": "peer, with comma", "wer": None, "status": "ok"},
-            {"name": "cuda", "status": "not measured: no GPU on this machine"}]
+            {"name": "cuda", "status": "not measured: no GPU on this machine"},
+            {"name": "flashlight", "status": "not measured: KenLM cannot load x.arpa:\n  a | b"}]
     cols = [compare.Column("name", "decoder"), compare.Column("wer", "WER %", "{:.2%}"),
             compare.Column("rtfx", "RTFx", "{:,.0f}")]
     assert compare.markdown_table(rows, cols).splitlines() == [
         "| decoder | WER % | RTFx |", "|---|---:|---:|", "| ours | 3.12% | 2,864 |", "| peer, with comma | - | - |",
-        "| cuda | not measured: no GPU on this machine |  |"]
+        "| cuda | not measured: no GPU on this machine |  |",
+        "| flashlight | not measured: KenLM cannot load x.arpa: a \\| b |  |"]  # (one line, its pipe escaped)
     back = list(csv.reader(io.StringIO(compare.csv_text(rows, ["name", "wer", "params", "status"]))))
     assert back[0] == ["name", "wer", "params", "status"]
     assert back[1] == ["ours", "0.0312", '{"a": 1}', "ok"] and back[2][:2] == ["peer, with comma", ""]

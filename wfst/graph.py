@@ -59,6 +59,14 @@ class Graph:
     info: dict = dataclasses.field(default_factory=dict)
     directory: Path | None = None  # the graph directory it was loaded from
 
+    def output_words(self) -> frozenset[str] | None:
+        """The words some arc of the graph outputs, so the words it can decode (words.txt may hold
+        more: an LM word no spelling reaches); None without words.txt."""
+        if self.words is None:
+            return None
+        ids = np.unique(self.olabel)
+        return frozenset(self.words.symbols[i] for i in ids[(ids > 0) & (ids < len(self.words.symbols))].tolist())
+
     @property
     def num_states(self) -> int:
         return len(self.final)

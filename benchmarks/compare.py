@@ -596,7 +596,7 @@ def decoder_goals(rows: Sequence[dict], ours: Sequence[str], cpu_peers: Sequence
                   wer_peers: Sequence[str] | None = None) -> list[str]:
     """Our best WER vs each peer's best; our (single-thread CPU) RTFx vs each CPU peer's at equal or better WER."""
     out = []
-    ok_rows = [r for r in rows if r.get("status") == "ok"]
+    ok_rows = [r for r in rows if r.get("status") == "ok" and not math.isnan(r["wer"])]  # (NaN: no reference words)
     wer_peers = list(wer_peers if wer_peers is not None else cpu_peers)
     for ts, prof in sorted({(r["token_set"], r["profile"]) for r in ok_rows}):
         here = [r for r in ok_rows if (r["token_set"], r["profile"]) == (ts, prof)]

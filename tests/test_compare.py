@@ -297,6 +297,8 @@ def test_goal_checks():
     w, r = compare.decoder_goals(drows, ["ours"], ["kaldi", "py"])
     assert "**not met**" in w and "py 2.00% (ours worse)" in w and "kaldi 3.00% (ok)" in w
     assert "**not met**" in r and "no setting that good ✗" in r and "kaldi s600 (3.00%, 600): ours 1000" in r
+    nan = [row("char", "c", "ours", math.nan, 1000), row("char", "c", "kaldi", math.nan, 600)]
+    assert compare.decoder_goals(nan, ["ours"], ["kaldi"]) == []  # (no reference words: said "nan% ... not met")
     tried = [({"a": 1}, {"wer": 0.1}), ({"a": 2}, {"wer": 0.05}), ({"a": 3}, {"wer": 0.05})]
     assert compare.choose(tried)[0] == {"a": 2}  # ties: the first in grid order
 

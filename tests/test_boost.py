@@ -4,6 +4,7 @@ sec. 3.2); phrases through an Aho-Corasick automaton walked on the fly, exactly 
 decoding TLG ∘ B with B that automaton expanded over the vocabulary."""
 from __future__ import annotations
 
+import decimal
 import math
 import warnings
 
@@ -127,6 +128,11 @@ def test_rewards_of_keys_spelled_alike_are_checked_as_their_sum(tiny_graph):
     g, _ = tiny_graph
     with pytest.raises(BoostError, match=r"utterance 0: boost of 'ab' \+ ' ab': reward 12000 is above 10000"):
         boost_tables({"ab": 6000, " ab": 6000}, 1, g, beam=20.0)
+    with pytest.raises(BoostError, match=r"'ab': reward 10000.0001 is above 10000"):  # (it said "10000 is above")
+        boost_tables({"ab": 10000.0001}, 1, g, beam=20.0)
+    for number in (decimal.Decimal("1.5"), np.array(1.5), np.float16(1.5)):  # (Decimal, 0-d: "not a number")
+        assert boost_tables({"ab": number}, 1, g, beam=20.0).maps[0] == boost_tables({"ab": 1.5}, 1, g,
+                                                                                    beam=20.0).maps[0]
     with pytest.raises(BoostError, match=r"boost of 'ab ba' \+ 'ab  ba': reward 12000 is above"):
         boost_tables({"ab ba": 6000, "ab  ba": 6000}, 1, g, beam=20.0)
     with pytest.warns(UserWarning, match=r"boost 12.0 for 'ab' \+ ' ab' is more than half the beam \(20.0\)"):

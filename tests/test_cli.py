@@ -171,7 +171,9 @@ def test_decode_cli_bad_boosts_and_rescoring_lms_are_one_line(tiny_setup, tmp_pa
     assert "boost.txt:3: 'ab ba' is listed again (first on line 1)" in capsys.readouterr().err
     for text, message in (("ab\t1\nba\tnan\n", "boost.txt:2: 'ba': reward nan must be a finite number"),  # the
                           ("ba\t2e4\n", "boost.txt:1: 'ba': reward 20000 is above 10000"),  # decoder's checks,
-                          ("ab\n\t3\n", "boost.txt:2: a reward (3) but no word or phrase before it")):  # of the line
+                          ("ab\n\t3\n", "boost.txt:2: a reward (3) but no word or phrase before it"),  # of the line
+                          ("ab\t1_0\n", "boost.txt:1: reward '1_0' is not a number"),  # (float() read 10)
+                          ("ab\t\u0663\n", "boost.txt:1: reward '\u0663' is not a number")):  # (and an Arabic 3)
         boosts.write_text(text)  # (were "utterance 0: ..."; a lone reward was skipped)
         assert decode_main(base + ["--phrases", str(boosts)]) == 2
         err = capsys.readouterr().err

@@ -22,6 +22,7 @@ Words or phrases not in the vocabulary are reported, never silently dropped.
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import math
 import numbers
 import warnings
@@ -189,8 +190,13 @@ _NOT_WORDS = ("<eps>", "#0", "<s>", "</s>")
 
 def check_reward(reward, what: str) -> float:
     """A boost reward as a float, or a BoostError naming `what` (a word or phrase and where)."""
+    if isinstance(reward, (decimal.Decimal, np.ndarray)) and not isinstance(reward, bool) and np.ndim(reward) == 0:
+        try:  # (a Decimal, or NumPy's 0-d array: numbers, which numbers.Real does not know as such)
+            reward = float(reward)
+        except (TypeError, ValueError):
+            pass
     if not isinstance(reward, numbers.Real) or isinstance(reward, bool):
-        raise BoostError(f"{what}: reward {reward!r} must be a finite number")
+        raise BoostError(f"{what}: reward {reward!r} must be a finite number (an int or a float)")
     try:
         finite = math.isfinite(reward)
     except OverflowError:  # (an int beyond float64's range)
@@ -198,12 +204,12 @@ def check_reward(reward, what: str) -> float:
     if not finite:
         shown = f"{reward!r}" if len(repr(reward)) < 20 else f"of {len(str(abs(reward)))} digits"
         raise BoostError(f"{what}: reward {shown} must be a finite number (at most {MAX_REWARD:g} in size)")
+    shown = f"{reward:g}" if float(f"{reward:g}") == reward else repr(reward)  # (10000.0001 was "10000")
     if reward > MAX_REWARD:
-        raise BoostError(f"{what}: reward {reward:g} is above {MAX_REWARD:g}: costs are float32, whose step near "
-                         f"-{reward:g} is {float(np.spacing(np.float32(reward))):g} nats; a reward above half the "
-                         f"beam already wins over any acoustics")
+        raise BoostError(f"{what}: reward {shown} is above {MAX_REWARD:g}: costs are float32, whose step grows with "
+                         f"them, and a reward above half the beam already wins over any acoustics")
     if reward < -MAX_REWARD:  # (a penalty: -1e39 overflowed float32)
-        raise BoostError(f"{what}: reward {reward:g} is below -{MAX_REWARD:g}: a penalty of more than half the "
+        raise BoostError(f"{what}: reward {shown} is below -{MAX_REWARD:g}: a penalty of more than half the "
                          f"beam already keeps the word out")
     return float(reward)
 

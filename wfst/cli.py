@@ -47,6 +47,8 @@ from .scoring import FRAME_SECONDS, rtfx, word_errors
 from .stream import EndpointConfig
 from .synthetic import load_npz
 
+_DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(inf|infinity|nan)", re.IGNORECASE | re.ASCII)
+
 # --frame-ms: a microsecond to 1000 s (a frame of 1e-320 ms overflowed the CTM's digits)
 MIN_FRAME_MS, MAX_FRAME_MS = 1e-3, 1e6
 
@@ -307,6 +309,8 @@ def _boosts(path, reward: float) -> dict[str, float] | None:
             raise InputFileError(path, no, f"{phrase!r} is listed again (first on line {first[phrase]})")
         first[phrase] = no
         try:
+            if given.strip() and not _DECIMAL.fullmatch(given.strip()):  # (float() took "1_0" as 10, and "٣")
+                raise ValueError(given)
             boosts[phrase] = check_reward(float(given), repr(phrase)) if given.strip() else reward
         except BoostError as e:  # (NaN, inf, beyond ±10,000: said of the line, not of "utterance 0")
             raise InputFileError(path, no, str(e)) from None

@@ -176,6 +176,27 @@ def test_calls_reuse_the_last_search_arrays_and_stay_exact(tiny, graphs):
     assert gpu._backend._bound is not bounds[0]  # another batch size
 
 
+def test_a_batch_searched_in_groups_reusing_one_workspace_equals_cpu(tiny):
+    """Where free GPU memory holds only part of a batch it is searched in groups, the next on
+    the same workspace: the results read back from the first must be copies (the simulator's
+    read-back was a view, and the second group overwrote the first's paths)."""
+    from wfst.memory import USABLE_SHARE
+
+    r = compile_graph(tiny / "g", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=tiny / "lexicon.txt",
+                      word_boundary="|", topology="compact")
+    g = wfst.load_graph(r.directory)
+    x, lengths = synthetic.from_texts(["ab ba", "a cab ab", "abc", "ba"], g.tokens, word_boundary="|", seed=3)
+    config = dict(beam=10.0, max_active=20, min_active=1)
+    gpu = Decoder(g, device="cuda", **config)
+    need = gpu._backend.search_bytes(gpu._capacity, int(lengths.max()), 0)
+    gpu._backend.free_bytes = lambda: int(2.2 * need / USABLE_SHARE)  # room for 2 of the 4 at once
+    searched = []
+    search = gpu._backend.search
+    gpu._backend.search = lambda plan, group, *a: searched.append(list(group)) or search(plan, group, *a)
+    assert_same(g, x, lengths, gpu=gpu, **config)
+    assert len(searched) > 1  # (in groups)
+
+
 def test_phrase_boosting_cuda_equals_cpu(tiny):
     r = compile_graph(tiny / "g", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=tiny / "lexicon.txt",
                       word_boundary="|", topology="compact")
@@ -690,3 +711,7 @@ def test_the_simulator_refuses_a_host_array_where_device_memory_belongs():
     with pytest.raises(AssertionError, match=r"a host array \(NumPy, float32 \(4,\)\)"):
         on_device(np.zeros(4, np.float32))
     assert type(np.asarray(made)) is np.ndarray  # (what a copy to the host gives back)
+    from wfst.cuda_arrays import to_host
+
+    back = to_host(made)  # a copy, as from a GPU: a view was overwritten when the workspace was reused
+    assert type(back) is np.ndarray and not np.shares_memory(back, made)

@@ -66,9 +66,12 @@ def device_views(tree):
 
 
 def to_host(a) -> np.ndarray:
+    """A host copy of a device array, never a view of it (the simulator's arrays are host
+    memory: a view of a workspace reused by the next group of a batch was overwritten
+    under the results read from it, which a GPU's copy never is)."""
     if hasattr(a, "copy_to_host"):  # a Numba device array
         return a.copy_to_host()
-    return a.get() if hasattr(a, "get") else np.asarray(a)
+    return a.get() if hasattr(a, "get") else np.array(a)
 
 
 class SearchStream:

@@ -315,6 +315,8 @@ def test_load_errors(tmp_path):
     np.savez(tmp_path / "other.npz", log_probs=np.zeros((2, 3, 4), np.float32), lengths=np.array([3, 3]))
     got = load_npz(tmp_path / "other.npz")
     assert got.synthetic is False and got.lengths.dtype == np.int32
+    save_npz(tmp_path / "model.npz", np.zeros((1, 2, 3), np.float32), np.array([2]), synthetic=False)  # (a model's
+    assert load_npz(tmp_path / "model.npz").synthetic is False  # own outputs were marked SYNTHETIC: no way to say)
     np.savez(tmp_path / "bad.npz", log_probs=np.zeros((2, 3, 4), np.float32), lengths=np.array([3, 4]))
     with pytest.raises(InputFileError, match=r"bad.npz: lengths must be in \[0, 3\], got 3..4"):
         load_npz(tmp_path / "bad.npz")

@@ -343,10 +343,14 @@ def _check_batch(log_probs, lengths, where: str):
 
 
 def save_npz(path: str | os.PathLike, log_probs: np.ndarray, lengths: np.ndarray,
-             texts: Sequence[str] | None = None, utt_ids: Sequence[str] | None = None) -> None:
+             texts: Sequence[str] | None = None, utt_ids: Sequence[str] | None = None, *,
+             synthetic: bool = True) -> None:
     """Write ``log_probs`` (float32), ``lengths`` (int32), ``texts`` and ``utt_ids``
-    (optional) and ``synthetic=True`` to the ``.npz`` file `path` (exactly that name,
-    written atomically)."""
+    (optional) and the ``synthetic`` marker to the ``.npz`` file `path` (exactly that
+    name, written atomically).  synthetic=False for a model's own outputs: results of
+    the file are then not titled SYNTHETIC."""
+    if not isinstance(synthetic, bool):
+        raise OptionError(f"synthetic={synthetic!r}: must be True or False")
     path = check_path(path, "emissions file")
     if path.is_dir():  # (IsADirectoryError from deep in the write)
         raise OutputFileError(path, "emissions file", "it is a directory")
@@ -356,7 +360,7 @@ def save_npz(path: str | os.PathLike, log_probs: np.ndarray, lengths: np.ndarray
         raise OptionError(f"lengths must be integers; got {lengths.dtype}")  # (41.9 frames was cut to 41)
     _check_batch(log_probs, lengths, "")  # (before the cast: 2**40 would wrap)
     lengths = lengths.astype(np.int32)
-    arrays = {"log_probs": log_probs, "lengths": lengths, "synthetic": np.array(True)}
+    arrays = {"log_probs": log_probs, "lengths": lengths, "synthetic": np.array(synthetic)}
     if texts is not None:
         texts = list(texts)
         if len(texts) != log_probs.shape[0]:

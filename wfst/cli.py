@@ -308,9 +308,9 @@ def _boosts(path, reward: float) -> dict[str, float] | None:
         if phrase in first:  # (which reward was meant cannot be told)
             raise InputFileError(path, no, f"{phrase!r} is listed again (first on line {first[phrase]})")
         first[phrase] = no
+        if given.strip() and not _DECIMAL.fullmatch(given.strip()):  # (float() took "1_0" as 10, and "٣")
+            raise InputFileError(path, no, f"reward {given!r} is not a number")
         try:
-            if given.strip() and not _DECIMAL.fullmatch(given.strip()):  # (float() took "1_0" as 10, and "٣")
-                raise ValueError(given)
             boosts[phrase] = check_reward(float(given), repr(phrase)) if given.strip() else reward
         except BoostError as e:  # (NaN, inf, beyond ±10,000: said of the line, not of "utterance 0")
             raise InputFileError(path, no, str(e)) from None

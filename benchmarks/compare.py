@@ -351,18 +351,22 @@ def run_experiment(out: str | os.PathLike, targets: Sequence[Target], systems: C
             rows.append({**base, "status": "ok", "setting": _fmt_params(point), "point": point,
                          "tuned": _fmt_params(params), "params": params, "dev_wer": dev_wer, **res})
 
+    # each target's tokens and the words its graph outputs (read once: the graph is dropped after)
+    spelled = {}
+    for t in targets:
+        g = wfst.load_graph(t.graph_dir)
+        spelled[t.name] = (g.tokens, g.output_words())
+        del g
     try:
         for t, profile, sys_list in plan:
-            g = wfst.load_graph(t.graph_dir)
-            vocab = g.output_words()
+            tokens, vocab = spelled[t.name]
             # the same tokens, spelling and words, the same emissions: the topologies of a token set decode
             # the same input (the token_set name alone shared them between graphs of other tokens or words)
-            key = (t.token_set, profile, g.tokens.symbols, g.tokens.blank, t.spm, t.word_boundary, vocab)
+            key = (t.token_set, profile, tokens.symbols, tokens.blank, t.spm, t.word_boundary, vocab)
             if key not in emissions:
                 emissions.clear()
-                emissions[key] = (make_emissions(t, g.tokens, dev_texts, "dev", profile, seed, vocab),
-                                  make_emissions(t, g.tokens, test_texts, "test", profile, seed, vocab))
-            del g
+                emissions[key] = (make_emissions(t, tokens, dev_texts, "dev", profile, seed, vocab),
+                                  make_emissions(t, tokens, test_texts, "test", profile, seed, vocab))
             dev, test = emissions[key]
             for s in sys_list:
                 n_cells = (0 if s.tuned_like else len(s.grid_points())) + len(s.points)
@@ -388,7 +392,7 @@ def run_experiment(out: str | os.PathLike, targets: Sequence[Target], systems: C
     return {"rows": rows, "tuning": tuning_rows, "ran": runner.ran, "skipped": runner.skipped,
             "measured": [min(runner.finished), max(runner.finished)] if runner.finished else None,
             "dev_utterances": len(dev_texts), "test_utterances": len(test_texts),
-            "test_in_vocabulary": _iv_count(test_texts, targets)}
+            "test_in_vocabulary": _iv_count(test_texts, [vocab for _, vocab in spelled.values()])}
 
 
 def _load_range(rows: Sequence[dict]) -> list[float] | None:
@@ -396,12 +400,11 @@ def _load_range(rows: Sequence[dict]) -> list[float] | None:
     return [min(loads), max(loads)] if loads else None
 
 
-def _iv_count(texts: Sequence[str], targets: Sequence[Target]) -> int | str | None:
-    """How many of `texts` have every word among the words the target graphs output (a
-    range "a-b" where the graphs' vocabularies differ)."""
+def _iv_count(texts: Sequence[str], vocabularies: Sequence[frozenset | None]) -> int | str | None:
+    """How many of `texts` have every word among the words a target graph outputs (a range
+    "a-b" where the graphs' vocabularies differ; None: no graph has words.txt)."""
     counts = set()
-    for t in targets:
-        vocab = wfst.load_graph(t.graph_dir).output_words()
+    for vocab in vocabularies:
         if vocab is not None:
             counts.add(sum(all(w in vocab for w in text.split()) for text in texts))
     if not counts:

@@ -314,8 +314,6 @@ def _boosts(path, reward: float) -> dict[str, float] | None:
             boosts[phrase] = check_reward(float(given), repr(phrase)) if given.strip() else reward
         except BoostError as e:  # (NaN, inf, beyond ±10,000: said of the line, not of "utterance 0")
             raise InputFileError(path, no, str(e)) from None
-        except ValueError:
-            raise InputFileError(path, no, f"reward {given!r} is not a number") from None
     return boosts
 
 

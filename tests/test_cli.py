@@ -128,13 +128,16 @@ def test_decode_cli_boosts_rescores_and_prunes_tokens_as_the_api_does(tiny, tiny
         return [r.text for r in wfst.Decoder(g, **options).decode(x, lengths, boost=boost)]
 
     boosts = tmp_path / "boost.txt"
-    boosts.write_text("abc\t-30\n\nab  ba\n")  # a penalty, and a phrase with the default reward
+    boosts.write_text("abc\t-30\n\nab  ba\nzz\n")  # a penalty, a phrase with the default reward, an unknown word
     boost = {"abc": -30.0, "ab ba": PHRASE_REWARD}
     want = api(graph, boost)
     assert want != texts and want != api(graph)  # (the penalty changes the words: the option is read)
     assert cli("--graph", str(graph), "--phrases", str(boosts)) == want
     assert cli("--graph", str(graph), "--phrases", str(boosts), "--stream", "--chunk-ms", "80") == want
-    assert "2 boosted words or phrases" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "2 boosted words or phrases" in out  # (the unknown word is not counted, and said in the command's words)
+    assert err.count(f"1 of the 3 words or phrases of {boosts} are not in the graph's vocabulary and are ignored: "
+                     f"'zz'") == 2 and "Decoder.stats" not in err and "Stream." not in err
 
     unigram = truncate_arpa(tiny / "lm.arpa", tmp_path / "lm1.arpa", 1)  # a graph on a smaller LM, rescored
     small = compile_graph(tmp_path / "g1", tokens=tiny / "tokens.txt", lm=unigram, lexicon=tiny / "lexicon.txt",
@@ -144,6 +147,9 @@ def test_decode_cli_boosts_rescores_and_prunes_tokens_as_the_api_does(tiny, tiny
     assert cli("--graph", str(small), "--rescore-lm", str(tiny / "lm.arpa"), "--graph-lm", str(unigram),
                "--stream") == want
     assert f"rescored on the fly with {tiny / 'lm.arpa'}" in capsys.readouterr().out
+    cli("--graph", str(small), "--rescore-lm", str(tiny / "lm.arpa"), "--graph-lm", str(tiny / "lm.arpa"))
+    err = capsys.readouterr().err  # (not the graph's LM: the warning names the option)
+    assert f"warning: --graph-lm {tiny / 'lm.arpa'} is not the file the graph was built with" in err
     want = api(small, rescore_lm=tiny / "lm.arpa", rescore_mode="lattice", lattice_beam=6.0)
     assert cli("--graph", str(small), "--rescore-lm", str(tiny / "lm.arpa"), "--rescore-mode", "lattice",
                "--lattice-beam", "6") == want

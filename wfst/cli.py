@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .boost import check_reward
+from .boost import boost_tables, check_reward
 from .config import MIN_ACTIVE, PHRASE_REWARD, DecoderConfig
 from .decoder import RESCORE_MODES, Decoder
 from .errors import BoostError, DecodeInputError, InputFileError, LogProbsWarning, OptionError, WfstError
@@ -99,9 +99,10 @@ def fail(prog: str, e: BaseException) -> int:
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)  # a write to stdout that a full disk (or a dead one) fails
 
 
-def command(prog: str):
+def command(prog: str, options: tuple[str, ...] = ()):
     """A command's main function, as every command runs: warnings as `prog: warning: ...`
-    (not the library line that raised them), Ctrl-C as one line and exit status 130, a
+    (not the library line that raised them; a keyword argument among `options` they name,
+    "graph_lm= x", as the option, "--graph-lm x"), Ctrl-C as one line and exit status 130, a
     closed pipe (`| head`) as exit status 141, and SIGTERM (a job scheduler's or `timeout`'s
     stop) as exit status 143 after the temporary files are cleaned up (Python's default
     exits at once, leaving them)."""
@@ -109,8 +110,11 @@ def command(prog: str):
         @functools.wraps(main)
         def run(*args, **kwargs) -> int:
             def show(message, category, filename, lineno, file=None, line=None):
+                text = str(message)
+                if options:
+                    text = re.sub(r"\b(" + "|".join(options) + r")= ", lambda m: f"--{m[1].replace('_', '-')} ", text)
                 with contextlib.suppress(OSError):  # (a full stderr: the warning lost, not the run)
-                    print(f"{prog}: warning: {message}", file=sys.stderr)
+                    print(f"{prog}: warning: {text}", file=sys.stderr)
 
             with warnings.catch_warnings(), _terminated_as_exception():
                 warnings.showwarning = show
@@ -170,7 +174,7 @@ def _progress(total: int, enabled: bool):
     return tqdm(total=total, unit="utt", disable=not enabled, file=sys.stderr)
 
 
-@command("wfst-decode")
+@command("wfst-decode", options=("graph_lm", "rescore_lm"))
 def decode_main(argv: list[str] | None = None) -> int:
     defaults = DecoderConfig()
     ap = CliParser(prog="wfst-decode", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -291,6 +295,21 @@ def decode_main(argv: list[str] | None = None) -> int:
     except WfstError as e:  # (the decoder's "pass graph_lm= ..." said with the option)
         print(f"wfst-decode: error: {as_options(one_line(e), ['graph_lm'])}", file=sys.stderr)
         return 2
+
+
+def _in_vocabulary(decoder: Decoder, phrases: dict[str, float], path: str) -> dict[str, float] | None:
+    """The --phrases the graph can boost; the others said once, in the command's words (the
+    library's warning names Decoder.stats), and left out of the run and its summary."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        unknown = [w for _, w in boost_tables(phrases, 1, decoder.graph, decoder.config.beam).unknown]
+    ignored = set(unknown)
+    if unknown:
+        shown = ", ".join(map(repr, unknown[:10])) + (" ..." if len(unknown) > 10 else "")
+        warnings.warn(f"{len(unknown)} of the {len(phrases)} words or phrases of {path} are not in the graph's "
+                      f"vocabulary and are ignored: {shown}")
+    known = {w: r for w, r in phrases.items() if w not in ignored}
+    return known or None
 
 
 def _boosts(path, reward: float) -> dict[str, float] | None:
@@ -415,6 +434,8 @@ def _decode(args, config: DecoderConfig | None, beam_decoder=None, phrases=None)
     decoder = beam_decoder or Decoder(load_graph(args.graph, blank=args.blank), config, device=args.device,
                                       rescore_lm=args.rescore_lm, graph_lm=args.graph_lm,
                                       rescore_mode=args.rescore_mode)
+    if phrases and beam_decoder is None:
+        phrases = _in_vocabulary(decoder, phrases, args.phrases)
     if args.ctm and beam_decoder is None:
         from .align import word_aligner
 

@@ -84,6 +84,8 @@ PROFILE_NOTES = {
 
 # The LM weights tried for every decoder, against natural-log acoustic scores (1 / acoustic_scale).
 LM_WEIGHTS = (0.35, 0.5, 0.7, 1.0, 1.4)
+PLOTS = ("wer_vs_rtfx.png", "graph_size.png")  # every plot an experiment draws (_plots)
+GIVEN_TEXTS = ("the dev sentences given", "the test sentences given")  # results.md's words for texts_from=None
 
 
 # --------------------------------------------------------------------------- cells and resume
@@ -494,8 +496,7 @@ def plot_wer_rtfx(rows: Sequence[dict], path: str | os.PathLike, *, line_key: st
 
     ok = _plotted(rows, leave_out)
     panels = list(dict.fromkeys((r["token_set"], r["profile"]) for r in ok))
-    if not panels:  # (a plot left by an earlier run into this folder showed its decoders)
-        Path(path).unlink(missing_ok=True)
+    if not panels:  # (_plots removed an earlier run's)
         return
     cols = len({p[1] for p in panels})
     nrows = math.ceil(len(panels) / cols)
@@ -680,10 +681,11 @@ def _smoke(title: str, run_info: dict) -> str:
 
 def settings_markdown(run_info: dict) -> str:
     m = run_info["machine"]
-    lines = [f"- **Emissions: SYNTHETIC** ({'wfst.synthetic'}, seed {run_info['seed']}), made from the text of the "
-             f"demo's held-out sentences, not from audio: they show how the decoders behave on this generator, "
-             f"not how a recogniser would do. Dev: {run_info['dev_utterances']} sentences of `dev.txt` (tuning only); "
-             f"test: {run_info['test_utterances']} sentences of `test.txt` (every figure in the tables). "
+    dev, test = run_info.get("texts_from", GIVEN_TEXTS)
+    lines = [f"- **Emissions: SYNTHETIC** ({'wfst.synthetic'}, seed {run_info['seed']}), made from the text of "
+             f"sentences, not from audio: they show how the decoders behave on this generator, "
+             f"not how a recogniser would do. Dev: {run_info['dev_utterances']} sentences, {dev} (tuning only); "
+             f"test: {run_info['test_utterances']} sentences, {test} (every figure in the tables). "
              f"In-vocabulary WER is over the {run_info.get('test_in_vocabulary')} test sentences whose words are "
              f"all among the words the graph outputs (in the LM and the lexicon): a TLG (and flashlight's "
              f"lexicon decoder) can only output those words, pyctcdecode and greedy decoding can spell others."]
@@ -904,8 +906,8 @@ def systems_markdown(systems: Sequence[System]) -> str:
     return "\n".join(lines)
 
 
-def _run(experiment: str, out, targets: Sequence[Target], systems, *, dev_texts, test_texts, profiles, seed, repeat,
-         quick, progress, force, retime, code) -> tuple[dict, dict]:
+def _run(experiment: str, out, targets: Sequence[Target], systems, *, dev_texts, test_texts, texts_from, profiles, seed,
+         repeat, quick, progress, force, retime, code) -> tuple[dict, dict]:
     """:func:`run_experiment`, and what run.json and results.md say about the run: (result, run_info)."""
     t0 = time.time()
     machine = _machine(code)
@@ -914,6 +916,7 @@ def _run(experiment: str, out, targets: Sequence[Target], systems, *, dev_texts,
                          code=code)
     run_info = {"experiment": experiment, "machine": machine, "seed": seed, "repeat": repeat,
                 "quick": quick, "profiles": list(profiles), "dev_utterances": len(dev_texts),
+                "texts_from": list(texts_from or GIVEN_TEXTS),
                 "test_utterances": len(test_texts), "test_in_vocabulary": res["test_in_vocabulary"],
                 "ran": res["ran"], "skipped": res["skipped"], "code_states": code_states(res),
                 "measured": res["measured"], "timed_load": _load_range(res["rows"]),
@@ -924,13 +927,15 @@ def _run(experiment: str, out, targets: Sequence[Target], systems, *, dev_texts,
 def compare_topologies(out: str | os.PathLike, targets: Sequence[Target], *, dev_texts: Sequence[str],
                        test_texts: Sequence[str], profiles: Sequence[str] = tuple(PROFILES), seed: int = 0,
                        repeat: int = 2, quick: bool = False, progress: bool = True, force: bool = False,
-                       retime: bool = False, code: dict | None = None) -> dict:
+                       retime: bool = False, code: dict | None = None,
+                       texts_from: tuple[str, str] | None = None) -> dict:
     """normal / compact / minimal TLGs side by side: sizes, build costs, WER, RTFx, tokens/frame, memory.
-    `code`: the commit (and uncommitted changes) the recipe runs, recorded per cell and in results.md."""
+    `code`: the commit (and uncommitted changes) the recipe runs, recorded per cell and in results.md;
+    `texts_from`: where the dev and test sentences come from, as results.md says it."""
     systems = topology_systems(quick)
     res, run_info = _run("compare-topologies", out, targets, systems, dev_texts=dev_texts, test_texts=test_texts,
-                         profiles=profiles, seed=seed, repeat=repeat, quick=quick, progress=progress, force=force,
-                         retime=retime, code=code)
+                         texts_from=texts_from, profiles=profiles, seed=seed, repeat=repeat, quick=quick,
+                         progress=progress, force=force, retime=retime, code=code)
     graphs = {t.name: graph_row(t) for t in targets}
     rows = _pct([{**graphs[r["target"]], **r} for r in res["rows"]])
     graph_cols = [Column("target", "graph"), Column("columns", "tokens"), Column("states", "TLG states", "{:,}"),
@@ -979,13 +984,14 @@ def compare_decoders(out: str | os.PathLike, targets: Sequence[Target], *, dev_t
                      test_texts: Sequence[str], profiles: Sequence[str] = tuple(PROFILES), seed: int = 0,
                      repeat: int = 2, quick: bool = False, progress: bool = True, force: bool = False,
                      retime: bool = False, venv: str | os.PathLike = PYCTCDECODE_VENV,
-                     include: Sequence[str] | None = None, code: dict | None = None) -> dict:
+                     include: Sequence[str] | None = None, code: dict | None = None,
+                     texts_from: tuple[str, str] | None = None) -> dict:
     """greedy, ours (CPU, CUDA), Kaldi, flashlight-text, pyctcdecode on the same emissions, LM and lexicon.
-    `venv`: pyctcdecode's (``make pyctcdecode-venv``); `code`: as for :func:`compare_topologies`."""
+    `venv`: pyctcdecode's (``make pyctcdecode-venv``); `code`, `texts_from`: as for :func:`compare_topologies`."""
     systems = decoder_systems(quick, venv, include)
     res, run_info = _run("compare-decoders", out, targets, systems, dev_texts=dev_texts, test_texts=test_texts,
-                         profiles=profiles, seed=seed, repeat=repeat, quick=quick, progress=progress, force=force,
-                         retime=retime, code=code)
+                         texts_from=texts_from, profiles=profiles, seed=seed, repeat=repeat, quick=quick,
+                         progress=progress, force=force, retime=retime, code=code)
     rows = _pct(res["rows"])
     cols = [Column("target", "graph"), Column("profile", "emissions"), Column("label", "decoder"),
             Column("setting", "setting"), Column("wer_pct", "WER %", "{:.2f}"),
@@ -1025,7 +1031,11 @@ def compare_decoders(out: str | os.PathLike, targets: Sequence[Target], *, dev_t
 
 
 def _plots(out, *draw) -> None:
-    """Draw the plots; without matplotlib, say so in results.md instead of failing the run."""
+    """Draw the plots; without matplotlib, say so in results.md instead of failing the run.
+    An earlier run's plots in the folder go first (another experiment's, or one this run
+    does not draw, would sit beside its results as if they were theirs)."""
+    for name in PLOTS:
+        (Path(out) / name).unlink(missing_ok=True)
     try:
         import matplotlib  # noqa: F401
     except ImportError as e:

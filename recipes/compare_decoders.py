@@ -20,7 +20,7 @@ from pathlib import Path
 
 import recipe_cli
 from code_state import code_state
-from demo_data import LM, TOKEN_LMS, TOKEN_SETS, emission_options, sentences
+from demo_data import HELD_OUT, LM, TOKEN_LMS, TOKEN_SETS, emission_options, sentences
 from wfst.graphs import TOPOLOGIES, compile_graph
 from wfst_bench import compare
 from wfst_bench.peers import PYCTCDECODE_VENV
@@ -63,7 +63,7 @@ def main() -> int:
         targets.append(compare.Target(f"{name}_{args.topology}", r.directory, name, args.topology, LM,
                                       token_lm=TOKEN_LMS[name], **emission_options(name)))
     res = compare.compare_decoders(args.out, targets, dev_texts=sentences("dev", n_dev),
-                                   test_texts=sentences("test", n_test),
+                                   test_texts=sentences("test", n_test), texts_from=HELD_OUT,
                                    profiles=args.profiles, seed=args.seed, repeat=args.repeat,
                                    quick=args.quick, progress=not args.no_progress, force=args.force,
                                    retime=args.retime,

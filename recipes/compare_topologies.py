@@ -17,7 +17,7 @@ from pathlib import Path
 
 import recipe_cli
 from code_state import code_state
-from demo_data import LM, TOKEN_SETS, build_apart, emission_options, sentences
+from demo_data import HELD_OUT, LM, TOKEN_SETS, build_apart, emission_options, sentences
 from wfst.graphs import TOPOLOGIES
 from wfst_bench import compare
 
@@ -54,7 +54,7 @@ def main() -> int:
             directory = build_apart(graphs / f"{name}_{topo}", topo, graphs / ".cache" / f"{name}_{topo}", **kw)
             targets.append(compare.Target(f"{name}_{topo}", directory, name, topo, LM, **emission_options(name)))
     res = compare.compare_topologies(out, targets, dev_texts=sentences("dev", n_dev),
-                                     test_texts=sentences("test", n_test),
+                                     test_texts=sentences("test", n_test), texts_from=HELD_OUT,
                                      profiles=args.profiles, seed=args.seed, repeat=args.repeat,
                                      quick=args.quick, progress=not args.no_progress, force=args.force,
                                      retime=args.retime, code=code)

@@ -25,6 +25,10 @@ def emission_options(token_set: str) -> dict:
     return {k: v for k, v in TOKEN_SETS[token_set].items() if k != "tokens"}
 
 
+# what sentences() reads, as the comparison reports say it (dev, test)
+HELD_OUT = ("`dev.txt` of the demo's held-out sentences", "`test.txt` of the demo's held-out sentences")
+
+
 def sentences(split: str = "test", limit: int | None = None) -> list[str]:
     """The sentences of dev.txt or test.txt (non-empty lines), the first `limit` of them."""
     texts = [t for t in (DATA / f"{split}.txt").read_text(encoding="utf-8").splitlines() if t.strip()]

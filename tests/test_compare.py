@@ -462,3 +462,9 @@ def test_compare_topologies_end_to_end_on_the_tiny_graphs(tiny, tmp_path):
         assert (out / name).is_file(), name
     md = (out / "results.md").read_text()
     assert "## Goal: compact WER ≤ normal WER at equal speed" in md and "| tiny_normal |" in md
+    assert f"Dev: {len(TEXTS)} sentences, the dev sentences given (tuning only)" in md  # (not the demo's)
+    compare.compare_decoders(out, targets[1:], dev_texts=TEXTS, test_texts=TEXTS, profiles=["demo"], quick=True,
+                             repeat=1, progress=False, include=["greedy"], texts_from=("a.txt", "b.txt"))
+    md = (out / "results.md").read_text()  # the same folder: the topologies' plots are not left beside it
+    assert not (out / "graph_size.png").exists() and not (out / "wer_vs_rtfx.png").exists()
+    assert "sentences, a.txt (tuning only); test: " in md and "sentences, b.txt (every figure" in md

@@ -7,7 +7,7 @@ Decoders: greedy (best-path CTC, NumPy), cpu1 (our CPU backend, one thread), cpu
 cores), kaldi (Kaldi's FasterDecoder via kaldi-decoder, one thread, same TLG and beam /
 max_active / min_active), cuda (our CUDA backend; skipped with a note where no GPU).
 RTFx counts decoding only (emissions already in memory, on the GPU for cuda), at 40 ms
-per frame.  Emissions come from --emissions (.npz) or are SYNTHETIC, made from --texts
+per frame unless --frame-ms says otherwise.  Emissions come from --emissions (.npz) or are SYNTHETIC, made from --texts
 (wfst.synthetic); the table says which.  Memory: the process's peak resident memory
 while a decoder ran, and what the decoder's own work added to it (cuda: CuPy's memory
 pool on the GPU).  Reference words outside the graph's vocabulary are counted: no
@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 import wfst
-from wfst.cli import CliParser, as_options, command, fail
+from wfst.cli import CliParser, add_frame_ms, as_options, check_frame_ms, command, fail
 from wfst.config import MIN_ACTIVE, usable_cores
 from wfst.files import read_lines, sha256_file, why_unwritable, write_text_atomic
 from wfst.inputs import check_log_probs, input_faults
@@ -48,7 +48,7 @@ DECODERS: dict[str, tuple[str, Callable[[str, str, int], System]]] = {
 
 def run(graph_dir, log_probs, lengths, refs, *, decoders: Sequence[str] = tuple(DECODERS),
         settings: dict | None = None, batch_size: int = 64, word_boundary: str | None = None,
-        rounds: int = 1, progress: bool = True) -> list[dict]:
+        rounds: int = 1, progress: bool = True, frame_seconds: float = FRAME_SECONDS) -> list[dict]:
     """One row per decoder: WER, RTFx, frames/s, tokens/frame, peak memory (or why it was skipped).
     `settings`: beam, max_active, min_active ... (our decoder's defaults where not given).
     With `rounds` > 1 every decoder decodes everything once per round, the decoders taking
@@ -81,7 +81,7 @@ def run(graph_dir, log_probs, lengths, refs, *, decoders: Sequence[str] = tuple(
                     before["own_mb"] = own
                     continue
                 rows[name] = {"decoder": name, "wer": _wer(refs, out.hyps), "gave_up": out.gave_up,
-                              "seconds": out.seconds, "rtfx": rtfx(em.frames, out.seconds),
+                              "seconds": out.seconds, "rtfx": rtfx(em.frames, out.seconds, frame_seconds),
                               "frames_per_second": em.frames / out.seconds, "tokens_per_frame": out.tokens_per_frame,
                               "device": (device := getattr(system, "device", "cpu")),
                               "threads": None if device == "cuda" else getattr(system, "threads", 1) or usable_cores(),
@@ -148,8 +148,10 @@ def _parse(argv) -> argparse.Namespace:
                     help="utterances per decode() call of ours (default: %(default)s)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="decode everything this many times, the decoders taking turns; keep each one's fastest")
+    add_frame_ms(ap)
     ap.add_argument("--json", help="write the rows and settings here")
     args = ap.parse_args(argv)
+    check_frame_ms(ap, args.frame_ms)
     args.decoders = [s.strip() for s in args.decoders.split(",") if s.strip()]
     unknown = [s for s in args.decoders if s not in DECODERS]
     if unknown or not args.decoders:
@@ -234,18 +236,20 @@ def main(argv: list[str] | None = None) -> int:
         return fail("wfst-bench", e)
     settings = {"beam": args.beam, "max_active": args.max_active, "min_active": args.min_active}
     rows = run(args.graph, log_probs, lengths, refs, decoders=args.decoders, settings=settings,
-               batch_size=args.batch_size, word_boundary=args.word_boundary, rounds=args.rounds)
+               batch_size=args.batch_size, word_boundary=args.word_boundary, rounds=args.rounds,
+               frame_seconds=args.frame_ms / 1000)
     frames = int(np.sum(lengths))
     m = machine()
-    title = (f"{args.graph}: {len(lengths)} utterances, {frames} frames = {frames * FRAME_SECONDS / 3600:.2f} h "
-             f"at 40 ms/frame{' of SYNTHETIC emissions' if synthetic else ''}; beam {args.beam}, max_active "
-             f"{args.max_active}, min_active {args.min_active}, batch {args.batch_size}, best of {args.rounds} "
-             f"round(s); {m['cpu']}, "
+    title = (f"{args.graph}: {len(lengths)} utterances, {frames} frames = {frames * args.frame_ms / 3.6e6:.2f} h "
+             f"at {args.frame_ms:g} ms/frame{' of SYNTHETIC emissions' if synthetic else ''}; beam {args.beam}, "
+             f"max_active {args.max_active}, min_active {args.min_active}, batch {args.batch_size}, "
+             f"best of {args.rounds} round(s); {m['cpu']}, "
              f"{m['cores']} cores" + (f", {m['gpu']}" if m["gpu"] else ", no GPU"))
     ref_words = [w for r in refs or [] for w in r.split()]
     oov = sum(w not in vocabulary for w in ref_words) if vocabulary is not None else None
     if args.json:  # the file first: a reader of stdout that stops early (| head) cut the run before it
-        settings.update(batch_size=args.batch_size, rounds=args.rounds, decoders=args.decoders, graph=args.graph,
+        settings.update(batch_size=args.batch_size, rounds=args.rounds, frame_ms=args.frame_ms,
+                        decoders=args.decoders, graph=args.graph,
                         emissions=args.emissions, texts=args.texts, seeds=None if args.emissions else args.seeds,
                         spm=args.spm, word_boundary=args.word_boundary, synthetic=synthetic)
         write_text_atomic(args.json, json.dumps({"title": title, "machine": m, "settings": settings, "utterances":

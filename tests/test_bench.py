@@ -98,6 +98,17 @@ def test_bench_compares_decoders(bench_inputs, tmp_path, capsys):
         assert "| ours, CUDA | not measured: no GPU on this machine | | | | | |" in out
 
 
+def test_rtfx_counts_the_frame_shift_given(bench_inputs, tmp_path, capsys):
+    """--frame-ms: RTFx and the audio's length at the model's frame shift (they were at 40 ms whatever it was)."""
+    graph, _, em = bench_inputs
+    assert main(["--graph", str(graph), "--emissions", str(em), "--decoders", "cpu1", "--frame-ms", "80",
+                 "--json", str(tmp_path / "b.json")]) == 0
+    report = json.loads((tmp_path / "b.json").read_text())
+    row = report["rows"][0]
+    assert row["rtfx"] == pytest.approx(report["frames"] * 0.08 / row["seconds"])
+    assert report["settings"]["frame_ms"] == 80 and "at 80 ms/frame" in capsys.readouterr().out
+
+
 def test_bench_makes_synthetic_emissions_from_texts(bench_inputs, tmp_path, capsys):
     graph, texts, _ = bench_inputs
     texts.write_text(texts.read_text() + "ab bb\n")  # a word the graph lacks (bb): counted, said
@@ -238,6 +249,7 @@ def test_nothing_to_decode_and_unwritable_json_are_said_before_the_run(bench_inp
     (["--decoders", ","], "argument --decoders: none given"),
     (["--seeds", "0"], "argument --seeds: must be >= 1"),
     (["--batch-size", "0"], "argument --batch-size: must be >= 1"),
+    (["--frame-ms", "0"], "argument --frame-ms: must be a number of milliseconds"),
     # said with the command's option names (it said DecoderConfig.beam=-1.0)
     (["--beam", "-1"], "argument --beam=-1.0: must be a finite number > 0"),
     (["--beam", "nan"], "argument --beam=nan: must be"),

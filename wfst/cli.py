@@ -196,8 +196,7 @@ def decode_main(argv: list[str] | None = None) -> int:
                     help="cost added to each frame read as blank (default: %(default)g)")
     ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
     ap.add_argument("--batch-size", type=int, default=64, help="utterances per decode() call (default: %(default)s)")
-    ap.add_argument("--frame-ms", type=float, default=1000 * FRAME_SECONDS,
-                    help="audio per frame, for RTFx and times (default: %(default)g)")
+    add_frame_ms(ap)
     ap.add_argument("--stream", action="store_true",
                     help="decode as live streams (--batch-size at once), chunk by chunk, printing partial results "
                          "as they change ('stable words | the rest') and endpoints")
@@ -381,6 +380,18 @@ def as_options(message: str, names: list[str]) -> str:
     return "argument " + message if message.startswith("--") else message
 
 
+def add_frame_ms(ap) -> None:
+    """The --frame-ms option (checked by check_frame_ms)."""
+    ap.add_argument("--frame-ms", type=float, default=1000 * FRAME_SECONDS,
+                    help="audio per frame, for RTFx and times (default: %(default)g)")
+
+
+def check_frame_ms(ap, frame_ms: float) -> None:
+    if not (MIN_FRAME_MS <= frame_ms <= MAX_FRAME_MS):
+        ap.error(f"argument --frame-ms: must be a number of milliseconds in [{MIN_FRAME_MS:g}, {MAX_FRAME_MS:g}], "
+                 f"got {frame_ms}")
+
+
 def _check_shared(ap, args) -> None:
     """The options both searches read, and that --output and --ctm can be written (before
     decoding, not after)."""
@@ -388,9 +399,7 @@ def _check_shared(ap, args) -> None:
         ap.error(f"argument --nbest: must be >= 1, got {args.nbest}")
     if args.batch_size < 1:
         ap.error(f"argument --batch-size: must be >= 1, got {args.batch_size}")
-    if not (MIN_FRAME_MS <= args.frame_ms <= MAX_FRAME_MS):
-        ap.error(f"argument --frame-ms: must be a number of milliseconds in [{MIN_FRAME_MS:g}, {MAX_FRAME_MS:g}], "
-                 f"got {args.frame_ms}")
+    check_frame_ms(ap, args.frame_ms)
     for option, path in (("--output", args.output), ("--ctm", args.ctm)):
         if path is not None and (not path or path == "-" or path.endswith(("/", os.sep))):
             ap.error(f"argument {option}: {path!r} names no file" + (" (the results go to standard output as "

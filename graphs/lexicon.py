@@ -16,6 +16,7 @@ import json
 import math
 import os
 import re
+import warnings
 
 import pywrapfst as fst
 from tqdm.auto import tqdm
@@ -63,13 +64,22 @@ _NUMBER = re.compile(r"[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?")
 
 def read_lexicon(path: str | os.PathLike, tokens: TokenTable, separator: str | None = None) -> Lexicon:
     """Read ``word tok1 tok2 ...`` lines, or Kaldi's lexiconp.txt ``word prob tok1 tok2 ...``
-    (every line's second field a number: its probability, in (0, 1]); every token must be in
-    `tokens` and not the blank."""
+    (every line's second field a number: its probability, in (0, 1]; where those numbers are
+    tokens too, the file's name decides, with a warning); every token must be in `tokens`
+    and not the blank."""
     known = set(tokens.symbols)
     blank = tokens.symbols[tokens.blank] if tokens.blank is not None else None
     rows = [(no, fields) for no, raw in enumerate(read_lines(path, "lexicon"), start=1)
             if (fields := split_fields(raw))]
     with_probability = bool(rows) and all(len(f) > 1 and _NUMBER.fullmatch(f[1]) for _, f in rows)
+    if with_probability and all(t in known for _, f in rows for t in f[1:]):  # both readings spell every word
+        with_probability = "lexiconp" in os.path.basename(path)  # (Kaldi's and icefall's name for it)
+        if all(len(f) > 2 and 0 < float(f[1]) <= 1 for _, f in rows):
+            no, f = rows[0]
+            how = ("as Kaldi's lexiconp.txt (`word prob tokens`), by its name" if with_probability else
+                   "as `word tokens` lines; a file named lexiconp.txt is read as Kaldi's `word prob tokens`")
+            warnings.warn(f"{path}: every line's second field is a number and a token (line {no}: {f[1]!r} of "
+                          f"{f[0]!r}); read {how}", stacklevel=2)
     seen: dict[tuple[str, tuple[str, ...]], int] = {}
     entries, costs = [], []
     for no, fields in rows:

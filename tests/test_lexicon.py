@@ -1,4 +1,6 @@
 """Lexicon: reading, deriving, disambiguation symbols, and L itself."""
+import warnings
+
 import pytest
 import pywrapfst as fst
 from fst_paths import linear_fsa
@@ -203,3 +205,23 @@ def test_kaldi_lexiconp_puts_each_spelling_s_probability_on_its_first_arc(tiny, 
     assert all(r.words == ("cab",) for r in results.values())
     assert results["ones"].cost == pytest.approx(results["plain"].cost, abs=1e-5)
     assert results["half"].cost - results["plain"].cost == pytest.approx(math.log(2), abs=1e-4)
+
+
+def test_numbers_that_are_tokens_too_are_read_by_the_file_s_name_and_said(tmp_path):
+    """Tokens named by digits: `ten 1 0` was read as a lexiconp.txt line (probability 1,
+    spelling `0`) without a word, and `ab 1 2 / ba 2 1` was refused ("probability 2")."""
+    digits = TokenTable(("<blk>", "0", "1", "2"), 0)
+    text = "ten 1 0\neleven 1 1\ntwelve 1 2\n"
+    (tmp_path / "lexicon.txt").write_text(text)
+    (tmp_path / "lexiconp.txt").write_text(text)
+    with pytest.warns(UserWarning, match=r"lexicon.txt: every line's second field is a number and a token \(line 1: "
+                                         r"'1' of 'ten'\); read as `word tokens` lines"):
+        lex = read_lexicon(tmp_path / "lexicon.txt", digits)
+    assert lex.entries == (("ten", ("1", "0")), ("eleven", ("1", "1")), ("twelve", ("1", "2"))) and not any(lex.costs)
+    with pytest.warns(UserWarning, match=r"read as Kaldi's lexiconp.txt \(`word prob tokens`\), by its name"):
+        lex = read_lexicon(tmp_path / "lexiconp.txt", digits)
+    assert lex.entries == (("ten", ("0",)), ("eleven", ("1",)), ("twelve", ("2",))) and lex.costs == (0.0,) * 3
+    (tmp_path / "ids.txt").write_text("ab 1 2\nba 2 1\n")  # (no probabilities: 2 > 1) read as they are, unsaid
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert read_lexicon(tmp_path / "ids.txt", digits).entries == (("ab", ("1", "2")), ("ba", ("2", "1")))

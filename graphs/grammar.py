@@ -99,19 +99,38 @@ print("wfst-child-peak-kib", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
 _CHILD_PEAK = re.compile(r"^wfst-child-peak-kib (\d+)$", re.M)
 
 
-def _plain_text(path: Path) -> bool:
-    """Whether kaldilm can read the file as it is: not gzip, no byte-order mark, no \\r."""
+_INDENTED_SECTION = re.compile(rb"\n[ \t]+\\")  # a section line (\data\, \1-grams:, \end\) after spaces
+
+
+def _plain_text(path: Path) -> tuple[bool, bool]:
+    """Whether kaldilm can read the file as it is (not gzip, no byte-order mark, no \\r, no
+    indented section line, which it takes for an n-gram), and whether a section line is
+    indented (the copy it reads then has them flush left)."""
     if is_gzip(path):
-        return False
+        return False, _indented_sections(path)
     with open(path, "rb") as f:
         head = f.read(1 << 20)
         if head.startswith(codecs.BOM_UTF8):
-            return False
+            return False, _indented_sections(path)
+        tail = b"\n"
         while head:
             if b"\r" in head:
-                return False
+                return False, _indented_sections(path)
+            if _INDENTED_SECTION.search(tail + head):
+                return False, True
+            tail = head[-64:]
             head = f.read(1 << 20)
-    return True
+    return True, False
+
+
+def _indented_sections(path: Path) -> bool:
+    with open_arpa(path) as f:
+        return any(line.startswith((" ", "\t")) and line.lstrip(" \t").startswith("\\") for line in f)
+
+
+def _flush_section(line: str) -> str:
+    stripped = line.lstrip(" \t")
+    return stripped if stripped.startswith("\\") else line
 
 
 def grammar_fst(arpa_path: str | os.PathLike, words_txt: str | os.PathLike, max_warnings: int = 5,
@@ -124,12 +143,14 @@ def grammar_fst(arpa_path: str | os.PathLike, words_txt: str | os.PathLike, max_
         orphans = arpa_vocabulary(arpa_path).orphans
     with tempfile.TemporaryDirectory(prefix="wfst-G-") as tmp:
         plain = arpa_path
-        if orphans or not _plain_text(arpa_path):  # kaldilm reads LF text only: a \r would end each line's
-            plain = Path(tmp) / "lm.arpa"  # last field
+        as_is, indented = _plain_text(arpa_path)
+        if orphans or not as_is:  # kaldilm reads LF text only: a \r would end each line's last field
+            plain = Path(tmp) / "lm.arpa"
             with open_arpa(arpa_path) as src, open(plain, "w", encoding="utf-8") as dst:
-                if orphans:  # blanked, so that kaldilm's line numbers stay the file's (it skips blank lines)
-                    skip = set(orphans)
-                    dst.writelines("\n" if no in skip else line for no, line in enumerate(src, start=1))
+                if orphans or indented:  # orphans blanked, so that kaldilm's line numbers stay the file's (it
+                    skip = set(orphans)  # skips blank lines); section lines flush left
+                    dst.writelines("\n" if no in skip else _flush_section(line) if indented else line
+                                   for no, line in enumerate(src, start=1))
                 else:
                     shutil.copyfileobj(src, dst)
         out = Path(tmp) / "G.fst"

@@ -2,6 +2,7 @@
 import gzip
 import math
 import random
+import re
 
 import pytest
 import pywrapfst as fst
@@ -189,7 +190,9 @@ def test_line_endings_and_marks(tiny, tmp_path):
     reference = grammar_fst(tiny / "lm.arpa", tmp_path / "words.txt")
     (tmp_path / "crlf.arpa").write_bytes(("\ufeff" + text).replace("\n", "\r\n").encode())
     (tmp_path / "lm.bin").write_bytes(gzip.compress(text.encode()))
-    for variant in ("crlf.arpa", "lm.bin"):
+    # section lines after spaces: read by ours, and kaldilm refused them ("\data\ section missing")
+    (tmp_path / "indented.arpa").write_text(re.sub(r"(?m)^(?=\\)", " \t", text))
+    for variant in ("crlf.arpa", "lm.bin", "indented.arpa"):
         assert arpa_vocabulary(tmp_path / variant) == arpa_vocabulary(tiny / "lm.arpa")
         g = grammar_fst(tmp_path / variant, tmp_path / "words.txt")
         assert (g.num_states(), sum(g.num_arcs(s) for s in g.states())) == \

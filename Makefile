@@ -16,7 +16,7 @@ endif
 GRAPH_ARGS = --tokens '$(TOKENS)' --lm '$(LM)' --topo '$(TOPO)' --out '$(GRAPH_DIR)' \
 	$(if $(LEXICON),--lexicon '$(LEXICON)') $(if $(WORDS),--words '$(WORDS)') \
 	$(if $(SPM),--spm '$(SPM)') $(if $(BOUNDARY),--word-boundary '$(BOUNDARY)') \
-	$(if $(BLANK),--blank '$(BLANK)') $(if $(EPSILON_FREE),--epsilon-free)
+	$(if $(BLANK),--blank '$(BLANK)') $(if $(filter-out 0 no false,$(EPSILON_FREE)),--epsilon-free)
 
 .PHONY: demo test gpu-check gpu-kit graph bench-graph bench-decode bench-fltop bench-boost bench-rescore bench-lm-store bench-stream bench-lattice bench-beam-search install install-test \
 	install-bench clean

@@ -80,6 +80,31 @@ def test_bad_labels_and_weights_are_refused():
         graph_from_fst(empty, tok)
 
 
+def test_an_arc_to_no_state_is_refused_not_a_crash():
+    """OpenFST's conversion of a VectorFst with an arc past its states crashed the process
+    (SIGSEGV) before the arrays' own checks ran (in a child process: a crash is a failure here)."""
+    import subprocess
+    import sys
+
+    code = """
+import pywrapfst as fst
+from wfst import GraphFormatError, TokenTable
+from wfst.graph import graph_from_fst
+f = fst.VectorFst()
+s = f.add_state()
+f.set_start(s)
+f.set_final(s)
+f.add_arc(s, fst.Arc(1, 0, fst.Weight.one(f.weight_type()), 7))
+try:
+    graph_from_fst(f, TokenTable(("<blk>", "a"), 0, 1))
+except GraphFormatError as e:
+    print(e)
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-500:]
+    assert run.stdout == "FST: an arc leaving state 0 goes to state 7, but the graph has states 0..0\n"
+
+
 @pytest.mark.parametrize("final", ["nan", "-inf"])
 def test_bad_final_weights_are_refused(final):
     """NaN read as 'not final' and -inf as a final cost of -inf: both silently wrong."""

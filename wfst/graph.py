@@ -111,6 +111,17 @@ _FST_MAGIC = 2125659606
 _IS_ALIGNED = 4
 
 
+def _check_nextstates(fst, source: str) -> None:
+    """Refuse an FST with an arc to a state it has not, walked in Python: only for one that
+    OpenFST's verify() refused (a walk of a big graph's arcs takes seconds)."""
+    num_states = sum(1 for _ in fst.states())  # (an Fst read from a file has no num_states())
+    for state in fst.states():
+        for arc in fst.arcs(state):
+            if not 0 <= arc.nextstate < num_states:
+                raise GraphFormatError(f"{source}: an arc leaving state {state} goes to state {arc.nextstate}, but "
+                                       f"the graph has states 0..{num_states - 1}")
+
+
 def _const_fst_arrays(fst, source: str = "FST") -> tuple[int, np.ndarray, np.ndarray]:
     """(start, states, arcs) of a tropical FST, read from its ConstFst serialization.
 
@@ -126,6 +137,8 @@ def _const_fst_arrays(fst, source: str = "FST") -> tuple[int, np.ndarray, np.nda
         fst = fst.copy() if isinstance(fst, pywrapfst.MutableFst) else pywrapfst.convert(fst, "vector")
         fst.set_input_symbols(None)
         fst.set_output_symbols(None)
+    if not fst.verify():  # (OpenFST's conversion below crashed the process on an arc to no state)
+        _check_nextstates(fst, source)  # (the arrays' checks below name the other faults)
     buf = pywrapfst.convert(fst, "const").write_to_string()
 
     pos = 0

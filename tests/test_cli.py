@@ -342,6 +342,14 @@ def test_decode_cli_names_the_files_utterance_and_frame(tiny_setup, tmp_path, ca
     err = capsys.readouterr().err
     assert "warning: 1 utterance(s) have no path through all their frames (utterance 3)" in err and err.count(
         "no path") == 1, err
+    ids = [f"spk{b}-utt" for b in range(len(lengths))]  # the file's ids named beside the numbers, as lines show them
+    synthetic.save_npz(tmp_path / "dead.npz", x, lengths, d.texts, utt_ids=ids)
+    assert decode_main([*argv, "--emissions", str(tmp_path / "dead.npz")]) == 0
+    assert "have no path through all their frames (utterance 3 (spk3-utt))" in capsys.readouterr().err
+    x[3, 2, 2] = np.nan
+    synthetic.save_npz(tmp_path / "nan.npz", x, lengths, d.texts, utt_ids=ids)
+    assert decode_main([*argv, "--emissions", str(tmp_path / "nan.npz")]) == 2
+    assert f"{tmp_path / 'nan.npz'}: utterance 3 (spk3-utt): log_probs at frame 2" in capsys.readouterr().err
 
 
 def test_decode_cli_writes_its_files_before_stdout_and_through_links(tiny_setup, tmp_path):

@@ -112,7 +112,7 @@ def command(prog: str, options: tuple[str, ...] = ()):
             def show(message, category, filename, lineno, file=None, line=None):
                 text = str(message)
                 if options:
-                    text = re.sub(r"\b(" + "|".join(options) + r")= ", lambda m: f"--{m[1].replace('_', '-')} ", text)
+                    text = as_options(text, list(options)).removeprefix("argument ")
                 with contextlib.suppress(OSError):  # (a full stderr: the warning lost, not the run)
                     print(f"{prog}: warning: {text}", file=sys.stderr)
 
@@ -174,7 +174,10 @@ def _progress(total: int, enabled: bool):
     return tqdm(total=total, unit="utt", disable=not enabled, file=sys.stderr)
 
 
-@command("wfst-decode", options=("graph_lm", "rescore_lm"))
+_KEYWORDS = ("graph_lm", "rescore_lm", "device", "spm", "blank")  # the library's words for wfst-decode's options
+
+
+@command("wfst-decode", options=_KEYWORDS)
 def decode_main(argv: list[str] | None = None) -> int:
     defaults = DecoderConfig()
     ap = CliParser(prog="wfst-decode", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -292,8 +295,7 @@ def decode_main(argv: list[str] | None = None) -> int:
     try:
         return _decode(args, config, phrases=_boosts(args.phrases, PHRASE_REWARD))
     except WfstError as e:  # (the decoder's "pass graph_lm= ..." said with the option)
-        print(f"wfst-decode: error: {as_options(one_line(e), ['graph_lm'])}", file=sys.stderr)
-        return 2
+        return _fail(e)
 
 
 def _in_vocabulary(decoder: Decoder, phrases: dict[str, float], path: str) -> dict[str, float] | None:
@@ -361,11 +363,17 @@ def _beam_search_main(ap, args) -> int:
         ap.error(as_options(str(e), ["beam_size", "lm_weight", "token_insertion", "beam_threshold", "spm",
                                       "num_threads", "device"]))
     except WfstError as e:
-        return fail("wfst-decode", e)
+        return _fail(e)
     try:
         return _decode(args, None, decoder, _boosts(args.phrases, decoder.phrase_reward))
     except WfstError as e:
-        return fail("wfst-decode", e)
+        return _fail(e)
+
+
+def _fail(e: WfstError) -> int:
+    """fail(), the library's keyword arguments said as the options ("device='cpu'" as "--device='cpu'")."""
+    print(f"wfst-decode: error: {as_options(one_line(e), list(_KEYWORDS))}", file=sys.stderr)
+    return 2
 
 
 def as_options(message: str, names: list[str]) -> str:
@@ -377,6 +385,7 @@ def as_options(message: str, names: list[str]) -> str:
     message = re.sub(r"\b(" + named + ")", lambda m: "--" + ("threads" if m[1] == "num_threads" else
                                                               m[1].replace("_", "-")), message)
     message = re.sub(r"\bNone(?: \([^)]*\))? or ", "", message)  # (no option value is None: leave it out)
+    message = re.sub(r"(--[\w-]+)= ", r"\1 ", message)  # ("pass graph_lm= the file": "pass --graph-lm the file")
     return "argument " + message if message.startswith("--") else message
 
 
@@ -473,7 +482,8 @@ def _decode(args, config: DecoderConfig | None, beam_decoder=None, phrases=None)
                 else:
                     results += decoder.decode(batch, em.lengths[lo:hi], boost=phrases, nbest=args.nbest)
             bar.update(hi - lo)
-    no_path(results, "utterance", em.log_probs)
+    with _ids_in_warnings(em):
+        no_path(results, "utterance", em.log_probs)
     seconds = clock.seconds
     # the files first: a reader of stdout that stops early (| head) cut the run before them
     if args.output:
@@ -526,10 +536,30 @@ def _check_emissions(path, em, num_columns: int) -> None:
     """The whole file's log-probs, before any batch: its errors and its warning name the file's
     utterance and frame (a batch's check named the utterance's place in the batch)."""
     try:
-        lengths = check_batch(em.log_probs, em.lengths, num_columns)
-        check_log_probs(input_faults(np, em.log_probs, lengths), em.log_probs, lengths)
+        with _ids_in_warnings(em):
+            lengths = check_batch(em.log_probs, em.lengths, num_columns)
+            check_log_probs(input_faults(np, em.log_probs, lengths), em.log_probs, lengths)
     except DecodeInputError as e:
-        raise InputFileError(path, None, str(e)) from None
+        raise InputFileError(path, None, _with_ids(em, str(e))) from None
+
+
+def _with_ids(em, text: str) -> str:
+    """A message that names the file's utterances by number ("utterance 3", "utterance 3, 5"),
+    with their ids where the file has them, as the output lines name them ("utterance 3 (utt3)")."""
+    if em.utt_ids is None:
+        return text
+    return re.sub(r"\butterance (\d+(?:, \d+)*)", lambda m: "utterance " + ", ".join(
+        f"{b} ({em.key(int(b))})" for b in m[1].split(", ")), text)
+
+
+@contextlib.contextmanager
+def _ids_in_warnings(em):
+    """The block's warnings said again with _with_ids."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for w in caught:
+        warnings.warn(_with_ids(em, str(w.message)), w.category)
 
 
 class _Clock:

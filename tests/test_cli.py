@@ -376,6 +376,13 @@ def test_decode_cli_writes_its_files_before_stdout_and_through_links(tiny_setup,
     p = subprocess.run([sys.executable, "-m", "wfst.cli", "--graph", str(graph), "--emissions", str(em), "--quiet",
                         "--output", str(tmp_path / "stdout")], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and p.stdout.splitlines()[:4] == texts and (tmp_path / "stdout").is_symlink()
+    with open(tmp_path / "all.txt", "w") as f:  # (stdout sent to a file: written from its start, then over)
+        p = subprocess.run([sys.executable, "-m", "wfst.cli", "--graph", str(graph), "--emissions", str(em),
+                            "--ctm", str(tmp_path / "stdout")], stdout=f, timeout=120)
+    lines = (tmp_path / "all.txt").read_text().splitlines()
+    ctm = [line for line in lines if re.fullmatch(r"\d+ 1 [\d.]+ [\d.]+ \w+", line)]
+    assert p.returncode == 0 and lines[:len(ctm)] == ctm and len(ctm) == 7
+    assert lines[len(ctm):len(ctm) + 4] == [f"{b}\t{t}" for b, t in enumerate(texts)]
 
 
 def test_decode_cli_beam_search_without_a_graph(tiny_setup, tmp_path, capsys):

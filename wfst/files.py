@@ -6,6 +6,7 @@ import hashlib
 import os
 import re
 import stat
+import sys
 import tempfile
 from pathlib import Path
 
@@ -100,11 +101,40 @@ def atomic_path(path: str | os.PathLike):
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write `text` to the file `path` whole (atomic_path), or through sys.stdout or
+    sys.stderr where `path` is the file one of them writes (/dev/stdout with stdout sent to a
+    file: opened again, it was truncated and written from its start, and the process's own
+    lines after it wrote over the text)."""
     try:
+        stream = _standard_stream(path)
+        if stream is not None:
+            stream.write(text)
+            stream.flush()
+            return
         with atomic_path(path) as tmp:
             Path(tmp).write_text(text, encoding="utf-8")
     except OSError as e:  # a full disk, a path made a directory meanwhile: say which file
         raise OutputFileError(path, "file", e.strerror or str(e)) from None
+
+
+def _standard_stream(path: str | os.PathLike):
+    """sys.stdout or sys.stderr where `path` is a link to or a device of the file it writes
+    (its file descriptor's), else None."""
+    path = Path(path)
+    if not path.is_symlink() and (path.is_file() or not path.exists()):  # (a file named: replaced, as ever)
+        return None
+    try:
+        target = path.stat()
+    except OSError:
+        return None
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            own = os.fstat(stream.fileno())
+        except (AttributeError, OSError, ValueError):  # (a stream with no file: a test's capture, io.StringIO)
+            continue
+        if (own.st_dev, own.st_ino) == (target.st_dev, target.st_ino):
+            return stream
+    return None
 
 
 def why_unwritable(path: str | os.PathLike, make_parents: bool = False) -> str | None:

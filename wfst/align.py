@@ -176,7 +176,7 @@ def linear_acceptor(labels, semiring: str = "tropical"):
     """A linear acceptor of a label sequence (words, or a path's frame tokens)."""
     import pywrapfst as fst
 
-    f = fst.VectorFst("standard" if semiring == "tropical" else "log")
+    f = fst.VectorFst("standard" if semiring == "tropical" else semiring)  # ("log" or "log64")
     one = fst.Weight.one(f.weight_type())
     s = f.add_state()
     f.set_start(s)

@@ -44,6 +44,9 @@ COMPOSE_MARGIN = 2.0
 # Where that pruning leaves no path (the big LM makes every path dearer than the estimate by more
 # than the margin), the composition is made again with 4 x the margin, up to this, then whole.
 MAX_COMPOSE_MARGIN = 256.0
+# Posteriors are summed in OpenFST's log semiring in float64: in float32 ("log") a 3-minute
+# utterance's frames held 0.993-1.0002 of the probability, its word confidences off by up to 0.007.
+POSTERIOR_ARCS = "log64"
 
 
 class RawLattice(NamedTuple):
@@ -162,7 +165,7 @@ class Lattice:
         rows = out.getvalue().split("\t")[:-1] if self.num_arcs else []
         lines = [f"{r} {w!r}" for r, w in zip(rows, weight.tolist())]
         lines += [f"{s} {c!r}" for s, c in zip(raw.final_states.tolist(), raw.final_costs.astype(np.float64).tolist())]
-        arc_type = "standard" if semiring == "tropical" else "log"
+        arc_type = "standard" if semiring == "tropical" else semiring  # ("log", or "log64" for posteriors)
         if lines:
             compiler = fst.Compiler(arc_type=arc_type, keep_state_numbering=True)  # states stay ours
             compiler.write("\n".join(lines) + "\n")
@@ -209,7 +212,7 @@ class Lattice:
         if "posteriors" not in self._fsts:
             import pywrapfst as fst
 
-            f = self._fst(self.ilabel, "log", key="plain")
+            f = self._fst(self.ilabel, POSTERIOR_ARCS, key="plain")
             alpha = _distances(fst.shortestdistance(f), self.num_states)
             beta = _distances(fst.shortestdistance(f, reverse=True), self.num_states)
             raw = self._raw
@@ -274,11 +277,12 @@ class Lattice:
             raise OptionError(f"sequence_posterior: word ids must be integers, got {word_ids!r}")
         if not len(self._raw.final_states) or min(word_ids, default=1) < 1:  # (a word the graph does not have,
             return 0.0  # or <eps>: no word)
-        if ("sorted", "log") not in self._fsts:
-            self._fsts["sorted", "log"] = self._fst(self.ilabel, "log", key="plain").copy().arcsort("olabel")
-        f = self._fsts["sorted", "log"]
+        if ("sorted", POSTERIOR_ARCS) not in self._fsts:
+            self._fsts["sorted", POSTERIOR_ARCS] = self._fst(self.ilabel, POSTERIOR_ARCS, key="plain").copy().arcsort(
+                "olabel")
+        f = self._fsts["sorted", POSTERIOR_ARCS]
         total = _distances(fst.shortestdistance(f, reverse=True), f.num_states())[0]
-        paths = fst.compose(f, linear_acceptor(tuple(word_ids), "log"))
+        paths = fst.compose(f, linear_acceptor(tuple(word_ids), POSTERIOR_ARCS))
         if paths.start() < 0 or paths.num_states() == 0:
             return 0.0
         mass = _distances(fst.shortestdistance(paths, reverse=True), paths.num_states())[paths.start()]

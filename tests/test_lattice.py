@@ -235,6 +235,17 @@ def test_confidences_are_posteriors(noisy):
     assert empty.words == () and empty.word_confidences == () and empty.confidence == 1.0
 
 
+def test_nbest_entries_have_their_confidences(noisy):
+    """An N-best entry's confidences raised "decode with lattice_beam set" (it was set): the
+    entries had no lattice."""
+    _, _, _, _, _, results = noisy
+    for r in results[:10]:
+        assert r.nbest[0].word_confidences == r.word_confidences and r.nbest[0].confidence == r.confidence
+        for e in r.nbest[1:]:
+            assert e.lattice is r.lattice and e.confidence == r.lattice.sequence_posterior(e.word_ids) < 1
+            assert len(e.word_confidences) == len(e.words) and all(0 <= c <= 1 for c in e.word_confidences)
+
+
 def test_a_long_utterance_s_frames_each_hold_all_of_the_probability(noisy):
     """Posteriors were summed in float32 (OpenFST's "log" arcs): on a long utterance each
     frame's arcs held 0.993-1.0002 of the probability (a 3-minute utterance), its word

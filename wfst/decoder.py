@@ -221,9 +221,10 @@ class Decoder:
         if self.rescore_mode == "lattice":
             lattice, result = lattice.rescored(self.rescorer, self.config.lattice_beam)
         listed = tuple(lattice.nbest(nbest)) if nbest else ()
+        result = dataclasses.replace(result, lattice=lattice)
         if listed and listed[0].word_ids == result.word_ids:
             listed = (result,) + listed[1:]  # the same path: the best path's own figures
-        return dataclasses.replace(result, lattice=lattice, nbest=listed)
+        return dataclasses.replace(result, nbest=listed)
 
     # ------------------------------------------------------------------ streams
 

@@ -221,7 +221,8 @@ class Lattice:
         return self._fsts["posteriors"]
 
     def word_confidences(self, result: DecodeResult, calibrated: bool = True) -> tuple[float, ...]:
-        """The posterior of each word of `result` (the lattice's best path): the posteriors
+        """The posterior of each word of `result` (the lattice's best path, or an entry of its
+        N-best list): the posteriors
         of the lattice's arcs that output the same word near the word, summed (at most 1),
         then mapped by the decoder's confidence_calibration where it has one (unless not
         `calibrated`).  The sum is the word's expected count there, which a path that says
@@ -342,8 +343,9 @@ class Lattice:
         steps = raw.step[raw.dst[order]]
         part: PathPart = path_part(sc.graph, arcs, steps, np.zeros(0, np.float32))
         acoustic = float(raw.acoustic_cost[order].astype(np.float64).sum())
-        return part_result(sc.graph, part, acoustic, raw.reached_final, sc.num_frames, sc.boost, sc.phrases,
-                           sc.rescorer)
+        result = part_result(sc.graph, part, acoustic, raw.reached_final, sc.num_frames, sc.boost, sc.phrases,
+                             sc.rescorer)
+        return dataclasses.replace(result, lattice=self)  # (its confidences are read in this lattice)
 
     # ---------------------------------------------------------------- rescoring
 

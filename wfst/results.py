@@ -109,11 +109,11 @@ class DecodeResult:
             from .errors import OptionError
 
             if self.acoustic_cost == math.inf:
-                raise OptionError(f"{what} come from the word lattice, and this search keeps none: every token "
+                raise OptionError(f"{what}: read in the word lattice, and this search keeps none: every token "
                                   f"died at a frame (no path reads all {self.num_frames} frames; with "
                                   f"lattice_beam set the others get one)")
-            raise OptionError(f"{what} come from the word lattice: decode with lattice_beam set "
-                              f"(e.g. Decoder(..., lattice_beam=8.0))")
+            raise OptionError(f"{what}: read in the word lattice, which this result has not: decode with "
+                              f"lattice_beam set (e.g. Decoder(..., lattice_beam=8.0))")
         return self.lattice
 
 

@@ -425,7 +425,9 @@ def test_bad_calibrations(noisy, tmp_path):
     with pytest.raises(MissingFileError, match="is a directory"):
         Calibration.load(tmp_path)
     for text, why in (('{"slope": 1.0}', "'offset'"), ('{"slope": 1' + "0" * 400 + ', "offset": 0}', "too large"),
-                      ('[1, 2]', "attribute"), ('{"format": 2, "slope": 1, "offset": 0}', "format 2"),
+                      ('[1, 2]', "it holds '\\[1, 2\\]', not a JSON object"), ("null", "'null', not a JSON object"),
+                      ('{"slope": 1, "offset": 0, "slope": 5}', "the key 'slope' twice"),  # (the last one was read)
+                      ('{"format": 2, "slope": 1, "offset": 0}', "format 2"),
                       ('{"format": true, "slope": 1, "offset": 0}', "format True"),  # (these four loaded)
                       ('{"slope": 1, "offset": 0, "bias": 3}', "unknown keys \\['bias'\\]")):
         (tmp_path / "bad.json").write_text(text)
@@ -439,7 +441,7 @@ def test_bad_calibrations(noisy, tmp_path):
         (tmp_path / "bad.json").write_text(text)
         with pytest.raises(InputFileError, match="bad.json: Calibration slope=.*: must be a finite number"):
             Calibration.load(tmp_path / "bad.json")
-    with pytest.raises(OptionError, match="rank wrong words above right ones"):
+    with pytest.raises(OptionError, match="rank wrong words above right ones .* on 50 words, 25 right\\): too few"):
         Calibration.fit_posteriors(np.linspace(0.05, 0.95, 50), np.arange(50) < 25)
     for right in (True, False):  # (blamed on the ranking: the data have none)
         with pytest.raises(OptionError, match=f"all 3 words are {'right' if right else 'wrong'}: nothing tells"):
@@ -453,6 +455,8 @@ def test_bad_calibrations(noisy, tmp_path):
         Decoder(g, confidence_calibration=Calibration())
     with pytest.raises(OptionError, match="references"):
         Calibration.fit(results, texts[:-1])
+    with pytest.raises(OptionError, match="reference 1: must be a string or a sequence of words \\(str\\), got bytes"):
+        Calibration.fit(results[:2], [texts[0], texts[1].encode()])  # (kaldialign's TypeError)
 
 
 def test_nbest_paths_of_many_words_are_read_without_recursion():

@@ -21,6 +21,7 @@ import dataclasses
 import json
 import math
 import os
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -107,7 +108,8 @@ class Calibration:
                 break
         if w[0] < 0:
             raise OptionError(f"Calibration.fit: the data rank wrong words above right ones (fitted slope "
-                              f"{w[0]:.3g}); are the labels or references those of these results?")
+                              f"{w[0]:.3g} on {len(y)} words, {int(y.sum())} right): too few words to fit on, or "
+                              f"labels or references not those of these results")
         return cls(float(w[0]), float(w[1]))
 
     def save(self, path: str | os.PathLike) -> None:
@@ -119,7 +121,9 @@ class Calibration:
         text = "\n".join(read_lines(path, "confidence calibration"))
         why = "not a saved Calibration (JSON with slope and offset)"
         try:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=_no_twice)
+            if not isinstance(data, dict):
+                raise TypeError(f"it holds {text.strip()[:40]!r}, not a JSON object")
             version = data.get("format", _FORMAT)
             slope, offset = (float(v) if type(v) is int else v for v in (data["slope"], data["offset"]))
         except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as e:  # (strings and bools stay,
@@ -136,6 +140,15 @@ class Calibration:
             raise InputFileError(path, None, str(e)) from None
 
 
+def _no_twice(pairs: list) -> dict:
+    """json.loads' object_pairs_hook: a key given twice is refused (json takes the last)."""
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        twice = next(k for i, (k, _) in enumerate(pairs) if k in dict(pairs[:i]))
+        raise ValueError(f"the key {twice!r} twice")
+    return data
+
+
 def word_correctness(results, references) -> tuple[np.ndarray, np.ndarray]:
     """Each hypothesis word's lattice posterior (uncalibrated) and whether it is right: the
     reference (a string or a word sequence) holds it at the place the edit-distance
@@ -146,7 +159,10 @@ def word_correctness(results, references) -> tuple[np.ndarray, np.ndarray]:
     if len(results) != len(references):
         raise OptionError(f"{len(results)} results but {len(references)} references")
     posteriors, correct = [], []
-    for r, ref in zip(results, references):
+    for i, (r, ref) in enumerate(zip(results, references)):
+        if not (isinstance(ref, str) or (isinstance(ref, Sequence) and all(isinstance(w, str) for w in ref))):
+            raise OptionError(f"reference {i}: must be a string or a sequence of words (str), got "
+                              f"{type(ref).__name__}")
         if r.lattice is None and r.acoustic_cost == np.inf:
             continue  # the search died: no lattice, no posteriors (DecodeResult)
         if r.lattice is None:

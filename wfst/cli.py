@@ -206,7 +206,8 @@ def decode_main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chunk-ms", type=float, default=320.0,
                     help="with --stream: audio per chunk (default: %(default)g)")
     ap.add_argument("--lattice-beam", type=float, default=None,
-                    help="keep a word lattice of the paths within this of the best; prints each word's confidence")
+                    help="keep a word lattice of the arcs on paths within this of the best (as Kaldi prunes "
+                         "lattices: a path made of such arcs may cost more); prints each word's confidence")
     ap.add_argument("--confidence-calibration", metavar="FILE", default=None,
                     help="with --lattice-beam: map word confidences by this calibration (JSON, from "
                          "wfst.confidence.Calibration.fit on a dev set)")

@@ -1049,6 +1049,11 @@ def test_bad_stream_input_is_refused_before_any_stream_moves(demo, demo_graphs):
     never = EndpointRule(False, math.inf)  # (a rule switched off, as Kaldi takes it)
     assert not never.fires(1e9, 0.0, 1e9) and EndpointRule(False, 0.0, math.inf, math.inf).fires(1.0, 0.0, 1.0) is False
     assert EndpointConfig((EndpointRule(True, np.float32(0.5)),), np.float32(0.04)).frame_seconds == np.float32(0.04)
+    # an int beyond floats: "never" where a rule takes inf (s.endpoint raised OverflowError), refused where it does not
+    assert EndpointRule(False, 10**400, 10**400) == EndpointRule(False, math.inf, math.inf) and not EndpointRule(
+        False, 10**400).fires(1e300, 0.0, 1e300)
+    with pytest.raises(OptionError, match="frame_seconds=1000.*: must be a number > 0"):
+        EndpointConfig(frame_seconds=10**400)
 
 
 def test_chunk_checks_find_what_numpy_finds():

@@ -47,9 +47,11 @@ class EndpointRule:
             v = getattr(self, name)
             if not (_number(v) and v >= 0):  # (NaN fails; inf: the rule never fires, as in Kaldi)
                 raise OptionError(f"EndpointRule.{name}={v!r}: must be a number of seconds >= 0 (inf: never)")
+            object.__setattr__(self, name, _as_float(v))
         v = self.max_relative_cost
-        if not (_number(v) and not math.isnan(v)):
+        if not (_number(v) and not math.isnan(_as_float(v))):
             raise OptionError(f"EndpointRule.max_relative_cost={v!r}: must be a number (inf: any cost)")
+        object.__setattr__(self, "max_relative_cost", _as_float(v))
 
     def fires(self, trailing_silence: float, relative_cost: float, length: float) -> bool:
         """Kaldi's RuleActivated, all in seconds except the cost."""
@@ -58,6 +60,15 @@ class EndpointRule:
                 and _at_least(trailing_silence, self.min_trailing_silence)
                 and relative_cost <= self.max_relative_cost
                 and _at_least(length, self.min_utterance_length))
+
+
+def _as_float(v) -> float:
+    """A number as a float, one beyond floats (10**400) as infinite, as its rule reads it:
+    compared with seconds, it raised OverflowError there."""
+    try:
+        return float(v)
+    except OverflowError:
+        return math.inf if v > 0 else -math.inf
 
 
 def _at_least(seconds: float, threshold: float) -> bool:
@@ -88,7 +99,7 @@ class EndpointConfig:
         object.__setattr__(self, "rules", tuple(self.rules))  # a list would make the frozen config unhashable
         if not all(isinstance(r, EndpointRule) for r in self.rules):
             raise OptionError("EndpointConfig.rules: must be EndpointRule objects")
-        if not (_number(self.frame_seconds) and math.isfinite(self.frame_seconds)
+        if not (_number(self.frame_seconds) and math.isfinite(_as_float(self.frame_seconds))
                 and self.frame_seconds > 0):
             raise OptionError(f"EndpointConfig.frame_seconds={self.frame_seconds!r}: must be a number > 0")
 

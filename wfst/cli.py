@@ -522,7 +522,8 @@ def _decode(args, config: DecoderConfig | None, beam_decoder=None, phrases=None)
         print(word_errors(refs, [r.words for r in results]))
     if args.stream:
         step = _chunk_frames(args)
-        print(f"streams of {step} frames ({step * args.frame_ms:g} ms) a chunk, {args.batch_size} at a time")
+        plural = "s" if step != 1 else ""
+        print(f"streams of {step} frame{plural} ({step * args.frame_ms:g} ms) a chunk, {args.batch_size} at a time")
     per_frame = stream_tokens if args.stream else decoder.stats.tokens_per_frame  # (finish() searches no frame)
     tokens = "" if beam_decoder is not None else f", {per_frame:.0f} tokens/frame (last batch)"
     print(f"decode {seconds:.3f} s, RTFx {rtfx(frames, seconds, args.frame_ms / 1000):.1f}, "

@@ -241,9 +241,11 @@ def main() -> int:
     args = ap.parse_args()
     recipe_cli.check_json(ap, args.json)
     recipe_cli.check_folder(ap, "--out", args.out)
+    setups = args.setups
+    if "demo" in setups:
+        recipe_cli.check_graphs(ap, args.graphs, [f"{token_set}_compact" for token_set in TOKEN_SETS])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    setups = args.setups
     given = {k: v for k, v in (("beam", args.beam), ("max_active", args.max_active)) if v is not None}
     m = machine()
     print(f"On-the-fly rescoring on SYNTHETIC emissions, CPU backend, 1 thread; {m['cpu']}\n")

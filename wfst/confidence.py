@@ -120,13 +120,19 @@ class Calibration:
     def load(cls, path: str | os.PathLike) -> Calibration:
         text = "\n".join(read_lines(path, "confidence calibration"))
         why = "not a saved Calibration (JSON with slope and offset)"
+        twice = []  # keys an object gives twice (json.loads takes the last)
         try:
-            data = json.loads(text, object_pairs_hook=_no_twice)
-            if not isinstance(data, dict):
-                raise TypeError(f"it holds {text.strip()[:40]!r}, not a JSON object")
+            data = json.loads(text, object_pairs_hook=lambda pairs: _keys_once(pairs, twice))
+        except ValueError as e:
+            raise InputFileError(path, None, f"{why}: {e}") from None
+        if twice:
+            raise InputFileError(path, None, f"{why}: the key {twice[0]!r} twice")
+        if not isinstance(data, dict):
+            raise InputFileError(path, None, f"{why}: it holds {text.strip()[:40]!r}, not a JSON object")
+        try:
             version = data.get("format", _FORMAT)
             slope, offset = (float(v) if type(v) is int else v for v in (data["slope"], data["offset"]))
-        except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as e:  # (strings and bools stay,
+        except (KeyError, OverflowError) as e:  # (strings and bools stay,
             # for Calibration to refuse: save writes numbers)
             raise InputFileError(path, None, f"{why}: {e}") from None
         odd = sorted(set(data) - {"format", "slope", "offset"})
@@ -140,12 +146,11 @@ class Calibration:
             raise InputFileError(path, None, str(e)) from None
 
 
-def _no_twice(pairs: list) -> dict:
-    """json.loads' object_pairs_hook: a key given twice is refused (json takes the last)."""
+def _keys_once(pairs: list, twice: list) -> dict:
+    """json.loads' object_pairs_hook: the object, its keys given twice noted in `twice`."""
     data = dict(pairs)
     if len(data) != len(pairs):
-        twice = next(k for i, (k, _) in enumerate(pairs) if k in dict(pairs[:i]))
-        raise ValueError(f"the key {twice!r} twice")
+        twice.append(next(k for i, (k, _) in enumerate(pairs) if k in dict(pairs[:i])))
     return data
 
 

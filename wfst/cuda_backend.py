@@ -56,16 +56,17 @@ def device_input(x, what: str = "log_probs"):
     xp = array_module()
     if SIMULATOR:
         return xp.asarray(host_array(x, what))
-    if is_torch(x):
-        if not x.is_cuda:
-            return xp.asarray(host_array(x, what))
+    if is_torch(x) and x.is_cuda:
         if str(x.dtype) != "torch.float32":  # (CuPy's DLPack reader has no bfloat16: its error would be raw)
             raise DecodeInputError(f"{what} must be float32 log-posteriors; got "
                                    f"{str(x.dtype).removeprefix('torch.')} (convert with .float())")
         return xp.ascontiguousarray(xp.from_dlpack(x.detach().resolve_neg().resolve_conj()))
-    if type(x).__module__.split(".")[0] != "cupy" and on_gpu(x):
-        x = xp.from_dlpack(x)
-    return xp.ascontiguousarray(xp.asarray(x))
+    if type(x).__module__.split(".")[0] == "cupy" or hasattr(x, "__cuda_array_interface__"):  # (Numba's too)
+        return xp.ascontiguousarray(xp.asarray(x))
+    if on_gpu(x):  # (DLPack)
+        return xp.ascontiguousarray(xp.from_dlpack(x))
+    return xp.asarray(host_array(x, what))  # (host input checked as the simulator's is: None or a ragged list
+    # raised CuPy's own ValueError on a GPU)
 
 
 def gpu_lm_automaton(store) -> Automata:

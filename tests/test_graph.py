@@ -1,4 +1,5 @@
 """The CSR graph: equal to the FST it came from, loadable from foreign directories, robust to damage."""
+import gzip
 import os
 import random
 import shutil
@@ -376,12 +377,25 @@ def test_missing_and_corrupt_graphs(tmp_path):
     with pytest.raises(MissingFileError, match="graph directory or FST"):
         load_graph(tmp_path / "nowhere")
     d = riva_style_dir(tmp_path)
-    (d / "TLG.fst").write_bytes(b"\x00" * 64)
+    good = (d / "TLG.fst").read_bytes()
+    (d / "TLG.fst").write_bytes(good[:40])
     with pytest.raises(GraphFormatError, match="TLG.fst: not a readable OpenFST binary"):
         load_graph(d)
+    # other files are said as what they are (OpenFST printed its own error line first)
+    for data, what in ((b"\x00" * 64, "another format"), (b"", "empty"),
+                       (b"0 1 3 3\n1\n", "text\\? an FST in AT&T text"),
+                       (gzip.compress(good), "gzip data: gunzip it")):
+        (d / "TLG.fst").write_bytes(data)
+        with pytest.raises(GraphFormatError, match=f"TLG.fst: not an OpenFST binary \\({what}"):
+            load_graph(d)
     (d / "TLG.fst").unlink()
     with pytest.raises(MissingFileError, match="graph FST"):
         load_graph(d)
+    (d / "HCLG.fst").write_bytes(good)  # (Kaldi's name)
+    with pytest.raises(MissingFileError, match=r"TLG.fst: not found \(the folder holds HCLG.fst: give the FST file's "
+                                               r"path, as .*HCLG.fst\)"):
+        load_graph(d)
+    assert load_graph(d / "HCLG.fst").num_arcs == 5
     d2 = riva_style_dir(tmp_path / "x")
     (d2 / "tokens.txt").unlink()
     with pytest.raises(MissingFileError, match="token table"):

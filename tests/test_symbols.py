@@ -155,3 +155,19 @@ def test_an_icefall_phone_table_s_eps_is_its_blank_when_named(tmp_path):
         TokenTable.read(write(tmp_path, "<blk> 0\na 1\n", "k2.txt"), blank="<eps>")
     with pytest.raises(InputFileError, match=r"the blank would be called <blk>, which the table has already"):
         TokenTable.read(write(tmp_path, "<eps> 0\n<blk> 1\na 2\n", "both.txt"), blank="<eps>")
+
+
+def test_a_huggingface_vocab_json_is_read_with_its_pad_as_the_blank(tmp_path):
+    """wav2vec2's vocab.json was refused as "expected 'symbol [id]'" (it had to be converted by hand)."""
+    vocab = write(tmp_path, '{"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3, "|": 4, "E": 5, "T": 6}\n', "vocab.json")
+    t = TokenTable.read(vocab)
+    assert t.symbols == ("<pad>", "<s>", "</s>", "<unk>", "|", "E", "T") and t.blank == 0
+    assert TokenTable.read(vocab, blank="|").blank == 4  # (named: as any table)
+    assert TokenTable.read(write(tmp_path, '{"a": 1, "<blk>": 0}', "v2.json")).symbols == ("<blk>", "a")
+    for text, message in (('{"a": 0, "b": 0}', "symbols 'a' and 'b' both have column 0"),
+                          ('{"a": 0, "b": 2}', "token ids must run from 0 without gaps"),
+                          ('{"a": "0"}', "map each symbol to its column, an integer >= 0"),
+                          ('{"a b": 0}', "symbol 'a b': a token must be non-empty and hold no space"),
+                          ('{"a": 0,', "not JSON, though it starts with")):
+        with pytest.raises(InputFileError, match=message):
+            TokenTable.read(write(tmp_path, text, "bad.json"))

@@ -111,8 +111,8 @@ def command(prog: str, options: tuple[str, ...] = ()):
         def run(*args, **kwargs) -> int:
             def show(message, category, filename, lineno, file=None, line=None):
                 text = str(message)
-                if options:
-                    text = as_options(text, list(options)).removeprefix("argument ")
+                if options:  # (only "name= value": a warning may show the API's "blank=SYMBOL" beside the option)
+                    text = re.sub(r"\b(" + "|".join(options) + r")= ", lambda m: f"--{m[1].replace('_', '-')} ", text)
                 with contextlib.suppress(OSError):  # (a full stderr: the warning lost, not the run)
                     print(f"{prog}: warning: {text}", file=sys.stderr)
 

@@ -372,6 +372,13 @@ def read_fst(path: str | os.PathLike):
     path = Path(path)
     if not path.is_file():
         raise MissingFileError(path, "graph FST")
+    with open(path, "rb") as f:  # (OpenFST would print its own error line on stderr first)
+        head = f.read(4)
+    if len(head) < 4 or struct.unpack("<i", head)[0] != _FST_MAGIC:
+        text = all(32 <= c < 127 or c in b"\t\n\r" for c in head)
+        what = ("gzip data: gunzip it" if head[:2] == b"\x1f\x8b" else "empty" if not head else
+                "text? an FST in AT&T text form needs fstcompile first" if text else "another format")
+        raise GraphFormatError(f"{path}: not an OpenFST binary ({what})")
     try:
         return pywrapfst.Fst.read(str(path))
     except pywrapfst.FstError as e:
@@ -429,7 +436,9 @@ def _load_graph(path: Path, blank, use_cache: bool) -> Graph:
     else:
         raise MissingFileError(path, "graph directory or FST")
     if not fst_path.is_file():
-        raise MissingFileError(fst_path, "graph FST")
+        others = sorted(p.name for p in directory.glob("*.fst")) if path.is_dir() else []
+        raise MissingFileError(fst_path, "graph FST", f"not found (the folder holds {', '.join(others)}: give the "
+                                                      f"FST file's path, as {path / others[0]})" if others else None)
     tokens_path = directory / TOKENS_NAME
     if not tokens_path.is_file():
         raise MissingFileError(tokens_path, "token table (needed beside the graph FST)")
@@ -451,7 +460,8 @@ def _load_graph(path: Path, blank, use_cache: bool) -> Graph:
                           f"column {recorded}")
     if tokens.blank is None:  # (a CTC model has one: FLToP would prune it as any token, blank_penalty is refused)
         warnings.warn(f"{tokens_path} names no blank (none of {', '.join(BLANK_NAMES)}): name the model's, "
-                      f"load_graph(..., blank=SYMBOL) or wfst-decode --blank SYMBOL; decoding as if there were none",
+                      f"load_graph(..., blank=SYMBOL) or wfst-decode --blank SYMBOL (an icefall phone table's is "
+                      f"its '<eps> 0': blank='<eps>'); decoding as if there were none",
                       stacklevel=user_stacklevel())
     words_path = directory / WORDS_NAME
     words = WordTable.read(words_path) if words_path.is_file() else None

@@ -13,6 +13,7 @@ A graph directory's tokens.txt is the FST input symbol table:
 from __future__ import annotations
 
 import dataclasses
+import json
 import operator
 import os
 import re
@@ -22,6 +23,7 @@ from .files import read_lines, split_fields, write_text_atomic
 
 EPSILON = "<eps>"
 BLANK_NAMES = ("<blk>", "<blank>", "<b>")
+HF_BLANK = "<pad>"  # the CTC blank of a HuggingFace vocab.json (its tokenizer's pad token)
 _DISAMBIG = re.compile(r"#\d+")
 
 # Word-level specials, as Kaldi's words.txt has them.
@@ -126,7 +128,9 @@ class TokenTable:
           and ours): logit column = id - 1; ``#k`` lines are disambiguation symbols;
         * the model's vocabulary as ``symbol column`` lines (k2/icefall tokens.txt; ``#k``
           lines after the tokens are disambiguation symbols there too);
-        * one symbol per line, the line number being the column.
+        * one symbol per line, the line number being the column;
+        * HuggingFace's vocab.json (wav2vec2's): a JSON object symbol -> column, whose
+          ``<pad>`` is the CTC blank where no other is named.
 
         The blank is the symbol named `blank` (or the column `blank`, an int), else the
         one of <blk>, <blank>, <b> the table has; a table with none has ``blank=None``, and
@@ -134,8 +138,14 @@ class TokenTable:
         phone tables, whose ``<eps> 0`` is the CTC blank (not an FST's epsilon): ids are
         columns, and the blank is called <blk>.
         """
-        rows: list[tuple[int, str, int | None]] = []
-        for no, raw in enumerate(read_lines(path, "token table"), start=1):
+        rows: list[tuple[int | None, str, int | None]] = []
+        lines = read_lines(path, "token table")
+        if lines and lines[0].lstrip().startswith("{"):  # HuggingFace's vocab.json, its pad the CTC blank
+            rows = _json_rows(path, "\n".join(lines))
+            if blank is None and not any(sym in BLANK_NAMES for _, sym, _ in rows):
+                blank = HF_BLANK if any(sym == HF_BLANK for _, sym, _ in rows) else None
+            lines = []
+        for no, raw in enumerate(lines, start=1):
             fields = split_fields(raw)
             if not fields:
                 continue
@@ -223,6 +233,26 @@ class TokenTable:
                                                        f"the tokens, whose last id is {want - int(sym[1:]) - 1}: "
                                                        f"{sym} {want}")
         return cls(symbols, _blank_column(path, symbols, blank), len(disambig))
+
+
+def _json_rows(path, text: str) -> list[tuple[None, str, int]]:
+    """TokenTable.read's rows of a JSON object symbol -> column (no line numbers)."""
+    try:
+        vocab = json.loads(text)
+    except ValueError as e:
+        raise InputFileError(path, None, f"not JSON, though it starts with '{{': {e}") from None
+    if not isinstance(vocab, dict) or not all(type(i) is int and i >= 0 for i in vocab.values()):
+        raise InputFileError(path, None, "a JSON token table must map each symbol to its column, an integer >= 0 "
+                                         "(as wav2vec2's vocab.json)")
+    bad = next((sym for sym in vocab if not sym or split_fields(sym) != [sym]), None)
+    if bad is not None:  # (the graph's text tables could not hold it)
+        raise InputFileError(path, None, f"symbol {bad!r}: a token must be non-empty and hold no space")
+    by_id: dict[int, str] = {}
+    for sym, i in vocab.items():
+        if i in by_id:
+            raise InputFileError(path, None, f"symbols {by_id[i]!r} and {sym!r} both have column {i}")
+        by_id[i] = sym
+    return [(None, sym, i) for i, sym in sorted(by_id.items())]
 
 
 def _blank_column(path, symbols: tuple[str, ...], blank: str | int | None) -> int | None:

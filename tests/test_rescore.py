@@ -518,7 +518,7 @@ def test_graph_lm_is_found_through_graph_json(small_graph, capsys):
     x_file = small.parent / "x.npz"
     synthetic.save_npz(x_file, x, np.full(2, 8))
     assert decode_main(["--graph", str(g.directory), "--emissions", str(x_file), "--rescore-lm", str(big)]) == 2
-    assert "not found; pass --graph-lm= the ARPA file" in capsys.readouterr().err  # the command's option
+    assert "not found; pass --graph-lm the ARPA file" in capsys.readouterr().err  # the command's option
     with pytest.raises(MissingFileError, match=r"language model \(ARPA or LM store file\) .*: is a directory"):
         Decoder(g, rescore_lm=big.parent, graph_lm=big)
 

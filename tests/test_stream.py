@@ -177,6 +177,11 @@ def test_streams_keep_the_offline_lattices(demo, demo_graphs, name):
     same_results(got, want)
     same_lattices(got, want)
     assert any(len(r.nbest) > 1 for r in got)  # lattices with alternatives, not best paths alone
+    # a new stream starts from the default room, not from what a long offline utterance grew it to
+    dec._capacity = dataclasses.replace(room, links=10**7)
+    s = dec.stream()
+    assert len(s._state.links.src) <= 16 * dec._capacity.tokens
+    dec.finish([s])
 
 
 def test_a_stream_that_overflows_grows_and_stays_exact(demo, demo_graphs):

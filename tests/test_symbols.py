@@ -164,10 +164,12 @@ def test_a_huggingface_vocab_json_is_read_with_its_pad_as_the_blank(tmp_path):
     assert t.symbols == ("<pad>", "<s>", "</s>", "<unk>", "|", "E", "T") and t.blank == 0
     assert TokenTable.read(vocab, blank="|").blank == 4  # (named: as any table)
     assert TokenTable.read(write(tmp_path, '{"a": 1, "<blk>": 0}', "v2.json")).symbols == ("<blk>", "a")
+    assert TokenTable.read(write(tmp_path, "<blk>\n{\na\n")).symbols == ("<blk>", "{", "a")  # (a token named {)
+    assert TokenTable.read(write(tmp_path, "{\n<blk>\n")).symbols == ("{", "<blk>")
     for text, message in (('{"a": 0, "b": 0}', "symbols 'a' and 'b' both have column 0"),
                           ('{"a": 0, "b": 2}', "token ids must run from 0 without gaps"),
                           ('{"a": "0"}', "map each symbol to its column, an integer >= 0"),
                           ('{"a b": 0}', "symbol 'a b': a token must be non-empty and hold no space"),
-                          ('{"a": 0,', "not JSON, though it starts with")):
+                          ('{"a": 0,, }', "not JSON, though it starts with")):
         with pytest.raises(InputFileError, match=message):
             TokenTable.read(write(tmp_path, text, "bad.json"))

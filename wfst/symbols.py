@@ -140,8 +140,9 @@ class TokenTable:
         """
         rows: list[tuple[int | None, str, int | None]] = []
         lines = read_lines(path, "token table")
-        if lines and lines[0].lstrip().startswith("{"):  # HuggingFace's vocab.json, its pad the CTC blank
-            rows = _json_rows(path, "\n".join(lines))
+        text = "\n".join(lines).strip()
+        if text.startswith("{") and text.endswith("}"):  # HuggingFace's vocab.json, its pad the CTC blank
+            rows = _json_rows(path, text)
             if blank is None and not any(sym in BLANK_NAMES for _, sym, _ in rows):
                 blank = HF_BLANK if any(sym == HF_BLANK for _, sym, _ in rows) else None
             lines = []

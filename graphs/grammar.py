@@ -11,7 +11,6 @@ from __future__ import annotations
 import codecs
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -102,33 +101,28 @@ _CHILD_PEAK = re.compile(r"^wfst-child-peak-kib (\d+)$", re.M)
 _INDENTED_SECTION = re.compile(rb"\n[ \t]+\\")  # a section line (\data\, \1-grams:, \end\) after spaces
 
 
-def _plain_text(path: Path) -> tuple[bool, bool]:
-    """Whether kaldilm can read the file as it is (not gzip, no byte-order mark, no \\r, no
-    indented section line, which it takes for an n-gram), and whether a section line is
-    indented (the copy it reads then has them flush left)."""
+def _plain_text(path: Path) -> bool:
+    """Whether kaldilm can read the file as it is: not gzip, no byte-order mark, no \\r, no
+    indented section line (which it takes for an n-gram)."""
     if is_gzip(path):
-        return False, _indented_sections(path)
+        return False
     with open(path, "rb") as f:
         head = f.read(1 << 20)
         if head.startswith(codecs.BOM_UTF8):
-            return False, _indented_sections(path)
+            return False
         tail = b"\n"
         while head:
-            if b"\r" in head:
-                return False, _indented_sections(path)
-            if _INDENTED_SECTION.search(tail + head):
-                return False, True
+            if b"\r" in head or _INDENTED_SECTION.search(tail + head):
+                return False
             tail = head[-64:]
             head = f.read(1 << 20)
-    return True, False
-
-
-def _indented_sections(path: Path) -> bool:
-    with open_arpa(path) as f:
-        return any(line.startswith((" ", "\t")) and line.lstrip(" \t").startswith("\\") for line in f)
+    return True
 
 
 def _flush_section(line: str) -> str:
+    """A section line flush left, any other line as it is."""
+    if line[:1] not in (" ", "\t"):
+        return line
     stripped = line.lstrip(" \t")
     return stripped if stripped.startswith("\\") else line
 
@@ -143,16 +137,11 @@ def grammar_fst(arpa_path: str | os.PathLike, words_txt: str | os.PathLike, max_
         orphans = arpa_vocabulary(arpa_path).orphans
     with tempfile.TemporaryDirectory(prefix="wfst-G-") as tmp:
         plain = arpa_path
-        as_is, indented = _plain_text(arpa_path)
-        if orphans or not as_is:  # kaldilm reads LF text only: a \r would end each line's last field
-            plain = Path(tmp) / "lm.arpa"
+        if orphans or not _plain_text(arpa_path):  # kaldilm reads LF text only: a \r would end each line's
+            plain = Path(tmp) / "lm.arpa"  # last field
+            skip = set(orphans)  # (blanked, so that kaldilm's line numbers stay the file's: it skips blank lines)
             with open_arpa(arpa_path) as src, open(plain, "w", encoding="utf-8") as dst:
-                if orphans or indented:  # orphans blanked, so that kaldilm's line numbers stay the file's (it
-                    skip = set(orphans)  # skips blank lines); section lines flush left
-                    dst.writelines("\n" if no in skip else _flush_section(line) if indented else line
-                                   for no, line in enumerate(src, start=1))
-                else:
-                    shutil.copyfileobj(src, dst)
+                dst.writelines("\n" if no in skip else _flush_section(line) for no, line in enumerate(src, start=1))
         out = Path(tmp) / "G.fst"
         proc = subprocess.run([sys.executable, "-c", _CHILD, str(plain), str(out), str(words_txt),
                                WORD_DISAMBIG], capture_output=True, text=True, errors="replace")

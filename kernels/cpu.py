@@ -120,7 +120,7 @@ from .constants import (
 )
 from .fltop import fltop_active, frame_acoustic_costs
 from .groups import HashTable, Memo, Survivors, Tokens
-from .lattice import add_link, close_links, prune_at_frontier, room_for_chunk, store_links
+from .lattice import add_link, close_links, prune_at_frontier, room_for_chunk, store_links, with_room
 from .select import RADIX_BINS, select_cost
 
 
@@ -1130,15 +1130,16 @@ def search(graph, boosts, context, memo, log_probs, num_frames, settings, ws, la
     search may hold (_store).
 
     Returns (status, path arcs, path steps, reached_final, survivors per frame, FLToP
-    fallbacks, step starts, final tokens, final costs): status OK, TOKEN_OVERFLOW (grow
-    the capacity and decode again), LINK_OVERFLOW (grow lat), MEMORY_OUT (more than room
-    backpointers: the step starts are those of the frames done and of the one that did not
+    fallbacks, step starts, final tokens, final costs, lat as the search grew it): status
+    OK, TOKEN_OVERFLOW (grow the capacity and decode again), LINK_OVERFLOW (the start's
+    closure filled lat: grow it), MEMORY_OUT (more than room backpointers, the links' growth
+    counted: the step starts are those of the frames done and of the one that did not
     fit) or EPS_CYCLE (a zero-cost epsilon cycle in the graph made the backpointers loop);
     the graph arc ids of the best path in order and the step each arc's token was stored
     at (step t = after t frames: an emitting arc on step t consumed frame t - 1); the
     frames that FLToP emptied and were expanded again without it.  With a lattice: the
     first backpointer stored at each step, the lattice's final tokens (backpointers) and
-    their final costs; its links are lat's first lat.count[0].
+    their final costs; its links are the returned lat's first lat.count[0].
     """
     empty = np.empty(0, np.int32)
     no_costs = np.empty(0, np.float32)
@@ -1152,24 +1153,76 @@ def search(graph, boosts, context, memo, log_probs, num_frames, settings, ws, la
         if lat is not None:
             if lat.count[0] == lat.src.shape[0]:
                 status = LINK_OVERFLOW
-        return status, empty, empty, False, trace.survivors, 0, no_steps, empty, no_costs
-    status, done, n, _, _, prev, arc, stored, fallbacks = frames(graph, boosts, context, memo, log_probs, num_frames,
-                                                                 settings, ws, n, 0, np.float32(-1.0), trace, 0, 0,
-                                                                 lat)
+        return status, empty, empty, False, trace.survivors, 0, no_steps, empty, no_costs, lat
+    grown = lat  # (lat itself is not assigned again: Numba prunes its None branches only then)
+    if lat is None:
+        status, done, n, _, _, prev, arc, stored, fallbacks = frames(graph, boosts, context, memo, log_probs,
+                                                                     num_frames, settings, ws, n, 0, np.float32(-1.0),
+                                                                     trace, 0, 0, None)
+    else:
+        status, done, n, prev, arc, stored, fallbacks, grown = _lattice_frames(
+            graph, boosts, context, memo, log_probs, num_frames, settings, ws, n, trace, lat)
     if status == MEMORY_OUT:
-        return status, empty, empty, False, trace.survivors, fallbacks, trace.steps[:done + 1], empty, no_costs
+        return status, empty, empty, False, trace.survivors, fallbacks, trace.steps[:done + 1], empty, no_costs, grown
     if status != OK:
-        return status, empty, empty, False, trace.survivors, fallbacks, no_steps, empty, no_costs
+        return status, empty, empty, False, trace.survivors, fallbacks, no_steps, empty, no_costs, grown
     trace = Trace(prev, arc, trace.steps, trace.survivors, trace.room)
     if lat is None:
         status, path_arcs, path_gids, reached_final = finish(graph, context, ws, n, trace, num_frames, stored)
         final_gids, final_costs = empty, no_costs
     else:
         status, path_arcs, path_gids, reached_final, final_gids, final_costs = finish_lattice(
-            graph, context, ws, n, trace, num_frames, stored, lat)
+            graph, context, ws, n, trace, num_frames, stored, grown)
     path_steps = steps_of(path_gids, trace.steps, 0, 0)  # (every arc of the path is stored)
     return (status, path_arcs, path_steps, reached_final, trace.survivors, fallbacks, trace.steps, final_gids,
-            final_costs)
+            final_costs, grown)
+
+
+# frames between a lattice search's checks of its room: room for 16 frames' tokens at most (15
+# and the step after) is what the default links buffer holds (batch.LINKS_PER_TOKEN)
+_LATTICE_PIECE = 15
+
+
+@njit(inline="always", cache=True)
+def _lattice_bytes(lat):
+    return 4 * (6 * len(lat.src) + 3 * len(lat.alpha))
+
+
+@njit(nogil=True, cache=True)
+def _lattice_frames(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n, trace, lat):
+    """frames() of an utterance that keeps its lattice in `lat`, grown as it fills, as a
+    stream's is: in pieces of _LATTICE_PIECE frames, each given room first for what storing
+    its frames can add (lattice.room_for_chunk), and a frame whose links filled the buffer
+    goes on from its survivors with twice the links (the utterance decoded again with a
+    larger buffer cost a 10-minute utterance 5 passes, 3x the plain decode).  What the
+    links grow past their first size counts against trace.room with the backpointers.
+    Returns (status, frames done, n, prev, arc, stored, FLToP fallbacks, lat): status OK,
+    TOKEN_OVERFLOW or MEMORY_OUT (the links or backpointers outgrew the room)."""
+    tokens = ws.tl.state.shape[0]
+    first_bytes = _lattice_bytes(lat)
+    done, ns, stored, fallbacks = 0, 0, 0, 0
+    resume_beam = np.float32(-1.0)
+    prev, arc = trace.prev, trace.arc
+    while done < num_frames:
+        piece = min(_LATTICE_PIECE, num_frames - done)
+        lat, _ = room_for_chunk(lat, stored, tokens, done, piece)
+        if stored + (_lattice_bytes(lat) - first_bytes) // 8 > trace.room:
+            trace.steps[done] = stored
+            return MEMORY_OUT, done, n, prev, arc, stored, fallbacks, lat
+        status, k, n, ns, beam, prev, arc, stored, fell_back = frames(
+            graph, boosts, context, memo, log_probs[done:done + piece], piece, settings, ws, n, ns, resume_beam,
+            Trace(prev, arc, trace.steps, trace.survivors, trace.room), done, stored, lat)
+        done += k
+        fallbacks += fell_back
+        resume_beam = np.float32(-1.0)
+        if status == LINK_OVERFLOW:
+            lat = with_room(lat, 2 * len(lat.src), 0, 0, 0)
+            ws.ht.key[:] = EMPTY_KEY  # (the frame's expansion left keys behind)
+            ws.sg.key[:] = EMPTY_KEY
+            resume_beam = beam
+        elif status != OK:
+            return status, done, n, prev, arc, stored, fallbacks, lat
+    return OK, done, n, prev, arc, stored, fallbacks, lat
 
 
 # ---------------------------------------------------------------------- lattices

@@ -711,12 +711,42 @@ def test_a_cpu_search_checks_its_backpointers_against_its_room_as_they_grow(tiny
     monkeypatch.setattr(d, "_room", lambda: too_small)
     with pytest.raises(DecoderMemoryError, match=r"utterance 0 \(3000 frames\): its backpointers outgrew the "
                                                  r"0\.\d+ GiB of host memory its search may take at frame \d+ "
-                                                 r"\(\d+ a frame so far, max_active="):
+                                                 r"\(\d+ backpointers a frame so far, max_active="):
         d.decode(x[:1], lengths[:1])
     calls = _searches(d, monkeypatch)
     monkeypatch.setattr(d, "_room", lambda: fits)
     assert d.decode(x, lengths) == expected  # half of `fits` each: utterance 0 is searched again alone
     assert calls == [([0, 1], fits // 2, [C.MEMORY_OUT, C.OK]), ([0], fits, [C.OK])]
+
+
+def test_a_cpu_lattice_counts_its_links_growth_against_the_room(tiny_decoder, monkeypatch):
+    """A lattice's links grow in the search where they fill: what they grow past the buffer
+    the decoder sized counts against the search's room with the backpointers, so a long
+    utterance that does not fit is refused, saying so, rather than taking memory that no
+    check saw."""
+
+    def smallest_room(d, x):
+        fixed = d._backend.search_bytes(d._capacity, 3000, d._capacity.lattice_links if d.config.lattice_beam else 0)
+        for room in (fixed + 8 * 1024 * 2**k for k in range(20)):
+            monkeypatch.setattr(d, "_room", lambda room=room: room)
+            try:
+                return room, d.decode(x)
+            except DecoderMemoryError as e:
+                error = e
+        raise AssertionError(f"no room fits: {error}")
+
+    x = random_log_probs(5, batch=1, frames=3000, columns=5)
+    config = dict(beam=20.0, token_capacity=64, num_threads=1)
+    plain = Decoder(tiny_decoder.graph, **config)
+    lattice = Decoder(tiny_decoder.graph, lattice_beam=8.0, **config)
+    expected = lattice.decode(x)
+    plain_room, _ = smallest_room(plain, x)
+    room, got = smallest_room(lattice, x)
+    assert got == expected and room > plain_room
+    monkeypatch.setattr(lattice, "_room", lambda: room // 2)
+    with pytest.raises(DecoderMemoryError, match=r"utterance 0 \(3000 frames\): its backpointers and lattice links "
+                                                 r"outgrew .* lower max_active or beam, or lattice_beam, or decode "):
+        lattice.decode(x)
 
 
 def test_a_cpu_search_is_not_refused_for_backpointers_it_may_never_store(tiny_decoder, monkeypatch):

@@ -139,17 +139,25 @@ def test_lattice_states_are_the_named_backpointers_in_order(seed):
         assert a.dtype == np.int32 and np.array_equal(a, b)
 
 
-def test_periodic_pruning_and_regrowth_give_the_same_lattice(noisy):
+def test_periodic_pruning_and_links_grown_mid_search_give_the_same_lattice(noisy):
+    """A links buffer that fills grows where it filled (the frame goes on from its
+    survivors), not by decoding the utterance again: the same lattices, link for link, and
+    the decoder's capacity stays as it was (grown, it stuck for every later call)."""
     g, _, x, lengths, settings, results = noisy
     rarely = Decoder(g, lattice_beam=7.0, prune_interval=10**6, **settings)
     small = Decoder(g, lattice_beam=7.0, prune_interval=1, **settings)
-    small._capacity = dataclasses.replace(small._capacity, links=256)  # overflows: grown and decoded again
+    small._capacity = dataclasses.replace(small._capacity, links=256)  # fills many times over
     for dec in (rarely, small):
         other = dec.decode(x[:12], lengths[:12], nbest=5)
         for a, b in zip(results, other):
             assert (a.lattice.num_states, a.lattice.num_arcs) == (b.lattice.num_states, b.lattice.num_arcs)
             assert [(e.word_ids, e.cost) for e in a.nbest] == [(e.word_ids, e.cost) for e in b.nbest]
-    assert small.stats.regrowths > 0
+    grown = small.decode(x[:12], lengths[:12])
+    same = Decoder(g, lattice_beam=7.0, prune_interval=1, **settings).decode(x[:12], lengths[:12])
+    for a, b in zip(grown, same):
+        for field in a.lattice._raw._fields:
+            assert np.array_equal(getattr(a.lattice._raw, field), getattr(b.lattice._raw, field)), field
+    assert small.stats.regrowths == 0 and small._capacity.links == 256
 
 
 def test_a_lattice_does_not_depend_on_the_token_capacity(demo, demo_graphs):

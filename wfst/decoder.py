@@ -504,10 +504,13 @@ class Decoder:
     def _out_of_memory(self, b: int, frames: int, room: int | None, outcome) -> None:
         limit = (f"{C.MAX_BACKPOINTERS:,} backpointers, the most a search holds," if room is None else
                  f"the {room / 2**30:.2f} GiB of {self._backend.memory} memory its search may take")
+        what, lower = ("backpointers", "beam")
+        if self.config.lattice_beam is not None:
+            what, lower = ("backpointers and lattice links", "beam, or lattice_beam")
         raise DecoderMemoryError(
-            f"utterance {b} ({frames} frames): its backpointers outgrew {limit} at frame {outcome.frame} "
-            f"({outcome.stored / max(outcome.frame, 1):,.0f} a frame so far, max_active={self.config.max_active}); "
-            f"lower max_active or beam, or decode shorter utterances")
+            f"utterance {b} ({frames} frames): its {what} outgrew {limit} at frame {outcome.frame} "
+            f"({outcome.stored / max(outcome.frame, 1):,.0f} backpointers a frame so far, max_active="
+            f"{self.config.max_active}); lower max_active or {lower}, or decode shorter utterances")
 
     def _room(self) -> int | None:
         """The memory a search's workspaces may take (None: unknown): memory.USABLE_SHARE of

@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic
 
-from .constants import EMPTY_KEY, MAX_PACKED, NO_ARC
+from .constants import EMPTY_KEY, MAX_PACKED, NO_ARC, TRAIL_AT, TRAIL_BLANKS, TRAIL_VOICED
 
 _SIGN = np.uint32(0x80000000)
 _LOW32 = np.uint64(0xFFFFFFFF)
@@ -271,10 +271,14 @@ def final_relative_cost(cost, state, ctx, n, final, context, row):
 
 
 @njit(inline="always", cache=True)
-def trailing_blanks(keep, tok_prev, tok_arc, bp_prev, bp_arc, ilabel, blank):
+def trailing_blanks(keep, tok_prev, tok_arc, bp_prev, bp_arc, ilabel, blank, memo):
     """Emitting arcs that read blank at the end of token keep's path (its in-frame epsilon
     chain through tok_prev / tok_arc, then the backpointers), and whether a non-blank one
-    came before them (else the count ran to the start)."""
+    came before them (else the count ran to the start).  memo: the last walk's first stored
+    backpointer (-1: none), the blanks from it back and 1 where a non-blank came before them
+    (TRAIL_*): a walk that reaches that backpointer stops there, and the memo becomes this
+    walk's.  (In silence the blanks run back to the last speech: walked whole at every call,
+    a stream's call took time that grew with its silence.)"""
     count = 0
     if keep < 0:
         return 0, False
@@ -289,17 +293,27 @@ def trailing_blanks(keep, tok_prev, tok_arc, bp_prev, bp_arc, ilabel, blank):
         if p > -2:
             break
         k = in_frame(p)
-    g = tok_prev[k]
+    first = g = tok_prev[k]
+    stored = 0
+    voiced = False
     for _ in range(bp_prev.shape[0]):
         if g < 0:
+            break
+        if g == memo[TRAIL_AT]:
+            stored += memo[TRAIL_BLANKS]
+            voiced = memo[TRAIL_VOICED] != 0
             break
         a = bp_arc[g]
         if a != NO_ARC and ilabel[a] != 0:
             if ilabel[a] != blank:
-                return count, True
-            count += 1
+                voiced = True
+                break
+            stored += 1
         g = bp_prev[g]
-    return count, False
+    memo[TRAIL_AT] = first
+    memo[TRAIL_BLANKS] = stored
+    memo[TRAIL_VOICED] = 1 if voiced else 0
+    return count + stored, voiced
 
 
 # ---------------------------------------------------------------------- backpointers

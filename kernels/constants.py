@@ -115,8 +115,13 @@ def backpointer_room(room_bytes: int | None) -> int:
 # a CPU stream's numbers: its row of the backend's int64 array (kernels.cpu.advance_streams;
 # S_LATTICE: 1 where it keeps a lattice, its links in the table's typed list)
 (S_N, S_NS, S_STORED, S_FRAMES, S_BASE, S_FALLBACKS, S_SURVIVORS, S_TRAILING, S_LAST_VOICED,
- S_NEXT_COMMIT, S_CONTEXT, S_STABLE_AT, S_PARTIAL, S_LATTICE) = range(14)
-STREAM_FIELDS = 14
+ S_NEXT_COMMIT, S_CONTEXT, S_STABLE_AT, S_PARTIAL, S_LATTICE, S_TRAIL) = range(15)
+# the memo of a stream's last walk back for its trailing blanks (kernels.common.trailing_blanks):
+# its first stored backpointer (-1: none), the blanks from it back, 1 where speech came before
+# them; in a CPU stream's numbers from S_TRAIL on
+TRAIL_AT, TRAIL_BLANKS, TRAIL_VOICED = range(3)
+TRAIL_FIELDS = 3
+STREAM_FIELDS = S_TRAIL + TRAIL_FIELDS
 # a CPU stream's partial result as kernels.cpu.walk_partial finds it, its row of the backend's
 # int32 array: the words found (-1: more than the row holds), how many are stable, the meeting
 # point, the status, and the stream's S_FRAMES, S_BASE and S_STABLE_AT it was found at (the row

@@ -106,6 +106,7 @@ from .constants import (
     S_STABLE_AT,
     S_STORED,
     S_SURVIVORS,
+    S_TRAIL,
     S_TRAILING,
     SHARED_MEMO,
     STEP_ARCS,
@@ -116,6 +117,7 @@ from .constants import (
     STEP_LOOKUPS,
     STEP_MISSES,
     TOKEN_OVERFLOW,
+    TRAIL_FIELDS,
     hash_slots,
 )
 from .fltop import fltop_active, frame_acoustic_costs
@@ -1579,27 +1581,36 @@ def advance_stream(graph, boosts, context, memo, log_probs, num_frames, settings
     """A stream's chunk in one call: frames(), then (when they all went through) the hash
     table emptied for the next stream and what the endpoint rules read.  resume_beam: as
     frames() takes it; lat: the stream's lattice.Links (its steps are frames since the
-    start: it commits nothing), or None.  Returns frames()'s
-    tuple + (survivors of the frames done, trailing blanks, whether a non-blank came
-    before them, the final relative cost, whether the search died: its tokens are ghosts,
-    and the frames after their paths count as trailing blanks)."""
+    start: it commits nothing), or None.  Returns frames()'s tuple + (survivors of the
+    frames done, the best token without final costs, the final relative cost, whether the
+    search died: its tokens are ghosts, and the frames after their paths count as trailing
+    blanks); endpoint_trailing reads the rest."""
     status, done, n, ns, beam, prev, arc, stored, fallbacks = frames(
         graph, boosts, context, memo, log_probs, num_frames, settings, ws, n, ns, resume_beam, trace, first, stored,
         lat)
     survivors = 0
     for t in range(first, first + done):  # an overflowed frame counts when redone
         survivors += trace.survivors[t]
-    trailing, voiced, relative, dead = 0, False, INF, False
+    keep, relative, dead = -1, INF, False
     if status == OK:
         release(ws, n)
         tl = ws.tl
         keep = _best_token(tl, n, graph.final, context, False)
-        trailing, voiced = trailing_blanks(keep, tl.prev, tl.arc, prev, arc, graph.ilabel, settings.blank_ilabel)
         relative = final_relative_cost(tl.cost, tl.state, tl.ctx, n, graph.final, context, 0)
         dead = died(n, tl.prev, tl.arc)
-        if dead:
-            trailing += frames_after(trace.steps, first + done, tl.prev[keep])
-    return status, done, n, ns, beam, prev, arc, stored, fallbacks, survivors, trailing, voiced, relative, dead
+    return status, done, n, ns, beam, prev, arc, stored, fallbacks, survivors, keep, relative, dead
+
+
+@njit(nogil=True, cache=True)
+def endpoint_trailing(tl, keep, prev, arc, steps, count, dead, ilabel, blank, memo):
+    """What the endpoint rules read of a stream after advance_stream: the trailing blanks of
+    its best token keep's path and whether a non-blank came before them (trailing_blanks,
+    with the stream's memo: its numbers from S_TRAIL); where the search died, the frames
+    after its path count too (steps: its first `count`)."""
+    trailing, voiced = trailing_blanks(keep, tl.prev, tl.arc, prev, arc, ilabel, blank, memo)
+    if dead:
+        trailing += frames_after(steps, count, tl.prev[keep])
+    return trailing, voiced
 
 
 class StreamSlot(NamedTuple):
@@ -1936,7 +1947,7 @@ def advance_streams(graph, settings, ws, memo, table, which, chunks, offsets, or
         if v[S_CONTEXT] != NO_CONTEXT:
             for c in range(STEP_COUNTERS):
                 _fetch_add(table.steps, c, m.counts[c] - before[c])
-        status, done, n, ns, beam, prev, arc, stored, fallbacks, survivors, trailing, voiced, rel, dead = r
+        status, done, n, ns, beam, prev, arc, stored, fallbacks, survivors, keep, rel, dead = r
         if len(prev) != len(s.trace.prev):  # the backpointers grew
             slots[i] = StreamSlot(s.tl, Trace(prev, arc, s.trace.steps, s.trace.survivors, s.trace.room), s.word_costs,
                                   s.logp)
@@ -1952,6 +1963,8 @@ def advance_streams(graph, settings, ws, memo, table, which, chunks, offsets, or
                         | (BACKPOINTERS_FULL if status == MEMORY_OUT else 0))
             return k, done, beam
         # the endpoint rules' readings; blanks back to the commit point: the prefix's last speech decides
+        trailing, voiced = endpoint_trailing(s.tl, keep, prev, arc, s.trace.steps, v[S_FRAMES] - v[S_BASE], dead,
+                                             graph.ilabel, settings.blank_ilabel, v[S_TRAIL:S_TRAIL + TRAIL_FIELDS])
         v[S_TRAILING] = trailing if voiced else v[S_FRAMES] - 1 - v[S_LAST_VOICED]
         relative[i] = rel
         flags[k] = (COMMIT_DUE if stored >= v[S_NEXT_COMMIT] else 0) | (DIED if dead else 0)

@@ -1142,11 +1142,13 @@ def _stored_link(lat, b, k, mark, gid):
 # ---------------------------------------------------------------------- stream lanes
 
 @cuda.jit
-def readings_kernel(graph, settings, context, u, tokens0, tokens1, bp, buffer, trailing, voiced, relative, dead):
+def readings_kernel(graph, settings, context, u, tokens0, tokens1, bp, buffer, memo, trailing, voiced, relative,
+                    dead):
     """One thread per lane whose tokens are in token buffer buffer[b] (-1: skip it): what the
     endpoint rules read (the best token's trailing blanks, whether speech came before them,
     Kaldi's final relative cost) and whether the search died (its tokens are ghosts, and
-    the frames after their paths count as trailing blanks)."""
+    the frames after their paths count as trailing blanks).  memo[b]: the lane's stream's
+    memo of its last walk back (common.trailing_blanks), read and updated."""
     b = cuda.grid(1)
     if b >= buffer.shape[0] or buffer[b] < 0:
         return
@@ -1154,7 +1156,7 @@ def readings_kernel(graph, settings, context, u, tokens0, tokens1, bp, buffer, t
     n = tl.n[b]
     keep = best_token(tl.cost[b], tl.state[b], tl.ctx[b], n, graph.final, context, b, False)
     count, speech = trailing_blanks(keep, tl.prev[b], tl.arc[b], bp.prev[b], bp.arc[b], graph.ilabel,
-                                    settings.blank_ilabel)
+                                    settings.blank_ilabel, memo[b])
     ended = died(n, tl.prev[b], tl.arc[b])
     if ended:
         count += frames_after(bp.step_start[b], u.steps[b], tl.prev[b, keep])

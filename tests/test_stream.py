@@ -805,6 +805,48 @@ def test_a_dead_stream_keeps_no_more_frames_and_endpoints_as_silence(demo, demo_
     assert a == b and a.num_frames == T + 100 and a.cost == np.inf
 
 
+def test_the_trailing_blanks_memo_reads_as_a_walk_from_scratch(demo, demo_graphs, monkeypatch):
+    """The endpoint readings walk the best path back only to where the last call's walk began
+    (the stream's memo, kernels.common.trailing_blanks): walked whole, silence after speech
+    cost every call a walk back to the speech.  After every call of random chunks, commits
+    numbering the backpointers anew in between, the memo's reading is a walk from scratch's,
+    and the stream's trailing silence counts it."""
+    from wfst.kernels import cpu
+
+    from wfst import ledger
+
+    monkeypatch.setattr(ledger, "COMMIT_AT", 256)
+    path, kw = demo_graphs["char_compact"]
+    g = wfst.load_graph(path)
+    _, x, lengths = demo_emissions(demo, g, kw, count=2)
+    rng = np.random.default_rng(7)
+    quiet = rng.normal(0.0, 1.0, (600, g.tokens.num_columns)).astype(np.float32)
+    quiet[:, g.tokens.blank] += 12.0  # blank-dominated noise: alternatives live on through it
+    quiet -= np.logaddexp.reduce(quiet, axis=1, keepdims=True)
+    speech = np.concatenate([x[0, :lengths[0]], quiet, x[1, :lengths[1]], quiet]).astype(np.float32)
+    dec = Decoder(g, beam=14.0, max_active=2000, num_threads=1)
+    s = dec.stream()
+    state, t, commits, hits = s._state, 0, 0, 0
+    blank = dec._settings.blank_ilabel
+    while t < len(speech):
+        step = int(rng.integers(1, 40))
+        base = state.base
+        dec.advance([s], [speech[t:t + step]])
+        t += step
+        if state.base != base:  # committed after the walk: the memo's backpointer is numbered anew
+            commits += 1
+            assert state.trail_memo[C.TRAIL_AT] == -1
+        keep = cpu._best_token(state.tl, state.n, dec._backend.layout.final, None, False)
+        args = (state.tl, keep, state.trace.prev, state.trace.arc, state.trace.steps, state.frames - state.base,
+                state.dead, dec._backend.layout.ilabel, blank)
+        fresh = cpu.endpoint_trailing(*args, np.array([-1, 0, 0], np.int64))
+        memo = state.trail_memo.copy()
+        hits += memo[C.TRAIL_AT] >= 0 and memo[C.TRAIL_BLANKS] > step
+        assert cpu.endpoint_trailing(*args, memo) == fresh
+        assert state.trailing == (fresh[0] if fresh[1] else state.frames - 1 - state.prefix.last_voiced)
+    assert commits > 2 and hits > 10 and state.trailing > 500
+
+
 def test_a_stream_finished_by_another_thread_meanwhile_is_refused(demo, demo_graphs, monkeypatch):
     """advance() checks its chunks before it waits for the decoder; a stream that another
     thread finished meanwhile is refused once the turn comes, and the stream that took over

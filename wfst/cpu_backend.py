@@ -531,8 +531,8 @@ class CpuBackend:
                 lat = kl.typed(lat)
                 if grown:
                     state.links = lat
-            (status, done, n, ns, beam, prev, arc, stored, fallbacks, survivors, trailing, voiced,
-             relative, dead) = self._cpu.advance_stream(
+            (status, done, n, ns, beam, prev, arc, stored, fallbacks, survivors, keep, relative,
+             dead) = self._cpu.advance_stream(
                 self.layout, state.word_costs, state.context, memo, chunk[t:], T - t, state.settings, ws,
                 state.n, state.ns, np.float32(beam), trace, state.frames - state.base, state.stored, lat)
             if len(prev) != len(trace.prev):
@@ -549,6 +549,10 @@ class CpuBackend:
             state.overflowed(ws, status == C.LINK_OVERFLOW)  # again: go on from its survivors
             _clean(ws)
             t += done
+        trailing, voiced = self._cpu.endpoint_trailing(state.tl, keep, state.trace.prev, state.trace.arc,
+                                                       state.trace.steps, state.frames - state.base, dead,
+                                                       self.layout.ilabel, state.settings.blank_ilabel,
+                                                       state.trail_memo)
         state.set_endpoint_readings(trailing, voiced, relative)
         state.dead = dead
         if state.stored >= state.next_commit:
@@ -1105,6 +1109,7 @@ class CpuStream(Ledger):
     fallbacks = _number(C.S_FALLBACKS)
     survivors = _number(C.S_SURVIVORS)
     trailing = _number(C.S_TRAILING)
+    trail_memo = property(lambda self: self._slots.numbers[self.slot, C.S_TRAIL:C.S_TRAIL + C.TRAIL_FIELDS])
     next_commit = _number(C.S_NEXT_COMMIT)
     _stable_at = _number(C.S_STABLE_AT)  # (the Ledger's; the search reads it to walk a partial)
     tl = _array("tl")

@@ -60,6 +60,7 @@ class CudaStream(Ledger):
     (only the host work reads them: the path's scores at commits, partial results, finish)."""
 
     def __init__(self, lanes: StreamLanes, lane: int, capacity: int, boost_map: dict, phrases):
+        self.trail_memo = np.full(C.TRAIL_FIELDS, -1, np.int64)  # (its lane's row of readings_kernel's memo)
         super().__init__(capacity)
         self.lane, self.boost_map, self.phrases = lane, boost_map, phrases
         self.hist = np.empty((0, lanes.V), np.float32)
@@ -274,19 +275,24 @@ class StreamLanes:
             return 0
         ws = self.ws
         buffer = np.full(self.L, -1, np.int8)
+        memo = np.full((self.L, C.TRAIL_FIELDS), -1, np.int64)
         for s in advanced:
             buffer[s.lane] = s.buffer
+            memo[s.lane] = s.trail_memo
         from wfst.kernels import cuda as K
 
         out = self._readings
+        memo_on_device = self.xp.asarray(memo)
         K.readings_kernel[(self.L + 31) // 32, 32](self.backend.csr, self.settings, self.context, ws.u, ws.tokens[0],
                                                    ws.tokens[1], ws.bp, on_device(self.xp.asarray(buffer)),
-                                                   *(on_device(a) for a in out))
+                                                   on_device(memo_on_device), *(on_device(a) for a in out))
         trailing, voiced, relative, dead = (_read(a) for a in out)
+        memo = _read(memo_on_device)
         survivors, fallbacks = _read(self.ws_x.u.survivors), _read(self.ws_x.u.fallbacks)
         stored = _read(self.ws_x.bp.n)
         for s in advanced:
             b = s.lane
+            s.trail_memo[:] = memo[b]
             s.set_endpoint_readings(trailing[b], bool(voiced[b]), relative[b])
             s.dead = bool(dead[b])
             s.survivors, s.fallbacks = int(survivors[b]), int(fallbacks[b])

@@ -51,6 +51,7 @@ class Ledger:
         self.dead = False  # every token died: the search ended (kernels.common.died)
         self.idle = 0  # frames given after that, counted but neither kept nor read
         self._forget_stable()
+        self._forget_trail()
 
     def kept_log_probs(self) -> np.ndarray:
         """The log-probs of the frames kept: row r is frame base + r."""
@@ -101,6 +102,12 @@ class Ledger:
         and at the start)."""
         self._stable_at, self._stable_ids, self._stable_frames = -1, (), ()
 
+    def _forget_trail(self) -> None:
+        """No memo of the walk back for trailing blanks (kernels.common.trailing_blanks: the
+        backend's int64 array `trail_memo`, constants.TRAIL_*): at the start, and after a
+        commit, which numbers the backpointers anew."""
+        self.trail_memo[C.TRAIL_AT] = -1
+
     def commit_arrays(self, graph, tl, n: int, trace, stored: int, scratch: MeetingScratch):
         """Commit the path up to where the paths of all tokens meet, when that releases at
         least half of the backpointers: its words go to `prefix`, and the backpointers
@@ -125,6 +132,7 @@ class Ledger:
             prefix.frame_tokens = prefix.frame_tokens.astype(np.uint16)
         self.prefix = prefix
         self._forget_stable()  # (the prefix has them; the backpointers are numbered anew)
+        self._forget_trail()
         if trace.survivors is not None:
             left = min(kept - k + 2, len(trace.steps) - k)
             trace.survivors[:left] = trace.survivors[k:k + left]

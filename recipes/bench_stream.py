@@ -32,6 +32,11 @@ lengths, as a batched acoustic model gives them.  --lattice-beam keeps each stre
 lattice (and each offline decode's), as a server that gives N-best lists or confidences does.
 --device cuda runs them on the GPU
 (the goal there: 512 streams at 320 ms chunks within 40 ms per call).
+
+--silence MINUTES instead times one stream of the first setup through a sentence, then
+MINUTES of blank-dominated noise (where its paths never meet, so it commits nothing) in
+chunks of the first --chunk-ms: the time of an advance() alone and of one followed by a
+partial(), every 8,000 frames, and the backpointers the stream holds.
 """
 from __future__ import annotations
 
@@ -148,6 +153,37 @@ def offline(dec, x, lengths, n: int):
     return results, seconds
 
 
+def silence(args, step: int) -> None:
+    """--silence: one stream through a sentence then args.silence minutes of blank-dominated
+    noise, in chunks of `step` frames, advanced alone and with a partial() after each."""
+    label, g, texts, token_set, profile, rescore_lm, search = load(args.setups[0], args)
+    x, lengths = synthetic.from_texts(texts[:1], g.tokens, **emission_options(token_set), **PROFILES[profile])
+    rng = np.random.default_rng(0)
+    quiet = rng.normal(0.0, 1.0, (int(args.silence * 60 / FRAME_SECONDS), g.tokens.num_columns)).astype(np.float32)
+    quiet[:, g.tokens.blank] += 14.0
+    quiet -= np.logaddexp.reduce(quiet, axis=1, keepdims=True)
+    frames = np.concatenate([x[0, :lengths[0]], quiet])
+    every = 8000
+    print(f"{label}, {profile} sentence then {args.silence:g} min of noise, chunks of {step} frames\n")
+    print("| frames | advance() ms | advance() + partial() ms | backpointers held |")
+    print("|---:|---:|---:|---:|")
+    dec = wfst.Decoder(g, **search, num_threads=args.threads, device=args.device, rescore_lm=rescore_lm)
+    alone, asked = dec.stream(), dec.stream()
+    times = {alone: [], asked: []}
+    for t in tqdm(range(0, len(frames), step), desc="silence", unit="chunk", file=sys.stderr):
+        for s in (alone, asked):
+            start = time.perf_counter()
+            dec.advance([s], [frames[t:t + step]])
+            if s is asked:
+                s.partial()
+            times[s].append(time.perf_counter() - start)
+        if (t + step) // every > t // every:
+            last = every // step
+            print(f"| {t + step:,} | {1000 * np.mean(times[alone][-last:]):.2f} | "
+                  f"{1000 * np.mean(times[asked][-last:]):.2f} | {alone._state.stored:,} |", flush=True)
+    dec.finish([alone, asked])
+
+
 def main() -> int:
     ap = recipe_cli.parser(__doc__)
     ap.add_argument("--graphs", default="build/demo", help="where make demo put the graphs")
@@ -174,6 +210,8 @@ def main() -> int:
                          "acoustic model gives them (default: a list of (T_i, V) arrays)")
     ap.add_argument("--lattice-beam", type=recipe_cli.positive, default=None,
                     help="keep word lattices within this beam, streamed and offline (default: none)")
+    ap.add_argument("--silence", type=recipe_cli.positive, default=None, metavar="MINUTES",
+                    help="time one stream through this many minutes of silence instead (see above)")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
     recipe_cli.check_json(ap, args.json)
@@ -191,6 +229,9 @@ def main() -> int:
     where = (f"CPU backend, {args.threads or 'all'} threads; {m['cpu']}" if args.device == "cpu" else
              f"CUDA backend; {m.get('gpu') or 'GPU'}")
     print(f"Streams on SYNTHETIC emissions; {where}\n")
+    if args.silence:
+        silence(args, steps[0])
+        return 0
     rows = []
     for setup in args.setups:
         label, g, texts, token_set, profile, rescore_lm, search = load(setup, args)

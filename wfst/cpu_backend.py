@@ -142,7 +142,7 @@ class CpuBackend:
                     lat = None if links is None else links._replace(block=np.zeros(T + 2, np.int64))
                     (status, arcs, steps, reached_final, per_frame, fallbacks, step_starts, final_gids,
                      final_costs, lat) = cpu.search(self.layout, word_costs, context, memo, plan.log_probs[b], T,
-                                               plan.settings, ws, lat, backpointers)
+                                                    plan.settings, ws, lat, backpointers)
                     if status == C.OK and lat is not None:
                         raw = RawLattice.of(lat, step_starts, final_gids, final_costs, reached_final)
                 if status != C.OK:

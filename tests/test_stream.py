@@ -160,7 +160,7 @@ def test_streams_keep_the_offline_lattices(demo, demo_graphs, name):
     """With a lattice_beam a stream keeps its word lattice, pruned every prune_interval frames
     whatever its chunks: finish() gives the offline lattice, N-best list and confidences,
     through token overflows and links that outgrow their room (it grows as the stream goes,
-    where decode() searches again with twice the room)."""
+    as decode()'s does)."""
     path, kw = demo_graphs[name]
     g = wfst.load_graph(path)
     _, x, lengths = demo_emissions(demo, g, kw, count=6, seed=3)
@@ -177,7 +177,7 @@ def test_streams_keep_the_offline_lattices(demo, demo_graphs, name):
     same_results(got, want)
     same_lattices(got, want)
     assert any(len(r.nbest) > 1 for r in got)  # lattices with alternatives, not best paths alone
-    # a new stream starts from the default room, not from what a long offline utterance grew it to
+    # a new stream starts from the default room at most, whatever the decoder's capacity grew to
     dec._capacity = dataclasses.replace(room, links=10**7)
     s = dec.stream()
     assert len(s._state.links.src) <= 16 * dec._capacity.tokens

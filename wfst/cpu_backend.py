@@ -284,8 +284,8 @@ class CpuBackend:
             own_memo = cpu.new_memo(_PHRASE_LM_MEMO_SLOTS if rescorer is not None else _PHRASE_MEMO_SLOTS)
         links = None
         if lattice is not None:
-            # (a stream grows its links as it goes: it starts from the default at most, not from what one
-            # long offline utterance grew the decoder's capacity to, 258 MiB a stream after a 30-minute one)
+            # (a stream grows its links as it goes: it starts from the default at most, whatever the
+            # decoder's capacity grew to)
             size = min(capacity.lattice_links, LINKS_PER_TOKEN * capacity.tokens)
             links = self._slots.spare_links(capacity.tokens) or kl.new_links(size, capacity.tokens, *lattice)
             links = kl.typed(kl.with_room(links, size, size, capacity.tokens, 64)._replace(beam=lattice[0],

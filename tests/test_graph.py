@@ -431,20 +431,43 @@ def test_words_table_type(tmp_path):
     assert isinstance(load_graph(riva_style_dir(tmp_path)).words, WordTable)
 
 
-def test_symbol_tables_are_ignored_and_left_alone():
-    rng = random.Random(7)
-    f = random_fst(rng, 19, 7, 2, 11)
-    tok = TokenTable(tuple(f"t{i}" for i in range(7)), 0, 2)
-    plain = graph_from_fst(f, tok)
-    syms = fst.SymbolTable()
-    for i in range(12):
-        syms.add_symbol(f"s{i}", i)
-    f.set_input_symbols(syms)
-    f.set_output_symbols(syms)
-    with_syms = graph_from_fst(f, tok)
+def _with_tables(d, tokens: str, words: str):
+    """d's TLG.fst rewritten with symbol tables of its own, read from these texts."""
+    f = fst.Fst.read(str(d / "TLG.fst"))
+    for text, name, put in ((tokens, "isyms.txt", f.set_input_symbols), (words, "osyms.txt", f.set_output_symbols)):
+        (d / name).write_text(text)
+        put(fst.SymbolTable.read_text(str(d / name)))
+    f.write(str(d / "TLG.fst"))
+    return f
+
+
+def test_symbol_tables_that_agree_with_the_files_load_and_are_left_alone(tmp_path):
+    d = riva_style_dir(tmp_path)
+    plain = load_graph(d, use_cache=False)
+    # the same tables, the blank under another of its names
+    f = _with_tables(d, "<eps> 0\n<blank> 1\na 2\nb 3\n#0 4\n#1 5\n#2 6\n", (d / "words.txt").read_text())
+    with_syms = load_graph(d, use_cache=False)
     for name in ("final", "e_indptr", "ne_indptr", "ilabel", "olabel", "weight", "nextstate"):
         np.testing.assert_array_equal(getattr(plain, name), getattr(with_syms, name))
-    assert f.input_symbols() is not None and f.output_symbols() is not None
+    assert f.input_symbols() is not None and f.output_symbols() is not None  # (the caller's FST keeps them)
+    assert graph_from_fst(f, plain.tokens, plain.words).num_arcs == plain.num_arcs
+
+
+@pytest.mark.parametrize("tokens, words, said", [
+    ("<eps> 0\n<blk> 1\nb 2\na 3\n", None,
+     r"input symbol table disagrees with tokens.txt on 2 label\(s\) \(label 2 is 'b' there, 'a' in tokens.txt; "
+     r"label 3 is 'a' there, 'b' in tokens.txt\)"),
+    (None, "<eps> 0\nba 1\nab 2\n", r"output symbol table disagrees with words.txt on 2 label\(s\) \(label 1 is 'ba' "
+                                      r"there, 'ab' in words.txt"),
+])
+def test_symbol_tables_that_disagree_with_the_files_are_refused(tmp_path, tokens, words, said):
+    """A graph built with one token (or word) numbering and loaded with another's table would
+    decode into the wrong symbols, silently: its own tables say so, and are read."""
+    d = riva_style_dir(tmp_path)
+    _with_tables(d, tokens or (d / "tokens.txt").read_text(), words or (d / "words.txt").read_text())
+    with pytest.raises(GraphFormatError, match=said):
+        load_graph(d)
+    assert not (d / "TLG.csr.npz").exists()
 
 
 def test_unwritable_graph_directory_is_an_output_error(tmp_path):

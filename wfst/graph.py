@@ -30,7 +30,7 @@ import numpy as np
 
 from .errors import GraphFormatError, MissingFileError, OptionError, OutputFileError, WfstError, user_stacklevel
 from .files import atomic_path, check_path, write_text_atomic
-from .symbols import BLANK_NAMES, TokenTable, WordTable
+from .symbols import BLANK_NAMES, EPSILON, TokenTable, WordTable
 
 FST_NAME = "TLG.fst"
 TOKENS_NAME = "tokens.txt"
@@ -122,6 +122,30 @@ def _check_nextstates(fst, source: str) -> None:
                                        f"the graph has states 0..{num_states - 1}")
 
 
+def _check_symbol_tables(fst, tokens: TokenTable, words: WordTable | None, source: str) -> None:
+    """Refuse an FST whose own symbol tables (kept by fstcompile --keep_isymbols, say) name
+    its labels otherwise than tokens.txt and words.txt do: the decoder reads the labels by
+    those files, so such a graph would decode into other tokens and words without a word
+    said.  Labels only one side has are not compared, nor the blank's name (<blk>, <blank>,
+    <b>) or label 0's <eps>."""
+    ours = {label: symbol for symbol, label in tokens.ilabels().items()}
+    for kind, table, mine, file in (("input", fst.input_symbols(), ours, TOKENS_NAME),
+                                    ("output", fst.output_symbols(), None if words is None else dict(enumerate(words)),
+                                     WORDS_NAME)):
+        if table is None or mine is None:
+            continue
+        differ = [(label, symbol, mine[label]) for label, symbol in table
+                  if label in mine and symbol != mine[label] and not (label == 0 and symbol == EPSILON)
+                  and not (symbol in BLANK_NAMES and mine[label] in BLANK_NAMES)]
+        if differ:
+            shown = "; ".join(f"label {label} is {theirs!r} there, {ours_!r} in {file}"
+                              for label, theirs, ours_ in differ[:3])
+            raise GraphFormatError(
+                f"{source}: its {kind} symbol table disagrees with {file} on {len(differ)} label(s) ({shown}): the "
+                f"graph was built with other symbols. Decode it with the {file} it was built with (or, if {file} is "
+                f"right and the FST's table stale, drop that table: pywrapfst's set_{kind}_symbols(None), then write)")
+
+
 def _const_fst_arrays(fst, source: str = "FST") -> tuple[int, np.ndarray, np.ndarray]:
     """(start, states, arcs) of a tropical FST, read from its ConstFst serialization.
 
@@ -184,6 +208,7 @@ def _bad_costs(costs: np.ndarray) -> np.ndarray:
 def graph_from_fst(fst, tokens: TokenTable, words: WordTable | None = None, info: dict | None = None,
                    source: str = "FST") -> Graph:
     """Flatten an OpenFST FST (pywrapfst) into a CSR :class:`Graph`."""
+    _check_symbol_tables(fst, tokens, words, source)
     start, states, arcs = _const_fst_arrays(fst, source)
     num_states = len(states)
     if num_states == 0 or start < 0:

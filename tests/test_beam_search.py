@@ -294,10 +294,29 @@ def test_an_utterance_whose_every_path_has_probability_0_has_none(tmp_path, devi
     x[1, 0, 2] = math.log(0.5)
     for beam_size in (1, 4):
         options = dict(beam_size=beam_size, lm_weight=0.5, token_insertion=0.0)
-        dead, alive = CtcBeamDecoder(table, arpa, device=device, **options).decode(x, np.array([4, 4]))
+        decoder = CtcBeamDecoder(table, arpa, device=device, **options)
+        with pytest.warns(UserWarning, match=r"^1 utterance\(s\) have no path through all their \(utterance 0\)"):
+            dead, alive = decoder.decode(x, np.array([4, 4]))
+        assert decoder.stats.no_path == (0,)
         assert dead.words == () and dead.cost == math.inf and not dead.reached_final
         assert dead.nbest == () and dead.word_times == ()
         assert alive.reached_final and math.isfinite(alive.cost) and set("".join(alive.words)) <= {"a"}
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # (NumPy's scalars in CUDA's simulator)
+def test_costs_past_float32_range_say_there_is_no_path_and_why(device):
+    """Scores of another scale (-1e37 a frame) overflow a path's float32 cost: no path, said
+    as the graph decoder says it, naming the frame no log-softmax gives."""
+    if device == "cuda":
+        pytest.importorskip("numba.cuda")
+    x = np.full((2, 40, 3), math.log(1 / 3), np.float32)
+    x[1] = -3e37
+    x[1, :, 0] = -1e37
+    decoder = CtcBeamDecoder(token_table(("a", "b")), device=device)
+    with pytest.warns(UserWarning, match=r"\(utterance 1\).*Utterance 1's frame 0 has its largest log-prob -1e\+37"):
+        fine, dead = decoder.decode(x)
+    assert decoder.stats.no_path == (1,) and dead.cost == math.inf and math.isfinite(fine.cost)
 
 
 def test_a_blank_named_beside_a_token_table_is_refused():

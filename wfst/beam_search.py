@@ -31,7 +31,7 @@ from .errors import BoostError, MissingFileError, OptionError, VocabularyError, 
 from .files import split_fields
 from .inputs import check_batch, check_log_probs, host_array, input_faults
 from .lm import LmStore, open_lm
-from .results import DecodeResult, DecodeStats
+from .results import DecodeResult, DecodeStats, no_path
 from .symbols import TokenTable
 from .synthetic import detokenize, tokenize
 
@@ -271,7 +271,7 @@ class CtcBeamDecoder:
                 order = beam.close_beam(final, count, self.settings, lm, pb if row >= 0 else None, max(row, 0))
                 results.append(self._result(final, order, parents, labels, int(lengths[b])))
             self.stats = DecodeStats(B, int(lengths.sum()), time.perf_counter() - start,
-                                     device_seconds=gpu.device_seconds)
+                                     device_seconds=gpu.device_seconds, no_path=no_path(results, "utterance", x))
             return results
         V = self.tokens.num_columns
         K = int(self.settings.beam_size)
@@ -298,7 +298,7 @@ class CtcBeamDecoder:
             with ThreadPoolExecutor(threads) as pool:
                 results = list(pool.map(one, range(B)))
         frames = int(lengths.sum())
-        self.stats = DecodeStats(B, frames, time.perf_counter() - start)
+        self.stats = DecodeStats(B, frames, time.perf_counter() - start, no_path=no_path(results, "utterance", x))
         return results
 
     @staticmethod

@@ -295,7 +295,7 @@ def test_an_utterance_whose_every_path_has_probability_0_has_none(tmp_path, devi
     for beam_size in (1, 4):
         options = dict(beam_size=beam_size, lm_weight=0.5, token_insertion=0.0)
         decoder = CtcBeamDecoder(table, arpa, device=device, **options)
-        with pytest.warns(UserWarning, match=r"^1 utterance\(s\) have no path through all their \(utterance 0\)"):
+        with pytest.warns(UserWarning, match=r"^1 utterance\(s\) have no path through .*\(utterance 0\)"):
             dead, alive = decoder.decode(x, np.array([4, 4]))
         assert decoder.stats.no_path == (0,)
         assert dead.words == () and dead.cost == math.inf and not dead.reached_final

@@ -946,6 +946,53 @@ def test_ctrl_c_in_a_stream_call_is_raised_when_it_ends_with_its_streams_whole(d
     assert dec.finish([s])[0] == want
 
 
+def test_a_finish_that_ctrl_c_interrupts_keeps_the_results_on_the_streams(demo, demo_graphs, monkeypatch):
+    """finish() ends its work before Ctrl-C is raised, which loses what it returns, and the
+    streams take no second finish(): each keeps its result as stream.result.  A finish() that
+    fails part-way leaves the streams it took lost, saying so."""
+    import _thread
+
+    path, kw = demo_graphs["char_compact"]
+    g = wfst.load_graph(path)
+    _, x, lengths = demo_emissions(demo, g, kw, count=2)
+    dec = Decoder(g, num_threads=1)
+    want = dec.decode(x, lengths)
+    streams = [dec.stream(), dec.stream()]
+    dec.advance(streams, [x[0, :lengths[0]], x[1, :lengths[1]]])
+    assert [s.result for s in streams] == [None, None]
+    real = dec._backend.finish_stream
+
+    def interrupted(state):
+        _thread.interrupt_main()
+        return real(state)
+
+    monkeypatch.setattr(dec._backend, "finish_stream", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        dec.finish(streams)
+    assert [s.result for s in streams] == want
+    with pytest.raises(DecodeInputError, match=r"stream 0 was finished \(its result is stream.result\)"):
+        dec.finish(streams)
+
+    calls = []
+
+    def failing(state):
+        calls.append(state)
+        if len(calls) == 2:
+            raise MemoryError
+        return real(state)
+
+    monkeypatch.setattr(dec._backend, "finish_stream", failing)
+    streams = [dec.stream(), dec.stream()]
+    dec.advance(streams, [x[0, :lengths[0]], x[1, :lengths[1]]])
+    with pytest.raises(MemoryError):
+        dec.finish(streams)
+    with pytest.raises(DecodeInputError, match="stream 0 was lost: a finish\\(\\) call that took its result stopped"):
+        dec.finish(streams[:1])
+    assert streams[0].result is None
+    monkeypatch.undo()
+    assert dec.finish(streams[1:])[0] == want[1]
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX's")
 def test_streams_go_on_in_a_forked_child_of_a_process_whose_pool_ran_them(demo, demo_graphs, monkeypatch):
     """The streams' Python thread pool does not survive fork() (its threads stay in the

@@ -342,20 +342,28 @@ class Decoder:
         with self._lock:  # checked in turn: another thread may be finishing one of them
             streams = self._check_streams(streams, "finish")
             lattices, scorers = [], []
-            for s in streams:
-                status, path, prefix = self._backend.finish_stream(s._state)
-                if status == C.EPS_CYCLE:
-                    raise WfstError("a stream's path loops: the graph has an epsilon cycle of zero or negative cost")
-                results.append(path_result(self.graph, self.config, path, s.frames, s._boost_map, s._phrases,
-                                           self._searched_lm, prefix))
-                lattices.append(path.lattice)
-                scorers.append(PathScorer(self.graph, self.config, s.frames, s._boost_map, s._phrases,
-                                          self._searched_lm))
-                s._final_rule = s.endpoint_rule
-                s.finished = True
-                s._state = _FinishedState(s.frames)
-            if self.config.lattice_beam is not None:
-                results = self._with_lattices(results, lattices, scorers, nbest)
+            try:
+                for s in streams:
+                    status, path, prefix = self._backend.finish_stream(s._state)
+                    if status == C.EPS_CYCLE:
+                        raise WfstError("a stream's path loops: the graph has an epsilon cycle of zero or negative "
+                                        "cost")
+                    results.append(path_result(self.graph, self.config, path, s.frames, s._boost_map, s._phrases,
+                                               self._searched_lm, prefix))
+                    lattices.append(path.lattice)
+                    scorers.append(PathScorer(self.graph, self.config, s.frames, s._boost_map, s._phrases,
+                                              self._searched_lm))
+                    s._final_rule = s.endpoint_rule
+                    s.finished = True
+                    s._state = _FinishedState(s.frames)
+                if self.config.lattice_beam is not None:
+                    results = self._with_lattices(results, lattices, scorers, nbest)
+            except BaseException:
+                for s in streams[:len(results)]:  # (their search states are gone, their results unfinished)
+                    s._lost = "a finish() call that took its result stopped part-way"
+                raise
+            for s, r in zip(streams, results):
+                s._result = r
             self.stats = DecodeStats(len(results), 0, time.perf_counter() - start, lm=self._lattice_lm_report(),
                                      no_path=no_path(results, "stream"))
         return results
@@ -426,7 +434,8 @@ class Decoder:
                 raise DecodeInputError(f"{call}(): stream {i} was lost: {s._lost}; open a new one with "
                                        f"Decoder.stream()")
             if s.finished:
-                raise DecodeInputError(f"{call}(): stream {i} was finished; open a new one with Decoder.stream()")
+                raise DecodeInputError(f"{call}(): stream {i} was finished (its result is stream.result); open a new "
+                                       f"one with Decoder.stream()")
             if id(s) in seen:
                 raise DecodeInputError(f"{call}(): stream {i} is given twice")
             seen.add(id(s))

@@ -134,8 +134,8 @@ class Stream:
     frames: frames decoded so far; endpoint: whether an endpoint rule fired at the last
     advance (endpoint_rule: which one, an index into the EndpointConfig's rules; none
     before the first frame); finished: Decoder.finish() took its result, and it takes no
-    more chunks; boost_unknown: the boosted words or phrases not in the graph's vocabulary
-    (ignored, with a warning)."""
+    more chunks, and keeps it as `result`; boost_unknown: the boosted words or phrases not in
+    the graph's vocabulary (ignored, with a warning)."""
 
     def __init__(self, decoder, state, boost_map, phrases, endpoint: EndpointConfig, boost_unknown: tuple = ()):
         self._decoder = decoder
@@ -147,6 +147,7 @@ class Stream:
         self.finished = False
         self._final_rule: int | None = None  # endpoint_rule when the stream was finished
         self._lost: str | None = None  # why its search state is gone (an advance() stopped part-way)
+        self._result = None  # finish()'s DecodeResult
         self._stable_words: tuple[str, ...] = ()  # the stable words' names, once asked (they never change)
 
     @property
@@ -163,6 +164,12 @@ class Stream:
         if self.frames == 0:
             return None
         return self.endpoint_config.fired(state.trailing + state.idle, state.relative_cost, self.frames)
+
+    @property
+    def result(self):
+        """The DecodeResult finish() gave (None before): kept, since a finish() that Ctrl-C
+        interrupts ends its work, then raises, which loses what it returns."""
+        return self._result
 
     @property
     def endpoint(self) -> bool:

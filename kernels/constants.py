@@ -121,7 +121,16 @@ def backpointer_room(room_bytes: int | None) -> int:
 # them; in a CPU stream's numbers from S_TRAIL on
 TRAIL_AT, TRAIL_BLANKS, TRAIL_VOICED = range(3)
 TRAIL_FIELDS = 3
-STREAM_FIELDS = S_TRAIL + TRAIL_FIELDS
+# the memo of a stream's last partial walk whose paths met before its first word after the
+# meeting point (kernels.cpu.partial_words): the backpointer its best path began at (-1: none),
+# the meeting point it ran back to, a backpointer on the path of a token that met no later
+# (the witness), the words after the meeting point (at most PMEMO_MAX_WORDS), then their ids,
+# then their frames; in a CPU stream's numbers from S_PMEMO on
+PMEMO_AT, PMEMO_SINCE, PMEMO_WITNESS, PMEMO_WORDS, PMEMO_HEAD = range(5)
+PMEMO_MAX_WORDS = 6
+PMEMO_FIELDS = PMEMO_HEAD + 2 * PMEMO_MAX_WORDS
+S_PMEMO = S_TRAIL + TRAIL_FIELDS
+STREAM_FIELDS = S_PMEMO + PMEMO_FIELDS
 # a CPU stream's partial result as kernels.cpu.walk_partial finds it, its row of the backend's
 # int32 array: the words found (-1: more than the row holds), how many are stable, the meeting
 # point, the status, and the stream's S_FRAMES, S_BASE and S_STABLE_AT it was found at (the row

@@ -93,6 +93,13 @@ from .constants import (
     PARTIAL_LOOPS,
     PARTIAL_OK,
     PARTIAL_STALE,
+    PMEMO_AT,
+    PMEMO_FIELDS,
+    PMEMO_HEAD,
+    PMEMO_MAX_WORDS,
+    PMEMO_SINCE,
+    PMEMO_WITNESS,
+    PMEMO_WORDS,
     S_BASE,
     S_CONTEXT,
     S_FALLBACKS,
@@ -103,6 +110,7 @@ from .constants import (
     S_NEXT_COMMIT,
     S_NS,
     S_PARTIAL,
+    S_PMEMO,
     S_STABLE_AT,
     S_STORED,
     S_SURVIVORS,
@@ -1353,7 +1361,7 @@ def common_ancestor(tl, n, prev, stored):
     an epsilon cycle, which finish reports)."""
     g = _stored_of(tl, 0, n) if n > 0 else -1
     return meeting_point(tl, n, prev, stored, np.full(stored, -1, np.int32), np.full(stored, -1, np.int32), g, -1,
-                         0)
+                         0)[0]
 
 
 @njit(nogil=True, cache=True)
@@ -1365,7 +1373,7 @@ def commit_path(tl, n, prev, arc, stored, depth, meet, since):
     the arcs empty unless the meeting point is past the start."""
     warm(prev, since, stored)
     g = _stored_of(tl, 0, n) if n > 0 else -1
-    m = meeting_point(tl, n, prev, stored, depth, meet, g, since, 0)
+    m = meeting_point(tl, n, prev, stored, depth, meet, g, since, 0)[0]
     if m <= 0:
         return m, np.empty(0, np.int32), np.empty(0, np.int32)
     status, arcs, gids = _traced(prev, arc, m, stored)
@@ -1425,20 +1433,22 @@ def meeting_point(tl, n, prev, stored, depth, meet, g, since, floor):
     once that is ruled out the tokens left are not walked, and the chain's first is the
     answer.  depth, meet: scratch of at least `stored` entries, all -1, as it leaves them
     (a stream's partial result, asked after every chunk, then costs the paths it walks,
-    not two fresh arrays of every backpointer)."""
+    not two fresh arrays of every backpointer).  Returns (that backpointer, the witness):
+    the witness is where the path of a token that met the chain before `floor` begins (it
+    ruled the later nodes out), or -1."""
     chain = 0  # the chain's backpointers, `since` included
     h = g
     while h >= 0 and h != since:
         chain += 1
         if chain > stored:
-            return -1
+            return -1, -1
         h = prev[h]
     if h != since:
-        return -1
+        return -1, -1
     if since >= 0:
         chain += 1
     if chain == 0:
-        return -1
+        return -1, -1
     h = g
     for d in range(chain - 1, -1, -1):  # each node with its depth from the chain's start
         depth[h] = d
@@ -1449,6 +1459,7 @@ def meeting_point(tl, n, prev, stored, depth, meet, g, since, floor):
     lowest = chain - 1
     whole = True
     done = 0  # the tokens whose walks marked `meet`
+    witness = -1
     for j in range(n):
         if lowest < floor:
             break
@@ -1468,6 +1479,8 @@ def meeting_point(tl, n, prev, stored, depth, meet, g, since, floor):
             break
         m = depth[h] if depth[h] >= 0 else meet[h]
         lowest = min(lowest, m)
+        if m < floor and witness < 0:
+            witness = first
         h = first
         while depth[h] < 0 and meet[h] < 0:  # remember the meeting depth along the walk
             meet[h] = m
@@ -1491,11 +1504,64 @@ def meeting_point(tl, n, prev, stored, depth, meet, g, since, floor):
         while h >= 0 and meet[h] >= 0:
             meet[h] = -1
             h = prev[h]
-    return result
+    return result, witness
 
 
 @njit(nogil=True, cache=True)
-def partial_words(tl, n, final, olabel, prev, arc, stored, steps, base, frames, since, scratch_depth, scratch_meet):
+def _partial_from_memo(tl, n, final, olabel, prev, arc, stored, since, memo):
+    """Whether the memo (constants.PMEMO_*) holds this frame's partial after `since`: the
+    best path (final costs left out) passes the backpointer where the last walk's began,
+    with no word after it, and a token's path passes the witness and not that backpointer,
+    so that it meets the best path where it met the last one, before the first word after
+    since.  Then the words are the memo's, none of them stable, and the memo's best path
+    begins where this walk's did.  Walks the tokens' paths back to the last walk's frame
+    only: in a silence after speech whose paths disagree on the last words, a walk back to
+    where they met walked every token's path through the whole silence."""
+    at, witness = memo[PMEMO_AT], memo[PMEMO_WITNESS]
+    if at < 0 or memo[PMEMO_SINCE] != since:
+        return False
+    keep = _best_token(tl, n, final, None, False)
+    if keep < 0:
+        return False
+    k = keep
+    for step in range(n + 1):  # the frame's own epsilon chain back to a stored token
+        if step == n:
+            return False
+        if tl.arc[k] != NO_ARC and olabel[tl.arc[k]] != 0:
+            return False
+        p = tl.prev[k]
+        if p > -2:
+            break
+        k = in_frame(p)
+    g = h = tl.prev[k]
+    for _ in range(stored + 1):
+        if h < 0 or h == since or h == witness:
+            return False
+        if h == at:
+            break
+        if arc[h] != NO_ARC and olabel[arc[h]] != 0:
+            return False
+        h = prev[h]
+    if h != at:
+        return False
+    if witness < 0:  # (no word after since: none can be stable)
+        memo[PMEMO_AT] = g
+        return True
+    for j in range(n):  # (backpointers number up along a path: a walk stops at the witness's number)
+        h = _stored_of(tl, j, n)
+        for _ in range(stored + 1):
+            if h <= witness or h == at:
+                break
+            h = prev[h]
+        if h == witness:
+            memo[PMEMO_AT] = g
+            return True
+    return False
+
+
+@njit(nogil=True, cache=True)
+def partial_words(tl, n, final, olabel, prev, arc, stored, steps, base, frames, since, scratch_depth, scratch_meet,
+                  memo):
     """A partial result's words after backpointer `since` in one call.  since: the last
     partial's meeting point (the paths of all later tokens pass it, and the caller holds the
     words up to it), or -1: the commit point; the walks stop there, so that a partial costs
@@ -1505,7 +1571,13 @@ def partial_words(tl, n, final, olabel, prev, arc, stored, steps, base, frames, 
     stable, that is up to the backpointer all the frame's tokens share; that backpointer, or
     -1 when none but `since` is known; partial_path's status).  steps: the trace's first
     backpointer of each step from `base` (the commit point) on; frames: the steps decoded;
-    scratch_*: meeting_point's scratch."""
+    scratch_*: meeting_point's scratch; memo: the stream's constants.PMEMO_*, read and
+    written (_partial_from_memo)."""
+    if _partial_from_memo(tl, n, final, olabel, prev, arc, stored, since, memo):
+        c = memo[PMEMO_WORDS]
+        return (memo[PMEMO_HEAD:PMEMO_HEAD + c].astype(np.int32),
+                memo[PMEMO_HEAD + PMEMO_MAX_WORDS:PMEMO_HEAD + PMEMO_MAX_WORDS + c].astype(np.int32), 0, -1, PARTIAL_OK)
+    memo[PMEMO_AT] = -1
     warm(prev, since, stored)
     arcs, gids, g, status = partial_path(tl, n, final, None, prev, arc, stored, since)
     words = 0
@@ -1520,23 +1592,31 @@ def partial_words(tl, n, final, olabel, prev, arc, stored, steps, base, frames, 
     while floor < len(arcs) and gids[floor] >= 0 and olabel[arcs[floor]] == 0:
         floor += 1
     floor += 1
-    meet = meeting_point(tl, n, prev, stored, scratch_depth, scratch_meet, g, since, floor) if g >= 0 else -1
+    meet, witness = meeting_point(tl, n, prev, stored, scratch_depth, scratch_meet, g, since, floor) if g >= 0 \
+        else (-1, -1)
     if meet < 0 and since >= 0:
         return word_ids, word_frames, 0, -1, PARTIAL_STALE  # (a token's path misses `since`)
     found = meet
     stable = 0
     w = 0
+    settled = True  # every word on a stored arc: its frame final
     for i in range(len(arcs)):
         a = arcs[i]
         if olabel[a] != 0:
-            g = gids[i]  # (the step it was stored at, as Ledger.steps_of finds it)
-            at = base + np.searchsorted(steps[:frames - base], g, side="right") - 1 if g >= 0 else frames
+            h = gids[i]  # (the step it was stored at, as Ledger.steps_of finds it)
+            settled = settled and h >= 0
+            at = base + np.searchsorted(steps[:frames - base], h, side="right") - 1 if h >= 0 else frames
             word_ids[w] = olabel[a]
             word_frames[w] = max(at - 1, 0)
             w += 1
         if found >= 0 and gids[i] == found:
             stable = w
             found = -2  # (its first arc only)
+    if meet >= 0 and (witness >= 0 or words == 0) and words <= PMEMO_MAX_WORDS and settled:
+        # (none stable: the next walk may stop where this one's best path began)
+        memo[PMEMO_AT], memo[PMEMO_SINCE], memo[PMEMO_WITNESS], memo[PMEMO_WORDS] = g, since, witness, words
+        memo[PMEMO_HEAD:PMEMO_HEAD + words] = word_ids
+        memo[PMEMO_HEAD + PMEMO_MAX_WORDS:PMEMO_HEAD + PMEMO_MAX_WORDS + words] = word_frames
     return word_ids, word_frames, stable, meet, PARTIAL_OK
 
 
@@ -1546,7 +1626,8 @@ def slot_partial_words(slots, i, numbers, final, olabel, since, scratch_depth, s
     s = slots[i]
     v = numbers[i]
     return partial_words(s.tl, v[S_N], final, olabel, s.trace.prev, s.trace.arc, v[S_STORED], s.trace.steps,
-                         v[S_BASE], v[S_FRAMES], since, scratch_depth, scratch_meet)
+                         v[S_BASE], v[S_FRAMES], since, scratch_depth, scratch_meet,
+                         v[S_PMEMO:S_PMEMO + PMEMO_FIELDS])
 
 
 @njit(nogil=True, cache=True)
@@ -1557,7 +1638,7 @@ def walk_partial(slots, i, numbers, final, olabel, scratch_depth, scratch_meet, 
     v = numbers[i]
     word_ids, word_frames, stable, meet, status = partial_words(
         s.tl, v[S_N], final, olabel, s.trace.prev, s.trace.arc, v[S_STORED], s.trace.steps, v[S_BASE], v[S_FRAMES],
-        v[S_STABLE_AT], scratch_depth, scratch_meet)
+        v[S_STABLE_AT], scratch_depth, scratch_meet, v[S_PMEMO:S_PMEMO + PMEMO_FIELDS])
     row = rows[i]
     width = (len(row) - P_HEAD) // 2
     c = len(word_ids)

@@ -847,6 +847,57 @@ def test_the_trailing_blanks_memo_reads_as_a_walk_from_scratch(demo, demo_graphs
     assert commits > 2 and hits > 10 and state.trailing > 500
 
 
+def test_the_partial_memo_reads_as_a_walk_from_scratch(demo, demo_graphs, monkeypatch):
+    """A partial whose paths met before the first word after the last meeting point walks
+    back only to where the last such walk began (the stream's memo, kernels.cpu.partial_words):
+    walked whole, each partial in silence after speech whose paths disagree on the last words
+    walked every token's path back through the silence.  After every call of random chunks
+    through speech and silence, commits numbering the backpointers anew in between, a
+    partial with the memo finds what one from scratch finds."""
+    from wfst.kernels import cpu
+
+    from wfst import ledger
+
+    monkeypatch.setattr(ledger, "COMMIT_AT", 256)
+    path, kw = demo_graphs["char_compact"]
+    g = wfst.load_graph(path)
+    _, x, lengths = demo_emissions(demo, g, kw, count=2)
+    want = Decoder(g, beam=14.0, max_active=2000, num_threads=1)
+    rng = np.random.default_rng(11)
+    quiet = rng.normal(0.0, 1.0, (500, g.tokens.num_columns)).astype(np.float32)
+    quiet[:, g.tokens.blank] += 12.0  # blank-dominated noise: alternatives live on through it
+    quiet -= np.logaddexp.reduce(quiet, axis=1, keepdims=True)
+    speech = np.concatenate([x[0, :lengths[0]], quiet, x[1, :lengths[1]], quiet]).astype(np.float32)
+    dec = Decoder(g, beam=14.0, max_active=2000, num_threads=1)
+    s = dec.stream()
+    state, t, commits, hits = s._state, 0, 0, 0
+    layout, scratch = dec._backend.layout, ledger.MeetingScratch()
+    while t < len(speech):
+        step = int(rng.integers(1, 40))
+        base = state.base
+        dec.advance([s], [speech[t:t + step]])
+        t += step
+        if state.base != base:  # committed: the memo's backpointer is numbered anew
+            commits += 1
+            assert state.partial_memo[C.PMEMO_AT] == -1
+        since = state.stable_at
+        args = (state.tl, state.n, layout.final, layout.olabel, state.trace.prev, state.trace.arc, state.stored,
+                state.trace.steps, state.base, state.frames, since, *scratch.at_least(state.stored))
+        ids, frames, stable, meet, status = cpu.partial_words(*args, np.full(C.PMEMO_FIELDS, -1, np.int64))
+        memo = state.partial_memo.copy()
+        hits += memo[C.PMEMO_AT] >= 0 and memo[C.PMEMO_SINCE] == since
+        found = cpu.partial_words(*args, memo)
+        assert (found[0].tolist(), found[1].tolist(), found[2], found[4]) == (ids.tolist(), frames.tolist(), stable,
+                                                                              status)
+        assert found[3] == meet or (found[3] == -1 and meet in (since, -1))
+        p = s.partial()  # (the stream's own, its memo read and updated)
+        assert p.words[:p.stable] == s.partial().words[:p.stable]
+    assert commits > 2 and hits > 10
+    final = dec.finish([s])[0]
+    assert final.words[:p.stable] == p.words[:p.stable]
+    assert final == want.decode(speech[None])[0]
+
+
 def test_a_stream_finished_by_another_thread_meanwhile_is_refused(demo, demo_graphs, monkeypatch):
     """advance() checks its chunks before it waits for the decoder; a stream that another
     thread finished meanwhile is refused once the turn comes, and the stream that took over

@@ -1110,6 +1110,7 @@ class CpuStream(Ledger):
     survivors = _number(C.S_SURVIVORS)
     trailing = _number(C.S_TRAILING)
     trail_memo = property(lambda self: self._slots.numbers[self.slot, C.S_TRAIL:C.S_TRAIL + C.TRAIL_FIELDS])
+    partial_memo = property(lambda self: self._slots.numbers[self.slot, C.S_PMEMO:C.S_PMEMO + C.PMEMO_FIELDS])
     next_commit = _number(C.S_NEXT_COMMIT)
     _stable_at = _number(C.S_STABLE_AT)  # (the Ledger's; the search reads it to walk a partial)
     tl = _array("tl")

@@ -61,6 +61,7 @@ class CudaStream(Ledger):
 
     def __init__(self, lanes: StreamLanes, lane: int, capacity: int, boost_map: dict, phrases):
         self.trail_memo = np.full(C.TRAIL_FIELDS, -1, np.int64)  # (its lane's row of readings_kernel's memo)
+        self.partial_memo = np.full(C.PMEMO_FIELDS, -1, np.int64)  # (kernels.cpu.partial_words', on the host)
         super().__init__(capacity)
         self.lane, self.boost_map, self.phrases = lane, boost_map, phrases
         self.hist = np.empty((0, lanes.V), np.float32)
@@ -515,7 +516,7 @@ class StreamLanes:
             def words_after(since, depth, meet, s=s, start=start, state=state):
                 tl, n, trace, stored = state if since == start else self._host_state(s)  # (else: from the start)
                 return cpu.partial_words(tl, n, g.final, g.olabel, trace.prev, trace.arc, stored, trace.steps, s.base,
-                                         s.frames, since, depth, meet)
+                                         s.frames, since, depth, meet, s.partial_memo)
 
             found.append(s.partial(state[1], state[3], self._meeting, words_after))
         return found

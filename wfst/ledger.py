@@ -99,8 +99,11 @@ class Ledger:
 
     def _forget_stable(self) -> None:
         """No stable words kept past the commit point (after a commit, whose prefix took them,
-        and at the start)."""
+        and at the start), nor the memo of the last partial's walk (kernels.cpu.partial_words:
+        the backend's int64 array `partial_memo`, constants.PMEMO_*; a commit numbers the
+        backpointers anew)."""
         self._stable_at, self._stable_ids, self._stable_frames = -1, (), ()
+        self.partial_memo[C.PMEMO_AT] = -1
 
     def _forget_trail(self) -> None:
         """No memo of the walk back for trailing blanks (kernels.common.trailing_blanks: the

@@ -1614,7 +1614,8 @@ def partial_words(tl, n, final, olabel, prev, arc, stored, steps, base, frames, 
             found = -2  # (its first arc only)
     if meet >= 0 and (witness >= 0 or words == 0) and words <= PMEMO_MAX_WORDS and settled:
         # (none stable: the next walk may stop where this one's best path began)
-        memo[PMEMO_AT], memo[PMEMO_SINCE], memo[PMEMO_WITNESS], memo[PMEMO_WORDS] = g, since, witness, words
+        memo[PMEMO_AT], memo[PMEMO_SINCE], memo[PMEMO_WORDS] = g, since, words
+        memo[PMEMO_WITNESS] = witness if words > 0 else -1  # (with no word, the best token's own may be it)
         memo[PMEMO_HEAD:PMEMO_HEAD + words] = word_ids
         memo[PMEMO_HEAD + PMEMO_MAX_WORDS:PMEMO_HEAD + PMEMO_MAX_WORDS + words] = word_frames
     return word_ids, word_frames, stable, meet, PARTIAL_OK

@@ -805,6 +805,19 @@ def test_a_dead_stream_keeps_no_more_frames_and_endpoints_as_silence(demo, demo_
     assert a == b and a.num_frames == T + 100 and a.cost == np.inf
 
 
+def speech_and_silence(demo, demo_graphs, seed: int, quiet_frames: int):
+    """(char_compact, two demo sentences each followed by blank-dominated noise, in which
+    alternatives live on: the paths disagree on the last words through it; the rng)."""
+    path, kw = demo_graphs["char_compact"]
+    g = wfst.load_graph(path)
+    _, x, lengths = demo_emissions(demo, g, kw, count=2)
+    rng = np.random.default_rng(seed)
+    quiet = rng.normal(0.0, 1.0, (quiet_frames, g.tokens.num_columns)).astype(np.float32)
+    quiet[:, g.tokens.blank] += 12.0
+    quiet -= np.logaddexp.reduce(quiet, axis=1, keepdims=True)
+    return g, np.concatenate([x[0, :lengths[0]], quiet, x[1, :lengths[1]], quiet]).astype(np.float32), rng
+
+
 def test_the_trailing_blanks_memo_reads_as_a_walk_from_scratch(demo, demo_graphs, monkeypatch):
     """The endpoint readings walk the best path back only to where the last call's walk began
     (the stream's memo, kernels.common.trailing_blanks): walked whole, silence after speech
@@ -816,14 +829,7 @@ def test_the_trailing_blanks_memo_reads_as_a_walk_from_scratch(demo, demo_graphs
     from wfst import ledger
 
     monkeypatch.setattr(ledger, "COMMIT_AT", 256)
-    path, kw = demo_graphs["char_compact"]
-    g = wfst.load_graph(path)
-    _, x, lengths = demo_emissions(demo, g, kw, count=2)
-    rng = np.random.default_rng(7)
-    quiet = rng.normal(0.0, 1.0, (600, g.tokens.num_columns)).astype(np.float32)
-    quiet[:, g.tokens.blank] += 12.0  # blank-dominated noise: alternatives live on through it
-    quiet -= np.logaddexp.reduce(quiet, axis=1, keepdims=True)
-    speech = np.concatenate([x[0, :lengths[0]], quiet, x[1, :lengths[1]], quiet]).astype(np.float32)
+    g, speech, rng = speech_and_silence(demo, demo_graphs, 7, 600)
     dec = Decoder(g, beam=14.0, max_active=2000, num_threads=1)
     s = dec.stream()
     state, t, commits, hits = s._state, 0, 0, 0
@@ -859,15 +865,8 @@ def test_the_partial_memo_reads_as_a_walk_from_scratch(demo, demo_graphs, monkey
     from wfst import ledger
 
     monkeypatch.setattr(ledger, "COMMIT_AT", 256)
-    path, kw = demo_graphs["char_compact"]
-    g = wfst.load_graph(path)
-    _, x, lengths = demo_emissions(demo, g, kw, count=2)
+    g, speech, rng = speech_and_silence(demo, demo_graphs, 11, 500)
     want = Decoder(g, beam=14.0, max_active=2000, num_threads=1)
-    rng = np.random.default_rng(11)
-    quiet = rng.normal(0.0, 1.0, (500, g.tokens.num_columns)).astype(np.float32)
-    quiet[:, g.tokens.blank] += 12.0  # blank-dominated noise: alternatives live on through it
-    quiet -= np.logaddexp.reduce(quiet, axis=1, keepdims=True)
-    speech = np.concatenate([x[0, :lengths[0]], quiet, x[1, :lengths[1]], quiet]).astype(np.float32)
     dec = Decoder(g, beam=14.0, max_active=2000, num_threads=1)
     s = dec.stream()
     state, t, commits, hits = s._state, 0, 0, 0

@@ -50,7 +50,6 @@ from .common import (
     expanded_cost,
     f32_bits,
     final_relative_cost,
-    frames_after,
     hash_slot,
     in_frame,
     in_frame_prev,
@@ -64,7 +63,6 @@ from .common import (
     token_key,
     trace_length,
     trace_path,
-    trailing_blanks,
 )
 from .constants import (
     BACKPOINTERS_FULL,
@@ -125,7 +123,10 @@ from .constants import (
     STEP_LOOKUPS,
     STEP_MISSES,
     TOKEN_OVERFLOW,
+    TRAIL_AT,
+    TRAIL_BLANKS,
     TRAIL_FIELDS,
+    TRAIL_VOICED,
     hash_slots,
 )
 from .fltop import fltop_active, frame_acoustic_costs
@@ -943,31 +944,53 @@ def begin_slot(graph, ws, memo, table, i):
     return n, overflow
 
 
+@njit(inline="always", cache=True)
+def _backpointer_room(prev, arc, stored, more, room):
+    """prev and arc with room for `more` backpointers after `stored` (grown when full), and
+    False when growing them would hold more than `room`, the old arrays and the new together."""
+    if stored + more <= prev.shape[0]:
+        return prev, arc, True
+    size = min(max(2 * prev.shape[0], stored + more), room - prev.shape[0])
+    if size < stored + more:
+        return prev, arc, False
+    grown_prev = np.empty(size, np.int32)
+    grown_arc = np.empty(size, np.int32)
+    grown_prev[:stored] = prev[:stored]
+    grown_arc[:stored] = arc[:stored]
+    return grown_prev, grown_arc, True
+
+
 @njit(nogil=True, cache=True)
-def _store(ws, n, keep, cutoff, last, prev, arc, stored, lat, room):
+def _store(ws, n, keep, cutoff, last, prev, arc, stored, lat, room, ilabel, blank):
     """Store the frame's survivors (cost below cutoff; on the last step token `keep` alone)
     and their in-frame ancestors as backpointers from `stored` on, the survivors in ws.sv,
     and empty the hash table; with a lattice (lat: lattice.Links) their costs in lat.alpha.
     Returns (prev, arc, stored, survivors): the arrays grown when full; survivors -1 (and
     nothing stored) when growing them would hold more than `room` backpointers, the old
-    arrays and the new together."""
+    arrays and the new together.
+
+    Runs of blanks fold (not on the last step, nor with a lattice, whose links name each
+    frame's backpointers): a token that took again the blank self-loop its backpointer took
+    shares that backpointer, and the frames between a backpointer and its successor on a
+    path tell how often the loop read (unfold_runs).  In a silence every token's path is
+    such a run: stored a frame each, they grew a stream's memory while its paths disagreed
+    on the last words and could not be committed."""
     ht, tl, sv, gid, mark = ws.ht, ws.tl, ws.sv, ws.gid, ws.mark
     mark[:n] = 0
     for j in range(n):
         if (last and j == keep) or (not last and tl.cost[j] < cutoff):
             mark_ancestors(j, tl.prev, mark)
-    if stored + n > prev.shape[0]:
-        size = min(max(2 * prev.shape[0], stored + n), room - prev.shape[0])
-        if size < stored + n:
-            return prev, arc, stored, -1
-        grown_prev = np.empty(size, np.int32)
-        grown_arc = np.empty(size, np.int32)
-        grown_prev[:stored] = prev[:stored]
-        grown_arc[:stored] = arc[:stored]
-        prev = grown_prev
-        arc = grown_arc
+    prev, arc, fits = _backpointer_room(prev, arc, stored, n, room)
+    if not fits:
+        return prev, arc, stored, -1
+    fold = lat is None and not last
+    new = stored  # backpointers from here on are the frame's own
     for j in range(n):
         if mark[j]:
+            p = tl.prev[j]
+            if fold and p >= 0 and tl.arc[j] == arc[p] and ilabel[arc[p]] == blank:
+                gid[j] = p
+                continue
             gid[j] = stored
             if lat is not None and stored < lat.alpha.shape[0]:  # store_links reports the overflow
                 lat.alpha[stored] = tl.cost[j]
@@ -976,9 +999,10 @@ def _store(ws, n, keep, cutoff, last, prev, arc, stored, lat, room):
     ns = 0
     for j in range(n):
         if mark[j]:
-            p = tl.prev[j]
-            prev[gid[j]] = gid[in_frame(p)] if p <= -2 else p
-            arc[gid[j]] = tl.arc[j]
+            if gid[j] >= new:
+                p = tl.prev[j]
+                prev[gid[j]] = gid[in_frame(p)] if p <= -2 else p
+                arc[gid[j]] = tl.arc[j]
             if not last and tl.cost[j] < cutoff:
                 sv.state[ns] = tl.state[j]
                 sv.ctx[ns] = tl.ctx[j]
@@ -988,6 +1012,25 @@ def _store(ws, n, keep, cutoff, last, prev, arc, stored, lat, room):
         ht.key[tl.slot[j]] = EMPTY_KEY
     _table_for(ht, n)
     return prev, arc, stored, ns
+
+
+@njit(nogil=True, cache=True)
+def _unfold_survivors(sv, ns, prev, arc, stored, start, room):
+    """Store the backpointer that each of the frame's ns survivors (sv) folded into an
+    earlier one (_store; its backpointer below `start`, the frame's first): the search died
+    at this frame, and the path that ends at a ghost must end at its own step.  Returns
+    (prev, arc, stored, whether they fit in `room`)."""
+    prev, arc, fits = _backpointer_room(prev, arc, stored, ns, room)
+    if not fits:
+        return prev, arc, stored, False
+    for j in range(ns):
+        g = sv.gid[j]
+        if g < start:
+            prev[stored] = g
+            arc[stored] = arc[g]
+            sv.gid[j] = stored
+            stored += 1
+    return prev, arc, stored, True
 
 
 @njit(nogil=True, cache=True)
@@ -1044,7 +1087,8 @@ def frames(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n,
             if n > 0:
                 cutoff, adaptive_beam = _cutoff(tl, n, settings, ws.hist)
             trace.steps[first + t] = stored
-            prev, arc, stored, ns = _store(ws, n, -1, cutoff, False, prev, arc, stored, lat, trace.room)
+            prev, arc, stored, ns = _store(ws, n, -1, cutoff, False, prev, arc, stored, lat, trace.room,
+                                           graph.ilabel, settings.blank_ilabel)
             if ns < 0:
                 return MEMORY_OUT, t, n, 0, adaptive_beam, prev, arc, stored, fallbacks
             trace.survivors[first + t] = ns
@@ -1074,6 +1118,9 @@ def frames(graph, boosts, context, memo, log_probs, num_frames, settings, ws, n,
             return status, t, n, ns, adaptive_beam, prev, arc, stored, fallbacks
         fallbacks += fell_back
         if n == 0:
+            prev, arc, stored, fits = _unfold_survivors(sv, ns, prev, arc, stored, trace.steps[first + t], trace.room)
+            if not fits:
+                return MEMORY_OUT, t, n, 0, adaptive_beam, prev, arc, stored, fallbacks
             n = _ghosts(ws, ns)
     return OK, num_frames, n, ns, np.float32(settings.beam), prev, arc, stored, fallbacks
 
@@ -1090,15 +1137,17 @@ def _last_keep(tl, n, final, context):
 
 @njit(nogil=True, cache=True)
 def _traced(prev, arc, g, stored):
-    """(status, path arcs, their backpointers) of the chain ending at backpointer g:
-    EPS_CYCLE when the backpointers loop."""
+    """(status, path arcs, their backpointers, the chain's first backpointer or NO_TOKEN: its
+    lead, for unfolded_path) of the chain ending at backpointer g: EPS_CYCLE when the
+    backpointers loop."""
     length = trace_length(prev, g, stored)
     if length < 0:
-        return EPS_CYCLE, np.empty(0, np.int32), np.empty(0, np.int32)
+        return EPS_CYCLE, np.empty(0, np.int32), np.empty(0, np.int32), NO_TOKEN
     path_arcs = np.empty(length - 1, np.int32)  # the start token has no arc
     path_gids = np.empty(length - 1, np.int32)
     trace_path(prev, arc, g, length, path_arcs, path_gids)
-    return OK, path_arcs, path_gids
+    lead = prev[path_gids[0]] if length > 1 else NO_TOKEN
+    return OK, path_arcs, path_gids, lead
 
 
 @njit(nogil=True, cache=True)
@@ -1106,24 +1155,25 @@ def finish(graph, context, ws, n, trace, first, stored):
     """The last step: keep the best token (with its final cost where one is final, else
     without), store it and trace its path back.  first: its step in trace.steps.
 
-    Returns (status, path arcs, path backpointers, reached_final): status OK or EPS_CYCLE
-    (a zero-cost epsilon cycle in the graph made the backpointers loop); no arcs when the
-    search has no token."""
+    Returns (status, path arcs, path backpointers, reached_final, the path's lead: _traced):
+    status OK or EPS_CYCLE (a zero-cost epsilon cycle in the graph made the backpointers
+    loop); no arcs when the search has no token."""
     empty = np.empty(0, np.int32)
     tl = ws.tl
     if died(n, tl.prev, tl.arc):  # the search died: the path of its best survivor
         trace.steps[first] = trace.steps[first + 1] = stored
         keep = _best_token(tl, n, graph.final, context, False)
-        status, path_arcs, path_gids = _traced(trace.prev, trace.arc, tl.prev[keep], stored)
-        return status, path_arcs, path_gids, False
+        status, path_arcs, path_gids, lead = _traced(trace.prev, trace.arc, tl.prev[keep], stored)
+        return status, path_arcs, path_gids, False, lead
     keep, reached_final = _last_keep(tl, n, graph.final, context)
     trace.steps[first] = stored
-    prev, arc, stored, _ = _store(ws, n, keep, INF, True, trace.prev, trace.arc, stored, None, MAX_BACKPOINTERS)
+    prev, arc, stored, _ = _store(ws, n, keep, INF, True, trace.prev, trace.arc, stored, None, MAX_BACKPOINTERS,
+                                  trace.arc[:0], -1)  # (the last step folds nothing: no labels read)
     trace.steps[first + 1] = stored
     if keep < 0:
-        return OK, empty, empty, False
-    status, path_arcs, path_gids = _traced(prev, arc, ws.gid[keep], stored)
-    return status, path_arcs, path_gids, reached_final and status == OK
+        return OK, empty, empty, False, NO_TOKEN
+    status, path_arcs, path_gids, lead = _traced(prev, arc, ws.gid[keep], stored)
+    return status, path_arcs, path_gids, reached_final and status == OK, lead
 
 
 @njit(nogil=True, cache=True)
@@ -1178,12 +1228,15 @@ def search(graph, boosts, context, memo, log_probs, num_frames, settings, ws, la
         return status, empty, empty, False, trace.survivors, fallbacks, no_steps, empty, no_costs, grown
     trace = Trace(prev, arc, trace.steps, trace.survivors, trace.room)
     if lat is None:
-        status, path_arcs, path_gids, reached_final = finish(graph, context, ws, n, trace, num_frames, stored)
+        status, path_arcs, path_gids, reached_final, lead = finish(graph, context, ws, n, trace, num_frames, stored)
         final_gids, final_costs = empty, no_costs
     else:
         status, path_arcs, path_gids, reached_final, final_gids, final_costs = finish_lattice(
             graph, context, ws, n, trace, num_frames, stored, grown)
-    path_steps = steps_of(path_gids, trace.steps, 0, 0)  # (every arc of the path is stored)
+    if lat is not None:
+        lead = NO_TOKEN  # (a lattice's search folds no run)
+    path_arcs, path_steps = unfolded_path(graph.ilabel, path_arcs, path_gids, lead, trace.arc, trace.steps, 0,
+                                          0)  # (every arc of the path is stored)
     return (status, path_arcs, path_steps, reached_final, trace.survivors, fallbacks, trace.steps, final_gids,
             final_costs, grown)
 
@@ -1250,12 +1303,13 @@ def finish_lattice(graph, context, ws, n, trace, first, stored, lat):
     no_costs = np.empty(0, np.float32)
     tl = ws.tl
     if died(n, tl.prev, tl.arc):  # the search died: its best path, no lattice
-        status, path_arcs, path_gids, _ = finish(graph, context, ws, n, trace, first, stored)
+        status, path_arcs, path_gids, _, _ = finish(graph, context, ws, n, trace, first, stored)
         return status, path_arcs, path_gids, False, empty, no_costs
     keep, reached_final = _last_keep(tl, n, graph.final, context)
     trace.steps[first] = stored
     before = stored
-    prev, arc, stored, _ = _store(ws, n, -1, INF, False, trace.prev, trace.arc, stored, lat, MAX_BACKPOINTERS)
+    prev, arc, stored, _ = _store(ws, n, -1, INF, False, trace.prev, trace.arc, stored, lat, MAX_BACKPOINTERS,
+                                  graph.ilabel, -1)
     trace.steps[first + 1] = stored
     if keep < 0:
         return OK, empty, empty, False, empty, no_costs
@@ -1272,7 +1326,7 @@ def finish_lattice(graph, context, ws, n, trace, first, stored, lat):
                 f = np.float32(0.0) if context is None else phrase_final(context, 0, tl.ctx[j])
             final_cost[ws.gid[j] - before] = f
     final_gids, final_costs = close_links(lat, trace.steps, first, lat.alpha[before:stored], final_cost, ws.gid[keep])
-    status, path_arcs, path_gids = _traced(prev, arc, ws.gid[keep], stored)
+    status, path_arcs, path_gids, _ = _traced(prev, arc, ws.gid[keep], stored)
     if status != OK:
         return status, empty, empty, False, empty, no_costs
     return OK, path_arcs, path_gids, reached_final, final_gids, final_costs
@@ -1369,17 +1423,18 @@ def commit_path(tl, n, prev, arc, stored, depth, meet, since):
     """Where a stream can commit: common_ancestor() found in meeting_point's scratch (depth,
     meet) and from `since`, a backpointer the paths of all the frame's tokens pass (-1: the
     start), and the path's arcs up to it with their backpointers.  Returns (the meeting
-    point, or -1 when the paths share none but the start or one loops; arcs; backpointers),
+    point, or -1 when the paths share none but the start or one loops; arcs; backpointers;
+    the one before them: _traced's lead),
     the arcs empty unless the meeting point is past the start."""
     warm(prev, since, stored)
     g = _stored_of(tl, 0, n) if n > 0 else -1
     m = meeting_point(tl, n, prev, stored, depth, meet, g, since, 0)[0]
     if m <= 0:
-        return m, np.empty(0, np.int32), np.empty(0, np.int32)
-    status, arcs, gids = _traced(prev, arc, m, stored)
+        return m, np.empty(0, np.int32), np.empty(0, np.int32), NO_TOKEN
+    status, arcs, gids, lead = _traced(prev, arc, m, stored)
     if status != OK:
-        return -1, arcs, gids
-    return m, arcs, gids
+        return -1, arcs, gids, NO_TOKEN
+    return m, arcs, gids, lead
 
 
 @njit(nogil=True, cache=True)
@@ -1395,15 +1450,15 @@ def commit_stream(tl, n, trace, stored, depth, meet, since, kept, base, logp, il
     the meeting point's on, tl.prev (of n tokens) points into them.  Returns (k, the
     backpointers kept, path_sums' tuple): k the steps dropped (trace.survivors is the
     caller's to move), -1 when nothing was committed."""
-    m, arcs, gids = commit_path(tl, n, trace.prev, trace.arc, stored, depth, meet, since)
+    m, arcs, gids, lead = commit_path(tl, n, trace.prev, trace.arc, stored, depth, meet, since)
     if m < 0 <= since:  # (not expected: every later path passes a partial's meeting point)
-        m, arcs, gids = commit_path(tl, n, trace.prev, trace.arc, stored, depth, meet, -1)
+        m, arcs, gids, lead = commit_path(tl, n, trace.prev, trace.arc, stored, depth, meet, -1)
     steps = trace.steps
     k = np.searchsorted(steps[:kept], m, side="right") - 1 if m > 0 else -1
     if k < 0 or steps[k] < stored // 2:
         return -1, stored, path_sums(ilabel, olabel, weight, nextstate, blank, arcs[:0], gids[:0],
                                      np.empty(0, np.float32))
-    at, read = path_reads(ilabel, arcs, gids, steps[:kept], base, base + kept, logp)
+    arcs, at, read = path_reads(ilabel, arcs, gids, lead, trace.arc, steps[:kept], base, base + kept, logp)
     sums = path_sums(ilabel, olabel, weight, nextstate, blank, arcs, at, read)
     cut = steps[k]
     live = stored - cut
@@ -1421,6 +1476,48 @@ def commit_stream(tl, n, trace, stored, depth, meet, since, kept, base, logp, il
         if tl.prev[j] >= 0:
             tl.prev[j] -= cut
     return k, live, sums
+
+
+@njit(nogil=True, cache=True)
+def compact_stream(tl, n, trace, stored, count):
+    """Drop the backpointers that no path of the frame's n tokens passes, in place: the
+    rest keep their order from trace.prev / arc[0] on, trace.steps (its first `count` + 2,
+    or as many as it has) start where they did, tl.prev points at them.  What a stream
+    does where a commit found its paths not meeting: in a silence after speech whose paths
+    disagree on the last words, each frame's tokens that tried a word and were pruned left
+    backpointers that only a commit dropped.  Returns the backpointers kept."""
+    if stored == 0:
+        return 0
+    prev, arc, steps = trace.prev, trace.arc, trace.steps
+    renumbered = np.full(stored, -1, np.int32)
+    for j in range(n):
+        g = _stored_of(tl, j, n)
+        for _ in range(stored):  # (a longer walk loops: an epsilon cycle, which finish reports)
+            if g < 0 or renumbered[g] >= 0:
+                break
+            renumbered[g] = 0
+            g = prev[g]
+    live = 0
+    for g in range(stored):
+        if renumbered[g] >= 0:
+            renumbered[g] = live
+            live += 1
+    for g in range(stored):  # (forward: each backpointer moves down, its predecessor was moved before it)
+        h = renumbered[g]
+        if h >= 0:
+            p = prev[g]
+            prev[h] = renumbered[p] if p >= 0 else p
+            arc[h] = arc[g]
+    g, kept = 0, 0
+    for t in range(min(count + 2, len(steps))):  # each step starts at the first backpointer kept from its start on
+        while g < min(steps[t], stored):
+            kept += renumbered[g] >= 0
+            g += 1
+        steps[t] = kept
+    for j in range(n):
+        if tl.prev[j] >= 0:
+            tl.prev[j] = renumbered[tl.prev[j]]
+    return live
 
 
 @njit(nogil=True, cache=True)
@@ -1684,15 +1781,61 @@ def advance_stream(graph, boosts, context, memo, log_probs, num_frames, settings
 
 
 @njit(nogil=True, cache=True)
-def endpoint_trailing(tl, keep, prev, arc, steps, count, dead, ilabel, blank, memo):
+def endpoint_trailing(tl, keep, prev, arc, steps, count, ilabel, blank, memo):
     """What the endpoint rules read of a stream after advance_stream: the trailing blanks of
-    its best token keep's path and whether a non-blank came before them (trailing_blanks,
-    with the stream's memo: its numbers from S_TRAIL); where the search died, the frames
-    after its path count too (steps: its first `count`)."""
-    trailing, voiced = trailing_blanks(keep, tl.prev, tl.arc, prev, arc, ilabel, blank, memo)
-    if dead:
-        trailing += frames_after(steps, count, tl.prev[keep])
-    return trailing, voiced
+    its best token keep's path and whether a non-blank came before them (else the count ran
+    to the start, and the caller counts from the last speech it committed).  Blanks are
+    counted in frames, by the steps their backpointers were stored at (steps: its first
+    `count`, frames since its base), as a run of blanks that _store folded is one
+    backpointer: the frames after the path's last non-blank.  Where the search died, that
+    counts the frames after its path too.  memo (the stream's numbers from S_TRAIL): the
+    last walk's first stored backpointer (-1: none), the blanks from it back and 1 where a
+    non-blank came before them (TRAIL_*); a walk that reaches that backpointer stops there,
+    and the memo becomes this walk's.  (In silence the blanks run back to the last speech:
+    walked whole at every call, a stream's call took time that grew with its silence.)"""
+    if keep < 0:
+        return 0, False
+    inside = 0
+    k = keep
+    for _ in range(tl.prev.shape[0]):  # a longer chain loops (an epsilon cycle): finish reports it
+        a = tl.arc[k]
+        if a != NO_ARC and ilabel[a] != 0:
+            if ilabel[a] != blank:
+                return inside, True
+            inside += 1
+        p = tl.prev[k]
+        if p > -2:
+            break
+        k = in_frame(p)
+    first = g = tl.prev[k]
+    if first < 0:
+        return inside, False
+    top = _step_of(steps, count, first)
+    back = top  # blanks from first back: to the start unless a non-blank comes first
+    voiced = False
+    for _ in range(prev.shape[0]):
+        if g < 0:
+            break
+        if g == memo[TRAIL_AT]:
+            back = top - _step_of(steps, count, g) + memo[TRAIL_BLANKS]
+            voiced = memo[TRAIL_VOICED] != 0
+            break
+        a = arc[g]
+        if a != NO_ARC and ilabel[a] != 0 and ilabel[a] != blank:
+            back = top - _step_of(steps, count, g)
+            voiced = True
+            break
+        g = prev[g]
+    memo[TRAIL_AT] = first
+    memo[TRAIL_BLANKS] = back
+    memo[TRAIL_VOICED] = 1 if voiced else 0
+    return count - top + back, voiced
+
+
+@njit(inline="always", cache=True)
+def _step_of(steps, count, g):
+    """The step backpointer g was stored at, of `count` whose first backpointers are steps[:count]."""
+    return np.searchsorted(steps[:count], g, side="right") - 1
 
 
 class StreamSlot(NamedTuple):
@@ -1818,7 +1961,7 @@ def _finish_slot(graph, context, ws, slots, i, numbers, lat):
     w = Workspace(ws.ht, s.tl, ws.sv, ws.gid, ws.mark, ws.stack, ws.hist, ws.sg)
     final_gids, final_costs = np.empty(0, np.int32), np.empty(0, np.float32)
     if lat is None:
-        status, arcs, gids, reached_final = finish(graph, context, w, v[S_N], s.trace, v[S_FRAMES] - v[S_BASE],
+        status, arcs, gids, reached_final, lead = finish(graph, context, w, v[S_N], s.trace, v[S_FRAMES] - v[S_BASE],
                                                    v[S_STORED])
     else:
         status, arcs, gids, reached_final, final_gids, final_costs = finish_lattice(
@@ -1830,8 +1973,8 @@ def _finish_slot(graph, context, ws, slots, i, numbers, lat):
         slots[i] = StreamSlot(Tokens(none, none, np.empty(0, np.float32), none, none, none, none),
                               Trace(none, none, np.empty(0, np.int64), none, MAX_BACKPOINTERS), np.empty(0, np.float32),
                               np.empty((0, s.logp.shape[1]), np.float32))
-        at, read = path_reads(graph.ilabel, arcs, gids, s.trace.steps[:v[S_FRAMES] - v[S_BASE] + 2], v[S_BASE],
-                              v[S_FRAMES], s.logp)
+        arcs, at, read = path_reads(graph.ilabel, arcs, gids, lead, s.trace.arc,
+                                    s.trace.steps[:v[S_FRAMES] - v[S_BASE] + 2], v[S_BASE], v[S_FRAMES], s.logp)
     return status, arcs, at, read, reached_final, final_gids, final_costs, s
 
 
@@ -1896,13 +2039,63 @@ def steps_of(gids, steps, base, current):
 
 
 @njit(nogil=True, cache=True)
-def path_reads(ilabel, arcs, gids, steps, base, current, logp):
-    """Of a stream's path after its commit point (arcs, their backpointers gids; steps: the
-    trace's steps from base on): the step each arc's token was stored at (`current` where
-    gids is -1: a token of the frame not stored yet), and the log-prob each emitting arc
-    read (logp[r]: frame base + r; an arc stored at step t read frame t - 1, column
-    ilabel - 1): results.TracedPath's steps and logp, on both backends, and a commit's."""
+def unfold_runs(ilabel, arcs, at, lead_arc, lead_step):
+    """A path's arcs and the steps their tokens were stored at (at), with the runs of blanks
+    that _store folded put back: where an arc's token was stored more steps after its
+    predecessor's than it read frames (one where it emits, else none), the predecessor's
+    arc (a blank self-loop) read each frame between, one a step.  lead_arc, lead_step: the
+    arc and step of the backpointer before arcs[0] (NO_ARC: the start, which has none).  A
+    path with no runs comes back as it was (the GPU's never folds)."""
+    extra = 0
+    pa, ps = lead_arc, lead_step
+    for j in range(len(arcs)):
+        if pa != NO_ARC:
+            extra += max(at[j] - ps - (ilabel[arcs[j]] != 0), 0)
+        pa, ps = arcs[j], at[j]
+    if extra == 0:
+        return arcs, at
+    out_arcs = np.empty(len(arcs) + extra, arcs.dtype)
+    out_at = np.empty(len(arcs) + extra, at.dtype)
+    e = 0
+    pa, ps = lead_arc, lead_step
+    for j in range(len(arcs)):
+        if pa != NO_ARC:
+            for r in range(at[j] - ps - (ilabel[arcs[j]] != 0)):
+                out_arcs[e] = pa
+                out_at[e] = ps + 1 + r
+                e += 1
+        out_arcs[e] = arcs[j]
+        out_at[e] = at[j]
+        e += 1
+        pa, ps = arcs[j], at[j]
+    return out_arcs, out_at
+
+
+@njit(nogil=True, cache=True)
+def unfolded_path(ilabel, arcs, gids, lead, arc, steps, base, current):
+    """A traced path (arcs, their backpointers gids, -1 for a token of the frame not stored
+    yet: step `current`; lead: the backpointer before gids[0], or NO_TOKEN; arc: the
+    trace's arcs, steps: its steps from base on) with its folded runs put back
+    (unfold_runs): (arcs, the step each arc's token was stored at)."""
     at = steps_of(gids, steps, base, current)
+    if len(arcs) == 0:
+        return arcs, at
+    if lead < 0:
+        return unfold_runs(ilabel, arcs, at, NO_ARC, 0)
+    lead_step = steps_of(np.full(1, lead, np.int32), steps, base, current)[0]
+    return unfold_runs(ilabel, arcs, at, arc[lead], lead_step)
+
+
+@njit(nogil=True, cache=True)
+def path_reads(ilabel, arcs, gids, lead, arc, steps, base, current, logp):
+    """Of a stream's path after its commit point (arcs, their backpointers gids, the one
+    before them `lead`; arc: the trace's arcs; steps: its steps from base on):
+    unfolded_path's arcs and steps
+    (`current` where gids is -1: a token of the frame not stored yet), and the log-prob each
+    emitting arc read (logp[r]: frame base + r; an arc stored at step t read frame t - 1,
+    column ilabel - 1): results.TracedPath's arcs, steps and logp, on both backends, and a
+    commit's."""
+    arcs, at = unfolded_path(ilabel, arcs, gids, lead, arc, steps, base, current)
     emitting = 0
     for j in range(len(arcs)):
         emitting += ilabel[arcs[j]] != 0
@@ -1913,7 +2106,7 @@ def path_reads(ilabel, arcs, gids, steps, base, current, logp):
         if label != 0:
             read[e] = logp[at[j] - 1 - base, label - 1]
             e += 1
-    return at, read
+    return arcs, at, read
 
 
 @njit(nogil=True, cache=True)
@@ -2045,7 +2238,7 @@ def advance_streams(graph, settings, ws, memo, table, which, chunks, offsets, or
                         | (BACKPOINTERS_FULL if status == MEMORY_OUT else 0))
             return k, done, beam
         # the endpoint rules' readings; blanks back to the commit point: the prefix's last speech decides
-        trailing, voiced = endpoint_trailing(s.tl, keep, prev, arc, s.trace.steps, v[S_FRAMES] - v[S_BASE], dead,
+        trailing, voiced = endpoint_trailing(s.tl, keep, prev, arc, s.trace.steps, v[S_FRAMES] - v[S_BASE],
                                              graph.ilabel, settings.blank_ilabel, v[S_TRAIL:S_TRAIL + TRAIL_FIELDS])
         v[S_TRAILING] = trailing if voiced else v[S_FRAMES] - 1 - v[S_LAST_VOICED]
         relative[i] = rel

@@ -699,11 +699,12 @@ def test_partial_results_read_the_best_path_and_leave_their_scratch_clean(demo, 
         together = dict(zip(pick, dec.partials([streams[i] for i in pick]))) if partials % 2 else {}
         for i in pick:
             st, got = streams[i]._state, together.get(i) or streams[i].partial()
-            arcs, gids, _, _ = cpu.partial_path(st.tl, st.n, g.final, None, st.trace.prev, st.trace.arc, st.stored,
-                                                -1)
+            arcs, gids, start, _ = cpu.partial_path(st.tl, st.n, g.final, None, st.trace.prev, st.trace.arc,
+                                                    st.stored, -1)
             steps = st.trace.steps[:st.frames - st.base]
-            whole = st.prefix + path_part(g, arcs, *cpu.path_reads(g.ilabel, arcs, gids, steps, st.base, st.frames,
-                                                                   st.kept_log_probs()))
+            lead = st.trace.prev[gids[0]] if len(gids) and gids[0] >= 0 else start
+            whole = st.prefix + path_part(g, *cpu.path_reads(g.ilabel, arcs, gids, lead, st.trace.arc, steps, st.base,
+                                                             st.frames, st.kept_log_probs()))
             meet, stable = cpu.common_ancestor(st.tl, st.n, st.trace.prev, st.stored), len(st.prefix.word_ids)
             if meet >= 0 and (where := np.flatnonzero(gids == meet)).size:
                 stable += int(np.count_nonzero(g.olabel[arcs[:where[0] + 1]]))
@@ -818,12 +819,43 @@ def speech_and_silence(demo, demo_graphs, seed: int, quiet_frames: int):
     return g, np.concatenate([x[0, :lengths[0]], quiet, x[1, :lengths[1]], quiet]).astype(np.float32), rng
 
 
+def test_a_stream_in_a_long_silence_keeps_bounded_backpointers(demo, demo_graphs, monkeypatch):
+    """Speech then silence in which the paths disagree on the last words, so that they meet
+    before them and nothing after the speech can be committed: runs of blanks fold into one
+    backpointer (kernels.cpu._store), and a commit that finds nothing to commit drops the
+    backpointers no live path passes (compact_stream).  The backpointers held stay bounded
+    through the silence while its frames' survivors add up to many times more, and the
+    result is still the offline one (its frames' tokens too: the runs unfold)."""
+    from wfst import ledger
+
+    monkeypatch.setattr(ledger, "COMMIT_AT", 1024)
+    g, x, rng = speech_and_silence(demo, demo_graphs, 3, 2500)
+    dec = Decoder(g, beam=14.0, max_active=2000, num_threads=1)
+    want = dec.decode(x[None], np.array([len(x)]))
+    s = dec.stream()
+    state, t, most, compactions, survivors = s._state, 0, 0, 0, []
+    while t < len(x):
+        step = int(rng.integers(1, 40))
+        base, stored = state.base, state.stored
+        dec.advance([s], [x[t:t + step]])
+        t += step
+        compactions += state.base == base and state.stored < stored
+        survivors.append(state.survivors)
+        if t > len(x) - 2000:  # deep in the last silence
+            most = max(most, state.stored)
+    assert state.base < len(x) - 2500 and compactions > 2  # nothing committed in the silence
+    assert most < 2 * ledger.COMMIT_AT < (state.survivors - survivors[-60]) / 5
+    assert state.trailing > 2400 and s.endpoint
+    same_results(dec.finish([s]), want)
+
+
 def test_the_trailing_blanks_memo_reads_as_a_walk_from_scratch(demo, demo_graphs, monkeypatch):
     """The endpoint readings walk the best path back only to where the last call's walk began
-    (the stream's memo, kernels.common.trailing_blanks): walked whole, silence after speech
+    (the stream's memo, kernels.cpu.endpoint_trailing): walked whole, silence after speech
     cost every call a walk back to the speech.  After every call of random chunks, commits
-    numbering the backpointers anew in between, the memo's reading is a walk from scratch's,
-    and the stream's trailing silence counts it."""
+    and compactions numbering the backpointers anew in between, the memo's reading is a
+    walk from scratch's, which counts the blanks that end the best path's tokens (its runs
+    unfolded), and the stream's trailing silence counts it."""
     from wfst.kernels import cpu
 
     from wfst import ledger
@@ -833,7 +865,7 @@ def test_the_trailing_blanks_memo_reads_as_a_walk_from_scratch(demo, demo_graphs
     dec = Decoder(g, beam=14.0, max_active=2000, num_threads=1)
     s = dec.stream()
     state, t, commits, hits = s._state, 0, 0, 0
-    blank = dec._settings.blank_ilabel
+    blank, layout = dec._settings.blank_ilabel, dec._backend.layout
     while t < len(speech):
         step = int(rng.integers(1, 40))
         base = state.base
@@ -844,11 +876,22 @@ def test_the_trailing_blanks_memo_reads_as_a_walk_from_scratch(demo, demo_graphs
             assert state.trail_memo[C.TRAIL_AT] == -1
         keep = cpu._best_token(state.tl, state.n, dec._backend.layout.final, None, False)
         args = (state.tl, keep, state.trace.prev, state.trace.arc, state.trace.steps, state.frames - state.base,
-                state.dead, dec._backend.layout.ilabel, blank)
+                dec._backend.layout.ilabel, blank)
         fresh = cpu.endpoint_trailing(*args, np.array([-1, 0, 0], np.int64))
-        memo = state.trail_memo.copy()
-        hits += memo[C.TRAIL_AT] >= 0 and memo[C.TRAIL_BLANKS] > step
+        memo = state.trail_memo.copy()  # (its backpointer is the first one's walk's: a walk with it stops at once)
+        hits += memo[C.TRAIL_AT] >= 0 and fresh[1] and fresh[0] > step
         assert cpu.endpoint_trailing(*args, memo) == fresh
+        # the best path's tokens, runs of blanks unfolded, end in as many blanks
+        arcs, gids, start, _ = cpu.partial_path(state.tl, state.n, layout.final, None, state.trace.prev,
+                                                state.trace.arc, state.stored, -1)
+        lead = state.trace.prev[gids[0]] if len(gids) and gids[0] >= 0 else start
+        arcs, _, _ = cpu.path_reads(layout.ilabel, arcs, gids, lead, state.trace.arc, state.trace.steps,
+                                    state.base, state.frames, state.kept_log_probs())
+        read = layout.ilabel[arcs][layout.ilabel[arcs] != 0]
+        voiced = np.flatnonzero(read != blank)
+        assert fresh[1] == (len(voiced) > 0)
+        if fresh[1]:
+            assert fresh[0] == len(read) - 1 - voiced[-1]
         assert state.trailing == (fresh[0] if fresh[1] else state.frames - 1 - state.prefix.last_voiced)
     assert commits > 2 and hits > 10 and state.trailing > 500
 

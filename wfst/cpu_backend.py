@@ -550,7 +550,7 @@ class CpuBackend:
             _clean(ws)
             t += done
         trailing, voiced = self._cpu.endpoint_trailing(state.tl, keep, state.trace.prev, state.trace.arc,
-                                                       state.trace.steps, state.frames - state.base, dead,
+                                                       state.trace.steps, state.frames - state.base,
                                                        self.layout.ilabel, state.settings.blank_ilabel,
                                                        state.trail_memo)
         state.set_endpoint_readings(trailing, voiced, relative)
@@ -683,8 +683,9 @@ class CpuBackend:
 
 
 def _backpointers_full():
-    """A stream's backpointers reached MAX_BACKPOINTERS (a stream of hours that never
-    commits: silence whose paths never meet): refused, not searched on from no survivors."""
+    """A stream's backpointers reached MAX_BACKPOINTERS (a lattice stream of hours, which
+    commits nothing, or live paths that never meet and grew that long): refused, not
+    searched on from no survivors."""
     raise DecoderMemoryError(f"a stream's backpointers outgrew {C.MAX_BACKPOINTERS:,}, the most a search holds, "
                              f"with nothing committed: end streams at their endpoints")
 
@@ -1238,9 +1239,18 @@ class CpuStream(Ledger):
 
     def commit(self, graph, scratch: MeetingScratch) -> None:
         """Ledger.commit_arrays on this stream's own arrays, and its log-probs before the
-        meeting point dropped."""
+        meeting point dropped.  Where it commits nothing (the paths do not meet, or not late
+        enough), the backpointers that no live path passes are dropped instead
+        (kernels.cpu.compact_stream): with runs of blanks folded, what a long silence keeps
+        then is a backpointer for each live token's run."""
+        from wfst.kernels import cpu
+
         kept = self.frames - self.base
         done = self.commit_arrays(graph, self.tl, self.n, self.trace, self.stored, scratch)
         if done is not None:
             k, self.stored = done
             self.logp[:kept - k] = self.logp[k:kept]
+            return
+        self.stored = cpu.compact_stream(self.tl, self.n, self.trace, self.stored, kept)
+        self.compacted(self.stored)
+        self._slots.rows[self.slot, C.P_FRAMES] = -1  # (its partial, walked by the search, names the old numbers)

@@ -217,7 +217,7 @@ class CudaBackend:
 
         stored = int(_to_host(ws.bp.n[i:i + 1])[0])
         keep = int(_to_host(ws.u.keep[i:i + 1])[0])
-        _, path_arcs, path_gids = cpu._traced(_to_host(ws.bp.prev[i, :stored]), _to_host(ws.bp.arc[i, :stored]),
+        _, path_arcs, path_gids, _ = cpu._traced(_to_host(ws.bp.prev[i, :stored]), _to_host(ws.bp.arc[i, :stored]),
                                               np.int32(keep), stored)
         return path_arcs, path_gids
 

@@ -535,10 +535,11 @@ class StreamLanes:
         if self.rescorer is not None or s.phrases.num_states > 1:
             context = contexts.context(self.rescorer, [s.phrases])
         ws = cpu.new_workspace(self.capacity)._replace(tl=tl)
-        status, arcs, gids, reached_final = cpu.finish(_Finals(g.final), context, ws, n, trace, s.frames - s.base,
+        status, arcs, gids, reached_final, lead = cpu.finish(_Finals(g.final), context, ws, n, trace, s.frames - s.base,
                                                        stored)
         self.release(s.lane, self.lanes[s.lane])
         if status != C.OK:
             return status, None, s.prefix
-        at, read = cpu.path_reads(g.ilabel, arcs, gids, trace.steps, s.base, s.frames, s.hist)
+        arcs, at, read = cpu.path_reads(g.ilabel, arcs, gids, lead, trace.arc, trace.steps, s.base, s.frames,
+                                        s.hist)
         return status, TracedPath(arcs, at, read, bool(reached_final), s.survivors, s.fallbacks), s.prefix

@@ -105,6 +105,19 @@ class Ledger:
         self._stable_at, self._stable_ids, self._stable_frames = -1, (), ()
         self.partial_memo[C.PMEMO_AT] = -1
 
+    def renumbered(self) -> None:
+        """The backpointers were numbered anew (a commit, or a compaction that dropped those
+        no live path passes): what names them is forgotten (the next partial walks back to
+        the commit point again)."""
+        self._forget_stable()
+        self._forget_trail()
+
+    def compacted(self, live: int) -> None:
+        """The backend dropped the backpointers no live path passes (where a commit committed
+        nothing), `live` kept: renumbered, and the next commit tried once they doubled."""
+        self.renumbered()
+        self.next_commit = max(2 * live, COMMIT_AT)
+
     def _forget_trail(self) -> None:
         """No memo of the walk back for trailing blanks (kernels.common.trailing_blanks: the
         backend's int64 array `trail_memo`, constants.TRAIL_*): at the start, and after a
@@ -134,8 +147,7 @@ class Ledger:
         if graph.tokens.num_columns < 1 << 16:  # its frames' tokens (labels <= V), for word times: 2 bytes a frame
             prefix.frame_tokens = prefix.frame_tokens.astype(np.uint16)
         self.prefix = prefix
-        self._forget_stable()  # (the prefix has them; the backpointers are numbered anew)
-        self._forget_trail()
+        self.renumbered()  # (the prefix has the stable words)
         if trace.survivors is not None:
             left = min(kept - k + 2, len(trace.steps) - k)
             trace.survivors[:left] = trace.survivors[k:k + left]

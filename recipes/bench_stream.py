@@ -36,7 +36,7 @@ lattice (and each offline decode's), as a server that gives N-best lists or conf
 --silence MINUTES instead times one stream of the first setup through a sentence, then
 MINUTES of blank-dominated noise (where its paths never meet, so it commits nothing) in
 chunks of the first --chunk-ms: the time of an advance() alone and of one followed by a
-partial(), every 8,000 frames, and the backpointers the stream holds.
+partial(), every 8,000 frames, the backpointers the stream holds and the log-probs it keeps.
 """
 from __future__ import annotations
 
@@ -165,8 +165,8 @@ def silence(args, step: int) -> None:
     frames = np.concatenate([x[0, :lengths[0]], quiet])
     every = 8000
     print(f"{label}, {profile} sentence then {args.silence:g} min of noise, chunks of {step} frames\n")
-    print("| frames | advance() ms | advance() + partial() ms | backpointers held |")
-    print("|---:|---:|---:|---:|")
+    print("| frames | advance() ms | advance() + partial() ms | backpointers held | log-probs kept |")
+    print("|---:|---:|---:|---:|---:|")
     dec = wfst.Decoder(g, **search, num_threads=args.threads, device=args.device, rescore_lm=rescore_lm)
     alone, asked = dec.stream(), dec.stream()
     times = {alone: [], asked: []}
@@ -179,8 +179,10 @@ def silence(args, step: int) -> None:
             times[s].append(time.perf_counter() - start)
         if (t + step) // every > t // every:
             last = every // step
+            kept = (alone._state.frames - alone._state.base) * g.tokens.num_columns * 4
             print(f"| {t + step:,} | {1000 * np.mean(times[alone][-last:]):.2f} | "
-                  f"{1000 * np.mean(times[asked][-last:]):.2f} | {alone._state.stored:,} |", flush=True)
+                  f"{1000 * np.mean(times[asked][-last:]):.2f} | {alone._state.stored:,} | {kept / 2**20:.1f} MiB |",
+                  flush=True)
     dec.finish([alone, asked])
 
 

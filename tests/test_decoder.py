@@ -468,6 +468,27 @@ def test_frames_no_log_softmax_gives_are_named_where_every_token_died(tiny_decod
     assert tiny_decoder.decode(x, np.array([12, 5]))[1].cost < np.inf  # with its length: fine
 
 
+def test_a_search_that_dies_after_a_run_of_blanks_reads_each_blank(tiny_decoder):
+    """Every token dies at a letter none can follow, right after a run of blanks (which the
+    CPU search stores as one backpointer, and puts back when it reads the path): the path
+    up to there reads "a" and each of the five blank frames, offline and as a stream fed a
+    frame at a time."""
+    d = tiny_decoder
+    ilabel = d.graph.tokens.ilabels()
+    x = np.full((1, 9, 5), -np.inf, np.float32)
+    x[0, 0, ilabel["a"] - 1] = x[0, 1:6, ilabel["<blk>"] - 1] = x[0, 6:, ilabel["c"] - 1] = 0.0
+    want = [ilabel["a"]] + [ilabel["<blk>"]] * 5
+    with pytest.warns(UserWarning, match="no path"):
+        offline = d.decode(x)[0]
+    assert offline.cost == np.inf and offline.frame_tokens.tolist() == want
+    s = d.stream()
+    for t in range(9):
+        d.advance([s], [x[0, t:t + 1]])
+    assert s._state.dead and s._state.trailing + s._state.idle == 8  # (the frames after "a")
+    with pytest.warns(UserWarning, match="no path"):
+        assert d.finish([s])[0].frame_tokens.tolist() == want
+
+
 def test_options_the_float32_search_cannot_hold_are_refused(tiny_decoder):
     """1e39 passes as finite but is +inf in the float32 search: every token would die."""
     g = tiny_decoder.graph

@@ -62,6 +62,19 @@ def same_results(got, want):
         assert np.array_equal(a.frame_tokens, b.frame_tokens)  # (what word times read: the prefix's kept)
 
 
+def best_path_reads(state, graph):
+    """A CPU stream's best path after its commit point (kernels.cpu.partial_path's arcs and
+    backpointers, runs of blanks folded) and path_reads of it (arcs, steps and log-probs,
+    the runs unfolded).  graph: a Graph or the backend's layout (final, ilabel)."""
+    from wfst.kernels import cpu
+
+    tr = state.trace
+    arcs, gids, start, _ = cpu.partial_path(state.tl, state.n, graph.final, None, tr.prev, tr.arc, state.stored, -1)
+    lead = tr.prev[gids[0]] if len(gids) and gids[0] >= 0 else start
+    return arcs, gids, cpu.path_reads(graph.ilabel, arcs, gids, lead, tr.arc, tr.steps[:state.frames - state.base],
+                                      state.base, state.frames, state.kept_log_probs())
+
+
 def same_lattices(got, want):
     """A stream keeps the offline lattice exactly: the same links (tokens numbered alike),
     states, final costs, N-best lists and word confidences."""
@@ -699,12 +712,8 @@ def test_partial_results_read_the_best_path_and_leave_their_scratch_clean(demo, 
         together = dict(zip(pick, dec.partials([streams[i] for i in pick]))) if partials % 2 else {}
         for i in pick:
             st, got = streams[i]._state, together.get(i) or streams[i].partial()
-            arcs, gids, start, _ = cpu.partial_path(st.tl, st.n, g.final, None, st.trace.prev, st.trace.arc,
-                                                    st.stored, -1)
-            steps = st.trace.steps[:st.frames - st.base]
-            lead = st.trace.prev[gids[0]] if len(gids) and gids[0] >= 0 else start
-            whole = st.prefix + path_part(g, *cpu.path_reads(g.ilabel, arcs, gids, lead, st.trace.arc, steps, st.base,
-                                                             st.frames, st.kept_log_probs()))
+            arcs, gids, reads = best_path_reads(st, g)
+            whole = st.prefix + path_part(g, *reads)
             meet, stable = cpu.common_ancestor(st.tl, st.n, st.trace.prev, st.stored), len(st.prefix.word_ids)
             if meet >= 0 and (where := np.flatnonzero(gids == meet)).size:
                 stable += int(np.count_nonzero(g.olabel[arcs[:where[0] + 1]]))
@@ -882,11 +891,7 @@ def test_the_trailing_blanks_memo_reads_as_a_walk_from_scratch(demo, demo_graphs
         hits += memo[C.TRAIL_AT] >= 0 and fresh[1] and fresh[0] > step
         assert cpu.endpoint_trailing(*args, memo) == fresh
         # the best path's tokens, runs of blanks unfolded, end in as many blanks
-        arcs, gids, start, _ = cpu.partial_path(state.tl, state.n, layout.final, None, state.trace.prev,
-                                                state.trace.arc, state.stored, -1)
-        lead = state.trace.prev[gids[0]] if len(gids) and gids[0] >= 0 else start
-        arcs, _, _ = cpu.path_reads(layout.ilabel, arcs, gids, lead, state.trace.arc, state.trace.steps,
-                                    state.base, state.frames, state.kept_log_probs())
+        arcs = best_path_reads(state, layout)[2][0]
         read = layout.ilabel[arcs][layout.ilabel[arcs] != 0]
         voiced = np.flatnonzero(read != blank)
         assert fresh[1] == (len(voiced) > 0)

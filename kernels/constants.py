@@ -113,9 +113,12 @@ def backpointer_room(room_bytes: int | None) -> int:
 
 
 # a CPU stream's numbers: its row of the backend's int64 array (kernels.cpu.advance_streams;
-# S_LATTICE: 1 where it keeps a lattice, its links in the table's typed list)
+# S_LATTICE: 1 where it keeps a lattice, its links in the table's typed list; S_ROWS_FROM: the
+# first frame whose row of log-probs it keeps, kernels.cpu.KeptReads)
 (S_N, S_NS, S_STORED, S_FRAMES, S_BASE, S_FALLBACKS, S_SURVIVORS, S_TRAILING, S_LAST_VOICED,
- S_NEXT_COMMIT, S_CONTEXT, S_STABLE_AT, S_PARTIAL, S_LATTICE, S_TRAIL) = range(15)
+ S_NEXT_COMMIT, S_CONTEXT, S_STABLE_AT, S_PARTIAL, S_LATTICE, S_ROWS_FROM, S_TRAIL) = range(16)
+# frames of log-probs a CPU stream keeps at least before it may drop their rows (kernels.cpu.drop_rows)
+ROWS_AT = 64
 # the memo of a stream's last walk back for its trailing blanks (kernels.common.trailing_blanks):
 # its first stored backpointer (-1: none), the blanks from it back, 1 where speech came before
 # them; in a CPU stream's numbers from S_TRAIL on

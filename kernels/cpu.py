@@ -98,6 +98,7 @@ from .constants import (
     PMEMO_SINCE,
     PMEMO_WITNESS,
     PMEMO_WORDS,
+    ROWS_AT,
     S_BASE,
     S_CONTEXT,
     S_FALLBACKS,
@@ -109,6 +110,7 @@ from .constants import (
     S_NS,
     S_PARTIAL,
     S_PMEMO,
+    S_ROWS_FROM,
     S_STABLE_AT,
     S_STORED,
     S_SURVIVORS,
@@ -1235,8 +1237,8 @@ def search(graph, boosts, context, memo, log_probs, num_frames, settings, ws, la
             graph, context, ws, n, trace, num_frames, stored, grown)
     if lat is not None:
         lead = NO_TOKEN  # (a lattice's search folds no run)
-    path_arcs, path_steps = unfolded_path(graph.ilabel, path_arcs, path_gids, lead, trace.arc, trace.steps, 0,
-                                          0)  # (every arc of the path is stored)
+    path_arcs, path_steps, _ = unfolded_path(graph.ilabel, path_arcs, path_gids, lead, trace.arc, trace.steps, 0,
+                                             0)  # (every arc of the path is stored)
     return (status, path_arcs, path_steps, reached_final, trace.survivors, fallbacks, trace.steps, final_gids,
             final_costs, grown)
 
@@ -1438,16 +1440,17 @@ def commit_path(tl, n, prev, arc, stored, depth, meet, since):
 
 
 @njit(nogil=True, cache=True)
-def commit_stream(tl, n, trace, stored, depth, meet, since, kept, base, logp, ilabel, olabel, weight, nextstate,
+def commit_stream(tl, n, trace, stored, depth, meet, since, kept, base, reads, ilabel, olabel, weight, nextstate,
                   blank):
     """ledger.Ledger.commit_arrays' work in one compiled call (a commit runs on one core while
     the others wait; in NumPy and three calls it took ~250 µs): commit_path (from `since`,
     or from the start where the paths do not pass it), and where that releases at least
     half of the `stored` backpointers, the path up to the meeting point summed (path_reads
-    of the log-probs kept, logp[r]: frame base + r, of `kept` frames, then path_sums;
-    blank: the blank's input label or -1) and the backpointers before it dropped, in
-    place: trace.prev / arc from 0 hold the live ones, trace.steps from 0 the steps from
-    the meeting point's on, tl.prev (of n tokens) points into them.  Returns (k, the
+    of what the stream keeps of its `kept` frames' log-probs, reads: a KeptReads; then
+    path_sums; blank: the blank's input label or -1) and the backpointers before it
+    dropped, in place: trace.prev / arc (and reads.reads, where it holds them) from 0 hold
+    the live ones, trace.steps from 0 the steps from the meeting point's on, tl.prev (of n
+    tokens) points into them.  Returns (k, the
     backpointers kept, path_sums' tuple): k the steps dropped (trace.survivors is the
     caller's to move), -1 when nothing was committed."""
     m, arcs, gids, lead = commit_path(tl, n, trace.prev, trace.arc, stored, depth, meet, since)
@@ -1458,15 +1461,17 @@ def commit_stream(tl, n, trace, stored, depth, meet, since, kept, base, logp, il
     if k < 0 or steps[k] < stored // 2:
         return -1, stored, path_sums(ilabel, olabel, weight, nextstate, blank, arcs[:0], gids[:0],
                                      np.empty(0, np.float32))
-    arcs, at, read = path_reads(ilabel, arcs, gids, lead, trace.arc, steps[:kept], base, base + kept, logp)
+    arcs, at, read = path_reads(ilabel, arcs, gids, lead, trace.arc, steps[:kept], base, base + kept, reads, blank)
     sums = path_sums(ilabel, olabel, weight, nextstate, blank, arcs, at, read)
     cut = steps[k]
     live = stored - cut
-    prev, arc = trace.prev, trace.arc
+    prev, arc, own = trace.prev, trace.arc, reads.reads
     for j in range(live):  # (forward: each read is at or past its write)
         p = prev[cut + j] - cut
         prev[j] = p if p >= 0 else NO_TOKEN
         arc[j] = arc[cut + j]
+        if cut + j < len(own):
+            own[j] = own[cut + j]
     prev[m - cut] = NO_TOKEN  # the meeting point is the new start
     left = min(kept - k + 2, len(steps) - k)
     for j in range(left):
@@ -1479,10 +1484,11 @@ def commit_stream(tl, n, trace, stored, depth, meet, since, kept, base, logp, il
 
 
 @njit(nogil=True, cache=True)
-def compact_stream(tl, n, trace, stored, count):
+def compact_stream(tl, n, trace, stored, count, reads):
     """Drop the backpointers that no path of the frame's n tokens passes, in place: the
-    rest keep their order from trace.prev / arc[0] on, trace.steps (its first `count` + 2,
-    or as many as it has) start where they did, tl.prev points at them.  What a stream
+    rest keep their order from trace.prev / arc[0] on (and from reads[0] on, those reads
+    holds: KeptReads.reads), trace.steps (its first `count` + 2, or as many as it has)
+    start where they did, tl.prev points at them.  What a stream
     does where a commit found its paths not meeting: in a silence after speech whose paths
     disagree on the last words, each frame's tokens that tried a word and were pruned left
     backpointers that only a commit dropped.  Returns the backpointers kept."""
@@ -1508,6 +1514,8 @@ def compact_stream(tl, n, trace, stored, count):
             p = prev[g]
             prev[h] = renumbered[p] if p >= 0 else p
             arc[h] = arc[g]
+            if g < len(reads):
+                reads[h] = reads[g]
     g, kept = 0, 0
     for t in range(min(count + 2, len(steps))):  # each step starts at the first backpointer kept from its start on
         while g < min(steps[t], stored):
@@ -1840,15 +1848,33 @@ def _step_of(steps, count, g):
 
 class StreamSlot(NamedTuple):
     """A stream's own arrays, which the search of its chunks reads and writes: the tokens
-    of its last frame, its backpointers, its word costs (empty: no boost) and the log-probs
-    of its frames from `base` on.  The CPU backend keeps every live stream's slot in one
-    typed list, and its numbers in one array (a row of STREAM_FIELDS per slot), so that one
-    call searches a thread's share of the streams."""
+    of its last frame, its backpointers, its word costs (empty: no boost) and what its
+    paths after the commit point read (KeptReads' arrays; the frame of logp's first row is
+    its number S_ROWS_FROM).  The CPU backend keeps every live stream's slot in one typed
+    list, and its numbers in one array (a row of STREAM_FIELDS per slot), so that one call
+    searches a thread's share of the streams."""
 
     tl: Tokens
     trace: Trace
     word_costs: np.ndarray  # float32
-    logp: np.ndarray  # float32 (frames kept, V): logp[r] is frame base + r
+    logp: np.ndarray  # float32 (frames kept, V)
+    blanks: np.ndarray  # float32
+    reads: np.ndarray  # float32
+
+
+class KeptReads(NamedTuple):
+    """What a stream keeps of its log-probs from its commit point (`base`) on, for the reads
+    of its paths: the rows of the frames from `rows_from` on (logp[r]: frame rows_from + r),
+    and, for the frames before (base <= frame < rows_from), the blank's log-prob (blanks[f -
+    base]: a folded run of blanks reads it once a frame) and the log-prob each backpointer's
+    arc read there (reads[g]).  In a silence that never commits the search drops the rows
+    (drop_rows), which keeps 4 bytes a frame and a backpointer instead of V * 4 a frame.
+    Streams with a lattice and the GPU's keep every row (rows_from = base)."""
+
+    logp: np.ndarray  # float32 (frames, V)
+    rows_from: int
+    blanks: np.ndarray  # float32
+    reads: np.ndarray  # float32
 
 
 class StreamTable(NamedTuple):
@@ -1900,7 +1926,8 @@ def append_chunk(slots, i, x, numbers):
     trace.survivors for x's frames and the last step; arrays too small are replaced by
     larger ones (twice the size at least).  Returns the slot."""
     s = slots[i]
-    kept = numbers[i, S_FRAMES] - numbers[i, S_BASE]
+    kept = numbers[i, S_FRAMES] - numbers[i, S_ROWS_FROM]  # (rows; the steps from base on are `first`)
+    first = numbers[i, S_FRAMES] - numbers[i, S_BASE]
     T = x.shape[0]
     logp, trace = s.logp, s.trace
     grown = False
@@ -1909,7 +1936,7 @@ def append_chunk(slots, i, x, numbers):
         logp[:kept] = s.logp[:kept]
         grown = True
     logp[kept:kept + T] = x
-    need = kept + T + 2
+    need = first + T + 2
     if need > min(len(trace.steps), len(trace.survivors)):
         size = max(need, 2 * len(trace.steps))
         steps, survivors = np.zeros(size, np.int64), np.zeros(size, np.int32)
@@ -1918,7 +1945,7 @@ def append_chunk(slots, i, x, numbers):
         trace = Trace(trace.prev, trace.arc, steps, survivors, trace.room)
         grown = True
     if grown:
-        s = StreamSlot(s.tl, trace, s.word_costs, logp)
+        s = StreamSlot(s.tl, trace, s.word_costs, logp, s.blanks, s.reads)
         slots[i] = s
     return s
 
@@ -1936,25 +1963,25 @@ def finish_slot(graph, weight, nextstate, contexts, ws, slots, i, numbers, blank
     the same object every call: passed itself, each stream's Context was a new argument
     the dispatcher typed, ~0.8 ms a finish with rescoring.)"""
     if numbers[i, S_CONTEXT] == NO_CONTEXT:
-        status, arcs, at, read, reached_final, _, _, s = _finish_slot(graph, None, ws, slots, i, numbers, None)
+        status, arcs, at, read, reached_final, _, _, s = _finish_slot(graph, None, ws, slots, i, numbers, None, blank)
     else:
         status, arcs, at, read, reached_final, _, _, s = _finish_slot(graph, contexts[i], ws, slots, i, numbers,
-                                                                      None)
+                                                                      None, blank)
     return (status, reached_final, s, arcs, at, read) + path_sums(graph.ilabel, graph.olabel, weight, nextstate,
                                                                   blank, arcs, at, read)
 
 
 @njit(nogil=True, cache=True)
-def finish_slot_lattice(graph, contexts, ws, slots, i, numbers, lat):
+def finish_slot_lattice(graph, contexts, ws, slots, i, numbers, lat, blank):
     """finish_slot() of a stream that keeps a lattice (lat: its lattice.Links, with room
     for the last step's tokens): finish_lattice()'s tuple, its final states included."""
     if numbers[i, S_CONTEXT] == NO_CONTEXT:
-        return _finish_slot(graph, None, ws, slots, i, numbers, lat)
-    return _finish_slot(graph, contexts[i], ws, slots, i, numbers, lat)
+        return _finish_slot(graph, None, ws, slots, i, numbers, lat, blank)
+    return _finish_slot(graph, contexts[i], ws, slots, i, numbers, lat, blank)
 
 
 @njit(nogil=True, cache=True)
-def _finish_slot(graph, context, ws, slots, i, numbers, lat):
+def _finish_slot(graph, context, ws, slots, i, numbers, lat, blank):
     s = append_chunk(slots, i, slots[i].logp[:0], numbers)
     v = numbers[i]
     warm(s.trace.prev, 0, v[S_STORED])
@@ -1970,11 +1997,13 @@ def _finish_slot(graph, context, ws, slots, i, numbers, lat):
     if status == OK:
         i32 = np.int32
         none = np.empty(0, i32)
-        slots[i] = StreamSlot(Tokens(none, none, np.empty(0, np.float32), none, none, none, none),
-                              Trace(none, none, np.empty(0, np.int64), none, MAX_BACKPOINTERS), np.empty(0, np.float32),
-                              np.empty((0, s.logp.shape[1]), np.float32))
+        f32 = np.empty(0, np.float32)
+        slots[i] = StreamSlot(Tokens(none, none, f32, none, none, none, none),
+                              Trace(none, none, np.empty(0, np.int64), none, MAX_BACKPOINTERS), f32,
+                              np.empty((0, s.logp.shape[1]), np.float32), f32, f32)
         arcs, at, read = path_reads(graph.ilabel, arcs, gids, lead, s.trace.arc,
-                                    s.trace.steps[:v[S_FRAMES] - v[S_BASE] + 2], v[S_BASE], v[S_FRAMES], s.logp)
+                                    s.trace.steps[:v[S_FRAMES] - v[S_BASE] + 2], v[S_BASE], v[S_FRAMES],
+                                    KeptReads(s.logp, v[S_ROWS_FROM], s.blanks, s.reads), blank)
     return status, arcs, at, read, reached_final, final_gids, final_costs, s
 
 
@@ -2044,8 +2073,9 @@ def unfold_runs(ilabel, arcs, at, lead_arc, lead_step):
     that _store folded put back: where an arc's token was stored more steps after its
     predecessor's than it read frames (one where it emits, else none), the predecessor's
     arc (a blank self-loop) read each frame between, one a step.  lead_arc, lead_step: the
-    arc and step of the backpointer before arcs[0] (NO_ARC: the start, which has none).  A
-    path with no runs comes back as it was (the GPU's never folds)."""
+    arc and step of the backpointer before arcs[0] (NO_ARC: the start, which has none).
+    Returns (arcs, at, src: the index in arcs of each, -1 for a read of a run).  A path
+    with no runs comes back as it was (the GPU's never folds)."""
     extra = 0
     pa, ps = lead_arc, lead_step
     for j in range(len(arcs)):
@@ -2053,9 +2083,10 @@ def unfold_runs(ilabel, arcs, at, lead_arc, lead_step):
             extra += max(at[j] - ps - (ilabel[arcs[j]] != 0), 0)
         pa, ps = arcs[j], at[j]
     if extra == 0:
-        return arcs, at
+        return arcs, at, np.arange(len(arcs)).astype(np.int32)
     out_arcs = np.empty(len(arcs) + extra, arcs.dtype)
     out_at = np.empty(len(arcs) + extra, at.dtype)
+    src = np.full(len(arcs) + extra, -1, np.int32)
     e = 0
     pa, ps = lead_arc, lead_step
     for j in range(len(arcs)):
@@ -2066,9 +2097,10 @@ def unfold_runs(ilabel, arcs, at, lead_arc, lead_step):
                 e += 1
         out_arcs[e] = arcs[j]
         out_at[e] = at[j]
+        src[e] = j
         e += 1
         pa, ps = arcs[j], at[j]
-    return out_arcs, out_at
+    return out_arcs, out_at, src
 
 
 @njit(nogil=True, cache=True)
@@ -2076,10 +2108,11 @@ def unfolded_path(ilabel, arcs, gids, lead, arc, steps, base, current):
     """A traced path (arcs, their backpointers gids, -1 for a token of the frame not stored
     yet: step `current`; lead: the backpointer before gids[0], or NO_TOKEN; arc: the
     trace's arcs, steps: its steps from base on) with its folded runs put back
-    (unfold_runs): (arcs, the step each arc's token was stored at)."""
+    (unfold_runs): (arcs, the step each arc's token was stored at, the index in gids of
+    each, -1 for a read of a run)."""
     at = steps_of(gids, steps, base, current)
     if len(arcs) == 0:
-        return arcs, at
+        return arcs, at, np.empty(0, np.int32)
     if lead < 0:
         return unfold_runs(ilabel, arcs, at, NO_ARC, 0)
     lead_step = steps_of(np.full(1, lead, np.int32), steps, base, current)[0]
@@ -2087,15 +2120,15 @@ def unfolded_path(ilabel, arcs, gids, lead, arc, steps, base, current):
 
 
 @njit(nogil=True, cache=True)
-def path_reads(ilabel, arcs, gids, lead, arc, steps, base, current, logp):
+def path_reads(ilabel, arcs, gids, lead, arc, steps, base, current, kept, blank):
     """Of a stream's path after its commit point (arcs, their backpointers gids, the one
     before them `lead`; arc: the trace's arcs; steps: its steps from base on):
     unfolded_path's arcs and steps
     (`current` where gids is -1: a token of the frame not stored yet), and the log-prob each
-    emitting arc read (logp[r]: frame base + r; an arc stored at step t read frame t - 1,
-    column ilabel - 1): results.TracedPath's arcs, steps and logp, on both backends, and a
-    commit's."""
-    arcs, at = unfolded_path(ilabel, arcs, gids, lead, arc, steps, base, current)
+    emitting arc read (an arc stored at step t read frame t - 1, column ilabel - 1, as
+    KeptReads `kept` keeps it; blank: the blank's input label, -1 where there is none):
+    results.TracedPath's arcs, steps and logp, on both backends, and a commit's."""
+    arcs, at, src = unfolded_path(ilabel, arcs, gids, lead, arc, steps, base, current)
     emitting = 0
     for j in range(len(arcs)):
         emitting += ilabel[arcs[j]] != 0
@@ -2103,10 +2136,56 @@ def path_reads(ilabel, arcs, gids, lead, arc, steps, base, current, logp):
     e = 0
     for j in range(len(arcs)):
         label = ilabel[arcs[j]]
-        if label != 0:
-            read[e] = logp[at[j] - 1 - base, label - 1]
-            e += 1
+        if label == 0:
+            continue
+        frame = at[j] - 1
+        if frame >= kept.rows_from:
+            read[e] = kept.logp[frame - kept.rows_from, label - 1]
+        elif label == blank:  # (a run's reads have no backpointer of their own)
+            read[e] = kept.blanks[frame - base]
+        else:
+            read[e] = kept.reads[gids[src[j]]]
+        e += 1
     return arcs, at, read
+
+
+@njit(nogil=True, cache=True)
+def drop_rows(trace, kept, base, frames, stored, ilabel, blank):
+    """A stream's KeptReads without the rows before its last frame's (the frame's tokens,
+    not stored yet, read that one), where at least ROWS_AT of them cost more than what
+    replaces them: the reads of the backpointers whose arcs read those frames, and the
+    blank's log-prob of each frame (frames: decoded; trace.steps from base on; `stored`
+    backpointers; blank: the blank's input label or -1).  In a silence whose paths never
+    meet nothing is committed, and the rows (V * 4 bytes a frame) were most of what a
+    stream held; in speech the commits drop them, and with a small V (or many backpointers
+    a frame) rows are the cheaper.  Each backpointer's read is found once.  Returns the new
+    KeptReads (its arrays grown where too small, else the same, written in place), or
+    `kept` where nothing is dropped."""
+    start, logp, rows_from = frames - 1, kept.logp, kept.rows_from
+    if start - rows_from < ROWS_AT:
+        return kept
+    steps = trace.steps[:frames - base]
+    first = min(steps[rows_from + 1 - base], stored)  # the first backpointer reading a row (stored after rows_from)
+    if (start - rows_from) * logp.shape[1] < stored - first:
+        return kept
+    reads = kept.reads
+    if len(reads) < stored:
+        reads = np.zeros(max(stored, 2 * len(reads)), np.float32)
+        reads[:len(kept.reads)] = kept.reads
+    at = steps_of(np.arange(first, stored).astype(np.int32), steps, base, frames)
+    for g in range(first, stored):
+        label, frame = ilabel[trace.arc[g]], at[g - first] - 1
+        if label != 0:
+            reads[g] = logp[frame - rows_from, label - 1]
+    blanks = kept.blanks
+    if len(blanks) < start - base:
+        blanks = np.zeros(max(start - base, 2 * len(blanks)), np.float32)
+        blanks[:len(kept.blanks)] = kept.blanks
+    if blank > 0:
+        for f in range(rows_from, start):
+            blanks[f - base] = logp[f - rows_from, blank - 1]
+    logp[:frames - start] = logp[start - rows_from:frames - rows_from]
+    return KeptReads(logp, start, blanks, reads)
 
 
 @njit(nogil=True, cache=True)
@@ -2225,7 +2304,7 @@ def advance_streams(graph, settings, ws, memo, table, which, chunks, offsets, or
         status, done, n, ns, beam, prev, arc, stored, fallbacks, survivors, keep, rel, dead = r
         if len(prev) != len(s.trace.prev):  # the backpointers grew
             slots[i] = StreamSlot(s.tl, Trace(prev, arc, s.trace.steps, s.trace.survivors, s.trace.room), s.word_costs,
-                                  s.logp)
+                                  s.logp, s.blanks, s.reads)
         v[S_N] = n
         v[S_NS] = ns
         v[S_STORED] = stored
@@ -2242,6 +2321,13 @@ def advance_streams(graph, settings, ws, memo, table, which, chunks, offsets, or
                                              graph.ilabel, settings.blank_ilabel, v[S_TRAIL:S_TRAIL + TRAIL_FIELDS])
         v[S_TRAILING] = trailing if voiced else v[S_FRAMES] - 1 - v[S_LAST_VOICED]
         relative[i] = rel
+        if not v[S_LATTICE] and not dead:  # (a lattice's links name every backpointer's frame)
+            s = slots[i]
+            kept = drop_rows(s.trace, KeptReads(s.logp, v[S_ROWS_FROM], s.blanks, s.reads), v[S_BASE], v[S_FRAMES],
+                             stored, graph.ilabel, settings.blank_ilabel)
+            if kept.rows_from != v[S_ROWS_FROM]:
+                v[S_ROWS_FROM] = kept.rows_from
+                slots[i] = StreamSlot(s.tl, s.trace, s.word_costs, kept.logp, kept.blanks, kept.reads)
         flags[k] = (COMMIT_DUE if stored >= v[S_NEXT_COMMIT] else 0) | (DIED if dead else 0)
         if flags[k]:
             _fetch_add(counts, 2, 1)

@@ -179,7 +179,10 @@ def silence(args, step: int) -> None:
             times[s].append(time.perf_counter() - start)
         if (t + step) // every > t // every:
             last = every // step
-            kept = (alone._state.frames - alone._state.base) * g.tokens.num_columns * 4
+            st = alone._state
+            reads = st.kept_reads()  # rows from rows_from on; the blank's column and a read a backpointer before
+            kept = 4 * ((st.frames - reads.rows_from) * g.tokens.num_columns + reads.rows_from - st.base
+                        + min(len(reads.reads), st.stored))
             print(f"| {t + step:,} | {1000 * np.mean(times[alone][-last:]):.2f} | "
                   f"{1000 * np.mean(times[asked][-last:]):.2f} | {alone._state.stored:,} | {kept / 2**20:.1f} MiB |",
                   flush=True)

@@ -19,7 +19,7 @@ from wfst.decoder import DecodeInputError, Decoder
 from wfst.errors import LogProbsWarning, OptionError
 from wfst.ledger import COMMIT_AT as _COMMIT_AT
 from wfst.lm import truncate_arpa
-from wfst.results import path_part
+from wfst.results import blank_label, path_part
 from wfst.stream import KALDI_RULES, EndpointConfig, EndpointRule
 
 
@@ -62,17 +62,18 @@ def same_results(got, want):
         assert np.array_equal(a.frame_tokens, b.frame_tokens)  # (what word times read: the prefix's kept)
 
 
-def best_path_reads(state, graph):
+def best_path_reads(state, graph, blank):
     """A CPU stream's best path after its commit point (kernels.cpu.partial_path's arcs and
     backpointers, runs of blanks folded) and path_reads of it (arcs, steps and log-probs,
-    the runs unfolded).  graph: a Graph or the backend's layout (final, ilabel)."""
+    the runs unfolded).  graph: a Graph or the backend's layout (final, ilabel); blank:
+    the blank's input label (results.blank_label)."""
     from wfst.kernels import cpu
 
     tr = state.trace
     arcs, gids, start, _ = cpu.partial_path(state.tl, state.n, graph.final, None, tr.prev, tr.arc, state.stored, -1)
     lead = tr.prev[gids[0]] if len(gids) and gids[0] >= 0 else start
     return arcs, gids, cpu.path_reads(graph.ilabel, arcs, gids, lead, tr.arc, tr.steps[:state.frames - state.base],
-                                      state.base, state.frames, state.kept_log_probs())
+                                      state.base, state.frames, state.kept_reads(), blank)
 
 
 def same_lattices(got, want):
@@ -712,7 +713,7 @@ def test_partial_results_read_the_best_path_and_leave_their_scratch_clean(demo, 
         together = dict(zip(pick, dec.partials([streams[i] for i in pick]))) if partials % 2 else {}
         for i in pick:
             st, got = streams[i]._state, together.get(i) or streams[i].partial()
-            arcs, gids, reads = best_path_reads(st, g)
+            arcs, gids, reads = best_path_reads(st, g, blank_label(g))
             whole = st.prefix + path_part(g, *reads)
             meet, stable = cpu.common_ancestor(st.tl, st.n, st.trace.prev, st.stored), len(st.prefix.word_ids)
             if meet >= 0 and (where := np.flatnonzero(gids == meet)).size:
@@ -832,9 +833,12 @@ def test_a_stream_in_a_long_silence_keeps_bounded_backpointers(demo, demo_graphs
     """Speech then silence in which the paths disagree on the last words, so that they meet
     before them and nothing after the speech can be committed: runs of blanks fold into one
     backpointer (kernels.cpu._store), and a commit that finds nothing to commit drops the
-    backpointers no live path passes (compact_stream).  The backpointers held stay bounded
-    through the silence while its frames' survivors add up to many times more, and the
-    result is still the offline one (its frames' tokens too: the runs unfold)."""
+    backpointers no live path passes (compact_stream), and the search drops the rows of
+    log-probs before the last frame's (drop_rows: the backpointers' reads and the blank's
+    column are kept).  The
+    backpointers and rows held stay bounded through the silence while its frames'
+    survivors add up to many times more, and the result is still the offline one (its
+    frames' tokens too: the runs unfold and read what was kept)."""
     from wfst import ledger
 
     monkeypatch.setattr(ledger, "COMMIT_AT", 1024)
@@ -842,7 +846,7 @@ def test_a_stream_in_a_long_silence_keeps_bounded_backpointers(demo, demo_graphs
     dec = Decoder(g, beam=14.0, max_active=2000, num_threads=1)
     want = dec.decode(x[None], np.array([len(x)]))
     s = dec.stream()
-    state, t, most, compactions, survivors = s._state, 0, 0, 0, []
+    state, t, most, rows, compactions, survivors = s._state, 0, 0, 0, 0, []
     while t < len(x):
         step = int(rng.integers(1, 40))
         base, stored = state.base, state.stored
@@ -852,8 +856,10 @@ def test_a_stream_in_a_long_silence_keeps_bounded_backpointers(demo, demo_graphs
         survivors.append(state.survivors)
         if t > len(x) - 2000:  # deep in the last silence
             most = max(most, state.stored)
+            rows = max(rows, state.frames - state.rows_from)
     assert state.base < len(x) - 2500 and compactions > 2  # nothing committed in the silence
     assert most < 2 * ledger.COMMIT_AT < (state.survivors - survivors[-60]) / 5
+    assert rows < 400 and len(state.logp) < 2500 and state.rows_from > len(x) - 500
     assert state.trailing > 2400 and s.endpoint
     same_results(dec.finish([s]), want)
 
@@ -891,7 +897,7 @@ def test_the_trailing_blanks_memo_reads_as_a_walk_from_scratch(demo, demo_graphs
         hits += memo[C.TRAIL_AT] >= 0 and fresh[1] and fresh[0] > step
         assert cpu.endpoint_trailing(*args, memo) == fresh
         # the best path's tokens, runs of blanks unfolded, end in as many blanks
-        arcs = best_path_reads(state, layout)[2][0]
+        arcs = best_path_reads(state, layout, blank)[2][0]
         read = layout.ilabel[arcs][layout.ilabel[arcs] != 0]
         voiced = np.flatnonzero(read != blank)
         assert fresh[1] == (len(voiced) > 0)

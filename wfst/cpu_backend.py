@@ -652,7 +652,7 @@ class CpuBackend:
 
                 lat = kl.typed(kl.with_room(lat, 0, state.stored + state.n, 0, 0))
                 status, arcs, at, read, reached_final, final_gids, final_costs, held = \
-                    self._cpu.finish_slot_lattice(self.layout, *args, lat)
+                    self._cpu.finish_slot_lattice(self.layout, *args, lat, self._blank)
         if status != C.OK:
             return status, None, state.prefix
         raw = None if lat is None else RawLattice.of(lat, held.trace.steps[:state.frames + 2], final_gids,
@@ -695,7 +695,7 @@ def _nbytes(slot) -> int:
     tuples took ~40 µs of a stream's finish)."""
     t = slot.trace
     return (sum(map(_NBYTES, slot.tl)) + t.prev.nbytes + t.arc.nbytes + t.steps.nbytes + t.survivors.nbytes
-            + slot.word_costs.nbytes + slot.logp.nbytes)
+            + slot.word_costs.nbytes + slot.logp.nbytes + slot.blanks.nbytes + slot.reads.nbytes)
 
 
 _NBYTES = operator.attrgetter("nbytes")
@@ -1098,8 +1098,8 @@ def _array(field: str):
 class CpuStream(Ledger):
     """One stream's CPU search state between calls: the tokens of its last frame (its own
     token list; the rest of a workspace is shared), its backpointers from `base` on (the
-    steps before were committed into `prefix`), and the log_probs of frames base.. that a
-    path after the commit point may still read.  Its arrays and numbers live in the
+    steps before were committed into `prefix`), and what of the log-probs of frames base..
+    a path after the commit point may still read (kernels.cpu.KeptReads).  Its arrays and numbers live in the
     backend's StreamSlots at `slot` (the properties below read and write them there)."""
 
     n = _number(C.S_N)
@@ -1107,6 +1107,7 @@ class CpuStream(Ledger):
     stored = _number(C.S_STORED)
     frames = _number(C.S_FRAMES)
     base = _number(C.S_BASE)
+    rows_from = _number(C.S_ROWS_FROM)
     fallbacks = _number(C.S_FALLBACKS)
     survivors = _number(C.S_SURVIVORS)
     trailing = _number(C.S_TRAILING)
@@ -1117,6 +1118,8 @@ class CpuStream(Ledger):
     tl = _array("tl")
     trace = _array("trace")
     logp = _array("logp")
+    blanks = _array("blanks")
+    reads = _array("reads")
 
     def __init__(self, slots: StreamSlots, context, memo, word_costs, links, settings, capacity: int,
                  num_columns: int):
@@ -1127,8 +1130,9 @@ class CpuStream(Ledger):
         spare = slots.spare(capacity)
         costs = _NO_COSTS if word_costs is None else word_costs
         if spare is None:
+            none = np.empty(0, np.float32)
             arrays = cpu.StreamSlot(cpu.new_tokens(capacity), cpu.new_trace(64, capacity), costs,
-                                    np.empty((0, num_columns), np.float32))
+                                    np.empty((0, num_columns), np.float32), none, none)
         else:
             arrays = spare._replace(word_costs=costs)
         self.slot = slots.take(arrays, context, memo, links)
@@ -1212,8 +1216,10 @@ class CpuStream(Ledger):
             self._slots.drop_own(self.slot)  # (where it held its own context, memo or links)
             self._slots.give_back(self.slot)
 
-    def kept_log_probs(self) -> np.ndarray:
-        return self.logp
+    def kept_reads(self):
+        from wfst.kernels import cpu
+
+        return cpu.KeptReads(self.logp, self.rows_from, self.blanks, self.reads)
 
     def grow(self, ws) -> None:
         """Twice the token capacity; ws: the workspace whose frame overflowed (its survivors
@@ -1238,19 +1244,26 @@ class CpuStream(Ledger):
         return ws
 
     def commit(self, graph, scratch: MeetingScratch) -> None:
-        """Ledger.commit_arrays on this stream's own arrays, and its log-probs before the
-        meeting point dropped.  Where it commits nothing (the paths do not meet, or not late
-        enough), the backpointers that no live path passes are dropped instead
-        (kernels.cpu.compact_stream): with runs of blanks folded, what a long silence keeps
-        then is a backpointer for each live token's run."""
+        """Ledger.commit_arrays on this stream's own arrays, and what it keeps of the
+        log-probs before the meeting point dropped (kernels.cpu.KeptReads).  Where it
+        commits nothing (the paths do not meet, or not late enough), the backpointers that
+        no live path passes are dropped instead (kernels.cpu.compact_stream, their reads
+        with them): with runs of blanks folded, what a long silence keeps then is a
+        backpointer for each live token's run, and its read once the search dropped the
+        rows of its frames (kernels.cpu.drop_rows)."""
         from wfst.kernels import cpu
 
-        kept = self.frames - self.base
+        base, rows_from, kept = self.base, self.rows_from, self.frames - self.base
         done = self.commit_arrays(graph, self.tl, self.n, self.trace, self.stored, scratch)
         if done is not None:
             k, self.stored = done
-            self.logp[:kept - k] = self.logp[k:kept]
+            if rows_from >= self.base:  # (the meeting point's frame had no row: the blanks before it go)
+                self.blanks[:rows_from - self.base] = self.blanks[k:rows_from - base]
+            else:
+                rows = self.frames - self.base
+                self.logp[:rows] = self.logp[self.base - rows_from:self.base - rows_from + rows]
+                self.rows_from = self.base
             return
-        self.stored = cpu.compact_stream(self.tl, self.n, self.trace, self.stored, kept)
+        self.stored = cpu.compact_stream(self.tl, self.n, self.trace, self.stored, kept, self.reads)
         self.compacted(self.stored)
         self._slots.rows[self.slot, C.P_FRAMES] = -1  # (its partial, walked by the search, names the old numbers)

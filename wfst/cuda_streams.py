@@ -30,7 +30,7 @@ from . import contexts
 from .boost import BoostTables
 from .cuda_arrays import SIMULATOR, device_views, on_device, to_host
 from .ledger import Ledger, MeetingScratch
-from .results import TracedPath
+from .results import TracedPath, blank_label
 
 _FIRST_LANES = 4
 _FIRST_STEP_ROWS = 130  # bp.step_start rows per lane: frames since the commit point + 2
@@ -72,8 +72,11 @@ class CudaStream(Ledger):
         """The token buffer the lane's tokens stand in."""
         return self.frames % 2
 
-    def kept_log_probs(self) -> np.ndarray:
-        return self.hist
+    def kept_reads(self):
+        from wfst.kernels import cpu
+
+        none = np.empty(0, np.float32)  # (its streams keep every row)
+        return cpu.KeptReads(self.hist, self.base, none, none)
 
     def append(self, chunk: np.ndarray) -> None:
         """Keep the chunk's log-probs (they follow those of earlier chunks; a call appends
@@ -541,5 +544,5 @@ class StreamLanes:
         if status != C.OK:
             return status, None, s.prefix
         arcs, at, read = cpu.path_reads(g.ilabel, arcs, gids, lead, trace.arc, trace.steps, s.base, s.frames,
-                                        s.hist)
+                                        s.kept_reads(), blank_label(g))
         return status, TracedPath(arcs, at, read, bool(reached_final), s.survivors, s.fallbacks), s.prefix

@@ -53,8 +53,9 @@ class Ledger:
         self._forget_stable()
         self._forget_trail()
 
-    def kept_log_probs(self) -> np.ndarray:
-        """The log-probs of the frames kept: row r is frame base + r."""
+    def kept_reads(self):
+        """What the paths after the commit point may read of the frames' log-probs, from
+        base on (kernels.cpu.KeptReads)."""
         raise NotImplementedError
 
     def set_endpoint_readings(self, trailing: int, voiced: bool, relative: float) -> None:
@@ -139,7 +140,7 @@ class Ledger:
         self.next_commit = 2 * stored  # tried again once the backpointers doubled
         kept = self.frames - self.base
         k, live, sums = cpu.commit_stream(tl, n, trace, stored, *scratch.at_least(stored), self._stable_at, kept,
-                                          self.base, self.kept_log_probs(), graph.ilabel, graph.olabel, graph.weight,
+                                          self.base, self.kept_reads(), graph.ilabel, graph.olabel, graph.weight,
                                           graph.nextstate, blank_label(graph))
         if k < 0:
             return None

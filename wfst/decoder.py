@@ -217,7 +217,7 @@ class Decoder:
         return [done.get(b, r) for b, r in enumerate(results)]
 
     def _with_lattice(self, result: DecodeResult, raw, scorer, nbest: int | None) -> DecodeResult:
-        lattice = Lattice(raw, scorer, result.word_ids)
+        lattice = Lattice(raw, scorer, result)
         if self.rescore_mode == "lattice":
             lattice, result = lattice.rescored(self.rescorer, self.config.lattice_beam)
         listed = tuple(lattice.nbest(nbest)) if nbest else ()

@@ -92,12 +92,14 @@ class Lattice:
     """The word lattice of one utterance (see the module's doc).  Labels are the graph's:
     input labels are tokens (logit column + 1), output labels word ids (graph.words)."""
 
-    def __init__(self, raw: RawLattice, scorer: PathScorer, best_words: tuple[int, ...] | None = None):
-        """best_words: the word ids of the decode's best path, which nbest() lists first
-        (another sequence may tie its cost)."""
+    def __init__(self, raw: RawLattice, scorer: PathScorer, best: DecodeResult | None = None):
+        """best: the decode's best path, which nbest() lists first, as the decode gave it
+        (another word sequence may tie its cost, and another path of its words its cost,
+        with its words' frames elsewhere: OpenFST's shortest path breaks ties otherwise
+        than the search)."""
         self._raw = raw
         self._scorer = scorer
-        self._best_words = best_words
+        self._best = best
         graph = scorer.graph
         self.ilabel = graph.ilabel[raw.arc.astype(np.int64)].astype(np.int32)
         self.olabel = graph.olabel[raw.arc.astype(np.int64)].astype(np.int32)
@@ -317,10 +319,11 @@ class Lattice:
         # distinct sequences, from a determinization made as far as the n best need (more: all)
         sequences = _paths(fst.shortestpath(self._words_fst(), nshortest=int(min(n, 2**31 - 1)), unique=True))
         listed = [words for words, _ in sorted(sequences, key=lambda p: p[1])]
-        best = self._best_words
+        best = self._best.word_ids if self._best is not None else None
         if best is not None and (best in listed or len(listed) == n):  # (absent from a full list: more tie with it)
             listed = [best] + [words for words in listed if words != best][:n - 1]
-        results = [self._best_path_result(words) for words in listed]
+        results = [dataclasses.replace(self._best, lattice=self, nbest=()) if words == best else
+                   self._best_path_result(words) for words in listed]
         # in the order of their costs as reported (summed in float64: OpenFST's order, of float32 sums,
         # differed from it by 1e-7 in places); the first stays the decode's best
         return results[:1] + sorted(results[1:], key=_COST)
@@ -378,9 +381,8 @@ class Lattice:
                          raw.step[state_of], finals.astype(np.int32), final_costs,
                          raw.reached_final)
         lattice = Lattice(new, dataclasses.replace(sc, rescorer=rescorer))
-        best = lattice._result_of(path)
-        lattice._best_words = best.word_ids
-        return lattice, best
+        lattice._best = lattice._result_of(path)
+        return lattice, lattice._best
 
     # ---------------------------------------------------------------- the oracle
 

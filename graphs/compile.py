@@ -55,6 +55,9 @@ GRAPH_FORMAT = 1
 # out whatever the lexicon spells); LG_REVISION when it changes min(det(L ∘ G)), whose cache it keys.
 COMPILER_REVISION = 6
 LG_REVISION = 4
+# The LG cache keeps the entries used last within this many bytes (the newest always): a sweep
+# over many LMs would otherwise fill the disk with LGs of hundreds of MB each.
+LG_CACHE_BYTES = 4 * 2**30
 
 
 # --------------------------------------------------------------------------- measuring
@@ -451,6 +454,7 @@ def _cached_lg(cache_dir: Path, key: str, stages: Stages):
             return None, None  # a damaged (or an older build's) cache entry is rebuilt
         sizes = entry["sizes"]
         LG = fst.Fst.read(str(path))
+        os.utime(path)  # (used now: the last to be evicted)
     except (OSError, ValueError, fst.FstError):
         return None, None
     for name in ("L (lexicon FST)", "G (arpa2fst)", "L ∘ G", "det(L ∘ G)", "min(det(L ∘ G))"):
@@ -468,6 +472,29 @@ def _store_lg(cache_dir: Path, key: str, LG, sizes: dict):
             Path(tmp).write_text(json.dumps({"sizes": sizes, "sha256": digest}), encoding="utf-8")
     except OSError as e:
         print(f"  note: could not cache LG in {cache_dir}: {e}", file=sys.stderr)
+        return
+    _evict_lg(cache_dir, keep=key)
+
+
+def _evict_lg(cache_dir: Path, keep: str) -> None:
+    """The LG cache's entries beyond LG_CACHE_BYTES removed, those used longest ago first
+    (never `keep`, the entry just stored)."""
+    entries = []
+    for path in cache_dir.glob("LG-*.fst"):
+        try:
+            st = path.stat()
+        except OSError:  # (removed meanwhile by another build)
+            continue
+        entries.append((path.stem[3:] == keep, st.st_mtime, st.st_size, path))
+    total = 0
+    for kept, _, size, path in sorted(entries, key=lambda e: (not e[0], -e[1])):
+        total += size
+        if total > LG_CACHE_BYTES and not kept:
+            for gone in (path, path.with_suffix(".json")):
+                try:
+                    gone.unlink()
+                except OSError:
+                    pass
 
 
 __all__ = ["BuildResult", "GraphBuildError", "compile_graph"]

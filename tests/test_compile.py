@@ -107,6 +107,35 @@ def test_rebuilds_only_what_is_stale(tiny, capsys):
     assert compile_graph(tiny / "c", topology="compact", **kw).rebuilt
 
 
+def test_the_lg_cache_keeps_the_entries_used_last_within_its_size(tiny, monkeypatch):
+    """Each LM of a sweep left its LG in the cache for good: the disk filled."""
+    from wfst.graphs import compile as C
+
+    kw = dict(tokens=tiny / "tokens.txt", word_boundary="|", topology="compact", progress=False)
+    cache = tiny / ".wfst-cache"
+    lms = []
+    for i in range(4):  # four LMs, four LGs of about the same size
+        lms.append(tiny / f"lm{i}.arpa")
+        lms[-1].write_text((tiny / "lm.arpa").read_text().replace("-0.9\t</s>", f"-0.9{i}\t</s>"))
+
+    def build(i, name):
+        res = compile_graph(tiny / name, lm=lms[i], force=False, **kw)
+        return "cached" in res.info["stages"]["det(L ∘ G)"].get("skipped", "")
+
+    assert not build(0, "a0")
+    size = next(cache.glob("LG-*.fst")).stat().st_size
+    monkeypatch.setattr(C, "LG_CACHE_BYTES", int(2.5 * size))  # room for two
+    assert not build(1, "a1")
+    assert len(list(cache.glob("LG-*.fst"))) == 2
+    assert build(0, "b0")  # LM 0's entry used again: LM 1's is now the one used longest ago
+    assert not build(2, "a2")
+    assert len(list(cache.glob("LG-*.fst"))) == len(list(cache.glob("LG-*.json"))) == 2
+    assert build(0, "c0") and build(2, "c2") and not build(1, "c1")  # (1 evicted, then stored: 0 goes)
+    monkeypatch.setattr(C, "LG_CACHE_BYTES", size // 2)  # an entry larger than the whole cache: kept alone
+    assert not build(3, "a3")
+    assert len(list(cache.glob("LG-*.fst"))) == 1 and build(3, "b3")
+
+
 def test_a_damaged_lg_cache_entry_is_rebuilt_and_force_rebuilds_it(tiny):
     """An LG cache entry whose FST still parses but whose bytes changed served a wrong graph
     (and --force read it too); one whose .json is not an object raised a TypeError."""

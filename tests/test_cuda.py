@@ -647,6 +647,35 @@ def test_streams_cuda_lanes_commit_grow_and_are_reused(tiny, monkeypatch, graphs
     assert_same_results(dec.finish(streams), Decoder(g, **config).decode(y, np.array([41] * 4)))
 
 
+def test_a_cuda_stream_that_commits_nothing_grows_rows_not_every_lane_s_backpointers(tiny, monkeypatch):
+    """A lane whose paths never meet (a silence in which they disagree on the last words:
+    here no commit succeeds) needs a step row a frame and its own backpointers.  Its lanes'
+    backpointer slots were rows x bp_per_frame, grown with the rows: one such stream three
+    minutes in held 116 MiB of every lane at max_active 7,000."""
+    from wfst import cuda_streams, ledger
+    from wfst.cuda_arrays import to_host
+
+    monkeypatch.setattr(ledger, "COMMIT_AT", 16)
+    monkeypatch.setattr(cuda_streams, "_FIRST_STEP_ROWS", 12)
+    monkeypatch.setattr(ledger.Ledger, "commit_arrays", lambda self, *a: setattr(self, "next_commit", 10**9))
+    r = compile_graph(tiny / "g", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=tiny / "lexicon.txt",
+                      word_boundary="|", topology="compact")
+    g = wfst.load_graph(r.directory)
+    x = random_log_probs(5, batch=2, frames=72, columns=5, sharpness=3.0)
+    config = dict(beam=6.0, max_active=8, min_active=1)
+    dec = Decoder(g, device="cuda", **config)
+    streams = [dec.stream() for _ in range(2)]
+    lanes = dec._backend._lanes
+    first_slots = lanes.P
+    for t in range(0, 72, 6):
+        dec.advance(streams, [x[0, t:t + 6], x[1, t:t + 6]])
+    assert all(s._state.base == 0 for s in streams)  # nothing committed
+    assert lanes.rows >= 74 and lanes.P < lanes.rows * lanes.bp_per_frame / 4
+    stored = int(np.array(to_host(lanes.ws_x.bp.n)).max())
+    assert lanes.P <= max(first_slots, 2 * (stored + 7 * lanes.bp_per_frame))  # grown by what was stored
+    assert_same_results(dec.finish(streams), Decoder(g, **config).decode(x, np.array([72, 72])))
+
+
 def test_demo_graph_cuda_equals_cpu(demo, tmp_path):
     r = compile_graph(tmp_path / "bpe", tokens=demo / "bpe_tokens.txt", spm=demo / "bpe.model",
                       lm=demo / "lm.arpa", topology="compact", cache_dir=tmp_path / "cache")

@@ -101,6 +101,7 @@ class StreamLanes:
         self.bp_per_frame = capacity.backpointers
         self.lm_slots = capacity.lm_cache if rescorer is not None else 1
         self.rows = _FIRST_STEP_ROWS
+        self.P = self.rows * self.bp_per_frame  # backpointer slots per lane
         self.lanes: list = []  # per lane: a weak reference to its CudaStream, or None (free)
         self._meeting = MeetingScratch()  # the partial results' and commits' scratch (on the host)
         self.ws_x = self.ws = None
@@ -118,13 +119,14 @@ class StreamLanes:
         ref = self.lanes[lane]
         return ref() if ref is not None else None
 
-    def _build(self, L: int, capacity: int, rows: int) -> None:
-        """A workspace of L lanes at this capacity and step rows; the lanes in use move in."""
+    def _build(self, L: int, capacity: int, rows: int, P: int | None = None) -> None:
+        """A workspace of L lanes at this capacity, step rows and backpointer slots (P: as
+        before); the lanes in use move in."""
         from wfst.kernels import cuda as K
 
         xp, old, old_L = self.xp, self.ws_x, self.L
         self._graphs = None  # they hold the old arrays
-        P = rows * self.bp_per_frame
+        P = self.P if P is None else P
         ws = self.backend.workspace_arrays(L, rows, P, capacity)
         ws = ws._replace(u=ws.u._replace(lengths=xp.zeros(L, np.int64)))
         ws.u.opening[...] = 0
@@ -149,7 +151,7 @@ class StreamLanes:
                                                     capacity)
         self.lanes += [None] * (L - old_L)
         self.ws_x, self.ws = ws, device_views(ws)
-        self.capacity, self.rows = capacity, rows
+        self.capacity, self.rows, self.P = capacity, rows, P
         for s in filter(None, map(self._stream, range(L))):
             s.capacity = capacity
         self._readings = tuple(xp.zeros(L, d) for d in (np.int32, np.uint8, np.float32, np.uint8))
@@ -318,22 +320,29 @@ class StreamLanes:
     def _make_room(self, work) -> None:
         """Step rows and backpointers for each lane's chunk (at bp_per_frame a frame): its
         stable prefix committed when that is not so, the workspace grown when even that is
-        not enough."""
+        not enough.  Rows (a frame's 8 bytes) and backpointer slots grow apart: in a silence
+        whose paths disagree on the last words nothing is committed, and backpointers sized
+        as rows x bp_per_frame grew every lane's by thousands of slots a frame (one stream
+        three minutes into such a silence, at max_active 7,000: 116 MiB for each of the lanes)."""
         u, bp = self.ws_x.u, self.ws_x.bp
         steps, stored = _read(u.steps), _read(bp.n)
 
-        def short(s, T, rows):
-            b = s.lane
-            return steps[b] + T + 2 > rows or stored[b] + (T + 1) * self.bp_per_frame > rows * self.bp_per_frame
+        def short_rows(s, T, rows):
+            return steps[s.lane] + T + 2 > rows
 
-        rows = self.rows
-        if any(self._commit([s for s, x in work if short(s, len(x), rows)])):
+        def short_slots(s, T, P):
+            return stored[s.lane] + (T + 1) * self.bp_per_frame > P
+
+        rows, P = self.rows, self.P
+        if any(self._commit([s for s, x in work if short_rows(s, len(x), rows) or short_slots(s, len(x), P)])):
             steps, stored = _read(u.steps), _read(bp.n)
         for s, x in work:
-            while short(s, len(x), rows):
+            while short_rows(s, len(x), rows):
                 rows *= 2
-        if rows != self.rows:
-            self._build(self.L, self.capacity, rows)
+            while short_slots(s, len(x), P):
+                P *= 2
+        if (rows, P) != (self.rows, self.P):
+            self._build(self.L, self.capacity, rows, P)
 
     def _round(self, work):
         """One launch of frame steps for these (stream, frames) pairs; returns the pairs
@@ -396,10 +405,12 @@ class StreamLanes:
             capacity *= 2
         if C.LM_OVERFLOW in overflows:
             self.lm_slots *= 2
+        P = self.P
         if C.BP_OVERFLOW in overflows and not any(self._commit(list(streams))):
             self.bp_per_frame *= 2
+            P *= 2
         if capacity != self.capacity or per_frame != self.bp_per_frame:
-            self._build(self.L, capacity, self.rows)
+            self._build(self.L, capacity, self.rows, P)
 
     # ------------------------------------------------------------------ host work on a lane
 

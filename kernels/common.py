@@ -271,49 +271,69 @@ def final_relative_cost(cost, state, ctx, n, final, context, row):
 
 
 @njit(inline="always", cache=True)
-def trailing_blanks(keep, tok_prev, tok_arc, bp_prev, bp_arc, ilabel, blank, memo):
-    """Emitting arcs that read blank at the end of token keep's path (its in-frame epsilon
-    chain through tok_prev / tok_arc, then the backpointers), and whether a non-blank one
-    came before them (else the count ran to the start).  memo: the last walk's first stored
-    backpointer (-1: none), the blanks from it back and 1 where a non-blank came before them
-    (TRAIL_*): a walk that reaches that backpointer stops there, and the memo becomes this
-    walk's.  (In silence the blanks run back to the last speech: walked whole at every call,
-    a stream's call took time that grew with its silence.)"""
-    count = 0
+def step_of(steps, count, g):
+    """The step backpointer g was stored at, of `count` steps whose first backpointers are
+    steps[:count]: the last s with steps[s] <= g (a binary search)."""
+    lo, hi = 0, count
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if steps[mid] <= g:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@njit(inline="always", cache=True)
+def trailing_blanks(keep, tok_prev, tok_arc, bp_prev, bp_arc, steps, count, ilabel, blank, memo):
+    """What the endpoint rules read of a stream: the trailing blanks of the path of its token
+    keep (tok_prev / tok_arc: its frame's tokens) and whether a non-blank came before them
+    (else the count ran to the start, and the caller counts from the last speech it
+    committed).  Blanks are counted in frames, by the steps their backpointers were stored at
+    (steps: its first `count`, frames since the stream's base), as a run of blanks that the
+    search folded is one backpointer: the frames after the path's last non-blank.  Where the
+    search died, that counts the frames after its path too.  memo (int64, TRAIL_*): the last
+    walk's first stored backpointer (-1: none), the blanks from it back and 1 where a
+    non-blank came before them; a walk that reaches that backpointer stops there, and the
+    memo becomes this walk's.  (In silence the blanks run back to the last speech: walked
+    whole at every call, a stream's call took time that grew with its silence.)"""
     if keep < 0:
         return 0, False
+    inside = 0
     k = keep
     for _ in range(tok_prev.shape[0]):  # a longer chain loops (an epsilon cycle): finish reports it
         a = tok_arc[k]
         if a != NO_ARC and ilabel[a] != 0:
             if ilabel[a] != blank:
-                return count, True
-            count += 1
+                return inside, True
+            inside += 1
         p = tok_prev[k]
         if p > -2:
             break
         k = in_frame(p)
     first = g = tok_prev[k]
-    stored = 0
+    if first < 0:
+        return inside, False
+    top = step_of(steps, count, first)
+    back = top  # blanks from first back: to the start unless a non-blank comes first
     voiced = False
     for _ in range(bp_prev.shape[0]):
         if g < 0:
             break
         if g == memo[TRAIL_AT]:
-            stored += memo[TRAIL_BLANKS]
+            back = top - step_of(steps, count, g) + memo[TRAIL_BLANKS]
             voiced = memo[TRAIL_VOICED] != 0
             break
         a = bp_arc[g]
-        if a != NO_ARC and ilabel[a] != 0:
-            if ilabel[a] != blank:
-                voiced = True
-                break
-            stored += 1
+        if a != NO_ARC and ilabel[a] != 0 and ilabel[a] != blank:
+            back = top - step_of(steps, count, g)
+            voiced = True
+            break
         g = bp_prev[g]
     memo[TRAIL_AT] = first
-    memo[TRAIL_BLANKS] = stored
+    memo[TRAIL_BLANKS] = back
     memo[TRAIL_VOICED] = 1 if voiced else 0
-    return count + stored, voiced
+    return count - top + back, voiced
 
 
 # ---------------------------------------------------------------------- backpointers
@@ -325,16 +345,6 @@ def died(n, prev, arc):
     arc; prev: the survivor's backpointer) that read no more frames, for partial results
     and the last step to trace back from.  A search's tokens are all ghosts or none."""
     return n > 0 and arc[0] == NO_ARC and prev[0] >= 0
-
-
-@njit(inline="always", cache=True)
-def frames_after(steps, count, g):
-    """Frames searched after the path that ends at backpointer g (a ghost's: common.died),
-    of `count` whose steps start at steps[:count]: they read nothing, as silence does."""
-    s = count - 1
-    while s > 0 and steps[s] > g:
-        s -= 1
-    return count - s
 
 
 @njit(inline="always", cache=True)

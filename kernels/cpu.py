@@ -63,6 +63,7 @@ from .common import (
     token_key,
     trace_length,
     trace_path,
+    trailing_blanks,
 )
 from .constants import (
     BACKPOINTERS_FULL,
@@ -125,10 +126,7 @@ from .constants import (
     STEP_LOOKUPS,
     STEP_MISSES,
     TOKEN_OVERFLOW,
-    TRAIL_AT,
-    TRAIL_BLANKS,
     TRAIL_FIELDS,
-    TRAIL_VOICED,
     hash_slots,
 )
 from .fltop import fltop_active, frame_acoustic_costs
@@ -1771,7 +1769,7 @@ def advance_stream(graph, boosts, context, memo, log_probs, num_frames, settings
     start: it commits nothing), or None.  Returns frames()'s tuple + (survivors of the
     frames done, the best token without final costs, the final relative cost, whether the
     search died: its tokens are ghosts, and the frames after their paths count as trailing
-    blanks); endpoint_trailing reads the rest."""
+    blanks); common.trailing_blanks reads the rest."""
     status, done, n, ns, beam, prev, arc, stored, fallbacks = frames(
         graph, boosts, context, memo, log_probs, num_frames, settings, ws, n, ns, resume_beam, trace, first, stored,
         lat)
@@ -1786,64 +1784,6 @@ def advance_stream(graph, boosts, context, memo, log_probs, num_frames, settings
         relative = final_relative_cost(tl.cost, tl.state, tl.ctx, n, graph.final, context, 0)
         dead = died(n, tl.prev, tl.arc)
     return status, done, n, ns, beam, prev, arc, stored, fallbacks, survivors, keep, relative, dead
-
-
-@njit(nogil=True, cache=True)
-def endpoint_trailing(tl, keep, prev, arc, steps, count, ilabel, blank, memo):
-    """What the endpoint rules read of a stream after advance_stream: the trailing blanks of
-    its best token keep's path and whether a non-blank came before them (else the count ran
-    to the start, and the caller counts from the last speech it committed).  Blanks are
-    counted in frames, by the steps their backpointers were stored at (steps: its first
-    `count`, frames since its base), as a run of blanks that _store folded is one
-    backpointer: the frames after the path's last non-blank.  Where the search died, that
-    counts the frames after its path too.  memo (the stream's numbers from S_TRAIL): the
-    last walk's first stored backpointer (-1: none), the blanks from it back and 1 where a
-    non-blank came before them (TRAIL_*); a walk that reaches that backpointer stops there,
-    and the memo becomes this walk's.  (In silence the blanks run back to the last speech:
-    walked whole at every call, a stream's call took time that grew with its silence.)"""
-    if keep < 0:
-        return 0, False
-    inside = 0
-    k = keep
-    for _ in range(tl.prev.shape[0]):  # a longer chain loops (an epsilon cycle): finish reports it
-        a = tl.arc[k]
-        if a != NO_ARC and ilabel[a] != 0:
-            if ilabel[a] != blank:
-                return inside, True
-            inside += 1
-        p = tl.prev[k]
-        if p > -2:
-            break
-        k = in_frame(p)
-    first = g = tl.prev[k]
-    if first < 0:
-        return inside, False
-    top = _step_of(steps, count, first)
-    back = top  # blanks from first back: to the start unless a non-blank comes first
-    voiced = False
-    for _ in range(prev.shape[0]):
-        if g < 0:
-            break
-        if g == memo[TRAIL_AT]:
-            back = top - _step_of(steps, count, g) + memo[TRAIL_BLANKS]
-            voiced = memo[TRAIL_VOICED] != 0
-            break
-        a = arc[g]
-        if a != NO_ARC and ilabel[a] != 0 and ilabel[a] != blank:
-            back = top - _step_of(steps, count, g)
-            voiced = True
-            break
-        g = prev[g]
-    memo[TRAIL_AT] = first
-    memo[TRAIL_BLANKS] = back
-    memo[TRAIL_VOICED] = 1 if voiced else 0
-    return count - top + back, voiced
-
-
-@njit(inline="always", cache=True)
-def _step_of(steps, count, g):
-    """The step backpointer g was stored at, of `count` whose first backpointers are steps[:count]."""
-    return np.searchsorted(steps[:count], g, side="right") - 1
 
 
 class StreamSlot(NamedTuple):
@@ -2317,7 +2257,7 @@ def advance_streams(graph, settings, ws, memo, table, which, chunks, offsets, or
                         | (BACKPOINTERS_FULL if status == MEMORY_OUT else 0))
             return k, done, beam
         # the endpoint rules' readings; blanks back to the commit point: the prefix's last speech decides
-        trailing, voiced = endpoint_trailing(s.tl, keep, prev, arc, s.trace.steps, v[S_FRAMES] - v[S_BASE],
+        trailing, voiced = trailing_blanks(keep, s.tl.prev, s.tl.arc, prev, arc, s.trace.steps, v[S_FRAMES] - v[S_BASE],
                                              graph.ilabel, settings.blank_ilabel, v[S_TRAIL:S_TRAIL + TRAIL_FIELDS])
         v[S_TRAILING] = trailing if voiced else v[S_FRAMES] - 1 - v[S_LAST_VOICED]
         relative[i] = rel

@@ -84,7 +84,6 @@ from .common import (
     expanded_cost,
     final_relative_cost,
     find_segment,
-    frames_after,
     hash_slot,
     in_frame,
     in_frame_prev,
@@ -421,14 +420,18 @@ def init_kernel(u, graph, context, ht, tl):
 
 
 @cuda.jit
-def prune_store_kernel(clock, u, settings, graph, context, cur, nxt, nxt_ht, sv, bp, keep_all):
+def prune_store_kernel(clock, u, settings, graph, context, cur, nxt, nxt_ht, sv, bp, keep_all, fold):
     """One block per utterance: prune the frame's tokens `cur`, store the survivors and
     their in-frame ancestors as backpointers, list the survivors with the prefix sum of
     their arc counts, and empty the table `nxt_ht` that the next frame's tokens go to.
     On the last step (t == length) keep the single best token instead (with keep_all, as a
     lattice needs: every token, the best one still u.keep).  Ghosts (common.died: the
     search died) are neither pruned nor stored; on the last step u.keep is the best one's
-    backpointer."""
+    backpointer.  fold: runs of blanks fold, as the CPU's streams fold them
+    (kernels.cpu._store: a token that took again the blank self-loop its backpointer took
+    shares that backpointer), for streams, whose paths the host reads (the traceback
+    kernel reads one backpointer a frame); room is left for each folded token, which a
+    frame where the search dies stores after all (_ghosts)."""
     t = clock[0]
     b = cuda.blockIdx.x
     tid = cuda.threadIdx.x
@@ -515,6 +518,8 @@ def prune_store_kernel(clock, u, settings, graph, context, cur, nxt, nxt_ht, sv,
     mark = bp.mark[b]
     for j in range(tid, n, nthreads):
         mark[j] = 0
+    if tid == 0:
+        sh_i64[2] = 0  # (read last by the pruning above, before its last syncthreads)
     cuda.syncthreads()
     for j in range(tid, n, nthreads):
         if (last and not dead and (j == keep_j or keep_all)) or (not last and cur.cost[b, j] < cutoff):
@@ -525,36 +530,47 @@ def prune_store_kernel(clock, u, settings, graph, context, cur, nxt, nxt_ht, sv,
     chunk = (n + nthreads - 1) // nthreads
     lo = min(tid * chunk, n)
     hi = min(lo + chunk, n)
+    folds = fold and not last
     marked = 0
     survived = 0
+    folded = 0
     for j in range(lo, hi):
         if mark[j]:
-            marked += 1
+            if folds and _folds(cur, bp, b, j, graph.ilabel, settings.blank_ilabel):
+                folded += 1
+            else:
+                marked += 1
             if not last and cur.cost[b, j] < cutoff:
                 survived += 1
     counts[tid] = marked
     counts2[tid] = survived
+    if folded:
+        cuda.atomic.add(sh_i64, 2, folded)
     cuda.syncthreads()
     _block_exclusive_scan(counts, nthreads, sh_i64, 0)
     _block_exclusive_scan(counts2, nthreads, sh_i64, 1)
     start = bp.n[b]
-    if start + sh_i64[0] > bp.prev.shape[1]:
+    if start + sh_i64[0] + sh_i64[2] > bp.prev.shape[1]:
         if tid == 0:
             u.status[b] = BP_OVERFLOW
         return
     g = start + counts[tid]
     for j in range(lo, hi):
         if mark[j]:
-            bp.gid[b, j] = g
-            g += 1
+            if folds and _folds(cur, bp, b, j, graph.ilabel, settings.blank_ilabel):
+                bp.gid[b, j] = cur.prev[b, j]
+            else:
+                bp.gid[b, j] = g
+                g += 1
     cuda.syncthreads()
     s = counts2[tid]
     for j in range(lo, hi):
         if mark[j]:
             g = bp.gid[b, j]
-            p = cur.prev[b, j]
-            bp.prev[b, g] = bp.gid[b, in_frame(p)] if p <= -2 else p
-            bp.arc[b, g] = cur.arc[b, j]
+            if g >= start:  # (not folded)
+                p = cur.prev[b, j]
+                bp.prev[b, g] = bp.gid[b, in_frame(p)] if p <= -2 else p
+                bp.arc[b, g] = cur.arc[b, j]
             if not last and cur.cost[b, j] < cutoff:
                 sv.state[b, s] = cur.state[b, j]
                 sv.ctx[b, s] = cur.ctx[b, j]
@@ -810,11 +826,34 @@ def resolve_kernel(clock, u, graph, context, cur_ht, bp, ht, tl):
 
 
 @cuda.jit(device=True)
-def _ghosts(b, cur, sv, tl):
+def _folds(cur, bp, b, j, ilabel, blank):
+    """Whether token j of utterance b took again the blank self-loop its backpointer took
+    (prune_store_kernel folds it into that backpointer)."""
+    p = cur.prev[b, j]
+    return p >= 0 and cur.arc[b, j] == bp.arc[b, p] and ilabel[bp.arc[b, p]] == blank
+
+
+@cuda.jit(device=True)
+def _ghosts(b, u, cur, sv, tl, bp):
     """Where the frame left utterance b no token: ghosts in tl (common.died), those of
-    the frame before (cur) once the search has died, else the frame's survivors (sv)."""
+    the frame before (cur) once the search has died, else the frame's survivors (sv).  A
+    survivor folded into an earlier backpointer (prune_store_kernel) gets its own at the
+    frame's step first, as the CPU's _unfold_survivors does: the path that ends at a ghost
+    ends at its step (prune_store_kernel left room for it)."""
     was_dead = died(cur.n[b], cur.prev[b], cur.arc[b])
     m = cur.n[b] if was_dead else sv.n[b]
+    if not was_dead and cuda.threadIdx.x == 0:  # (once in a search, at most: one thread)
+        start = bp.step_start[b, u.steps[b] - 1]
+        g = bp.n[b]
+        for j in range(m):
+            p = sv.gid[b, j]
+            if p < start:
+                bp.prev[b, g] = p
+                bp.arc[b, g] = bp.arc[b, p]
+                sv.gid[b, j] = g
+                g += 1
+        bp.n[b] = g
+    cuda.syncthreads()
     for j in range(cuda.threadIdx.x, m, cuda.blockDim.x):
         if was_dead:
             tl.state[b, j], tl.ctx[b, j], tl.cost[b, j], tl.prev[b, j] = (cur.state[b, j], cur.ctx[b, j],
@@ -830,7 +869,7 @@ def _ghosts(b, cur, sv, tl):
 
 
 @cuda.jit
-def closure_kernel(clock, u, graph, boosts, context, cache, ht, tl, work, initial, capacity, cur, sv):
+def closure_kernel(clock, u, graph, boosts, context, cache, ht, tl, work, initial, capacity, cur, sv, bp):
     """Input-epsilon closure of one utterance's frame tokens (Bellman-Ford rounds in a block).
     work: two (B, capacity) int32 lists, this round's tokens and the next round's slots.
     Where the frame left no token, the search ends: ghosts (_ghosts) from the frame's tokens
@@ -852,7 +891,7 @@ def closure_kernel(clock, u, graph, boosts, context, cache, ht, tl, work, initia
     sh = cuda.shared.array(3, int64)  # work size, next work size, overflow status
     n0 = tl.n[b]
     if n0 == 0 and not initial:
-        _ghosts(b, cur, sv, tl)
+        _ghosts(b, u, cur, sv, tl, bp)
         if tid == 0:
             u.fallbacks[b] += u.redo[b]
         return
@@ -1155,13 +1194,11 @@ def readings_kernel(graph, settings, context, u, tokens0, tokens1, bp, buffer, m
     tl = tokens1 if buffer[b] else tokens0
     n = tl.n[b]
     keep = best_token(tl.cost[b], tl.state[b], tl.ctx[b], n, graph.final, context, b, False)
-    count, speech = trailing_blanks(keep, tl.prev[b], tl.arc[b], bp.prev[b], bp.arc[b], graph.ilabel,
-                                    settings.blank_ilabel, memo[b])
-    ended = died(n, tl.prev[b], tl.arc[b])
-    if ended:
-        count += frames_after(bp.step_start[b], u.steps[b], tl.prev[b, keep])
+    count, speech = trailing_blanks(keep, tl.prev[b], tl.arc[b], bp.prev[b], bp.arc[b], bp.step_start[b], u.steps[b],
+                                    graph.ilabel, settings.blank_ilabel, memo[b])
     trailing[b] = count
     voiced[b] = speech
+    ended = died(n, tl.prev[b], tl.arc[b])
     relative[b] = final_relative_cost(tl.cost[b], tl.state[b], tl.ctx[b], n, graph.final, context, b)
     dead[b] = ended
 
@@ -1243,8 +1280,9 @@ class Steps:
     to keep the lattice's links in, or None."""
 
     def __init__(self, launch, ws, settings, graph, acoustics, boosts, context, cache, capacity, with_contexts,
-                 stream=0, lat=None):
+                 stream=0, lat=None, fold=False):
         self.launch, self.ws, self.settings, self.graph, self.lat = launch, ws, settings, graph, lat
+        self.fold = fold and lat is None  # (prune_store_kernel: streams fold runs of blanks)
         self.acoustics, self.boosts, self.context, self.cache = acoustics, boosts, context, cache
         self.capacity, self.with_contexts, self.stream = capacity, with_contexts, stream
         B = launch.batch
@@ -1264,7 +1302,8 @@ class Steps:
         if self.rescoring:
             lm_cache_clear_kernel[self.cache_grid](self.cache)
         closure_kernel[self.per_utt](ws.clock, ws.u, self.graph, self.boosts, self.context, self.cache,
-                                     ws.tables[0], ws.tokens[0], ws.work, True, self.capacity, ws.tokens[1], ws.sv)
+                                     ws.tables[0], ws.tokens[0], ws.work, True, self.capacity, ws.tokens[1], ws.sv,
+                                     ws.bp)
         if self.lat is not None:
             lattice_epsilons_kernel[self.per_utt](ws.clock, ws.u, self.graph, self.boosts, self.context, self.cache,
                                                   ws.tables[0], ws.tokens[0], self.lat, True)
@@ -1272,7 +1311,8 @@ class Steps:
     def prune_store(self, cur):
         ws = self.ws
         prune_store_kernel[self.per_utt](ws.clock, ws.u, self.settings, self.graph, self.context, ws.tokens[cur],
-                                         ws.tokens[1 - cur], ws.tables[1 - cur], ws.sv, ws.bp, self.lat is not None)
+                                         ws.tokens[1 - cur], ws.tables[1 - cur], ws.sv, ws.bp, self.lat is not None,
+                                         self.fold)
         if self.lat is not None:
             lattice_store_kernel[self.per_utt](ws.clock, ws.u, self.graph, self.context, ws.tokens[cur], ws.bp,
                                                self.lat)
@@ -1300,7 +1340,7 @@ class Steps:
         batch_scan_kernel[self.scan](clock, u, ws.tokens[nxt].n, u.token_start)
         resolve_kernel[flat](clock, u, graph, context, ws.tables[cur], ws.bp, ws.tables[nxt], ws.tokens[nxt])
         closure_kernel[self.per_utt](clock, u, graph, boosts, context, cache, ws.tables[nxt], ws.tokens[nxt],
-                                     ws.work, False, capacity, ws.tokens[cur], sv)
+                                     ws.work, False, capacity, ws.tokens[cur], sv, ws.bp)
         if self.lat is not None:
             lattice_arcs_kernel[flat](clock, u, graph, sv, acoustics, boosts, context, cache, ws.tables[nxt], self.lat)
             lattice_epsilons_kernel[self.per_utt](clock, u, graph, boosts, context, cache, ws.tables[nxt],

@@ -647,33 +647,88 @@ def test_streams_cuda_lanes_commit_grow_and_are_reused(tiny, monkeypatch, graphs
     assert_same_results(dec.finish(streams), Decoder(g, **config).decode(y, np.array([41] * 4)))
 
 
-def test_a_cuda_stream_that_commits_nothing_grows_rows_not_every_lane_s_backpointers(tiny, monkeypatch):
-    """A lane whose paths never meet (a silence in which they disagree on the last words:
-    here no commit succeeds) needs a step row a frame and its own backpointers.  Its lanes'
-    backpointer slots were rows x bp_per_frame, grown with the rows: one such stream three
-    minutes in held 116 MiB of every lane at max_active 7,000."""
+@pytest.mark.filterwarnings("ignore:.*have no path:UserWarning")
+def test_cuda_streams_in_a_silence_that_commits_nothing_keep_bounded_backpointers(tiny, monkeypatch):
+    """Speech, then blank-dominated frames in which no commit succeeds (a silence whose
+    paths disagree on the last words; here every commit is refused), one stream dying at
+    its end.  Runs of blanks fold into one backpointer (prune_store_kernel, as the CPU's
+    _store) and a commit that commits nothing drops the backpointers no live path passes
+    (kernels.cpu.compact_stream on the lane's copy): the backpointers held stay a fraction
+    of the frames' survivors.  Step rows grow, a lane's backpointer slots do not with them
+    (they were rows x bp_per_frame: one such stream three minutes in held 116 MiB of every
+    lane at max_active 7,000).  Readings and results equal the CPU's streams' and the
+    offline decode's; the dying stream's ghosts were folded into runs (their backpointers
+    unfolded at its last step: _ghosts)."""
     from wfst import cuda_streams, ledger
     from wfst.cuda_arrays import to_host
 
     monkeypatch.setattr(ledger, "COMMIT_AT", 16)
     monkeypatch.setattr(cuda_streams, "_FIRST_STEP_ROWS", 12)
-    monkeypatch.setattr(ledger.Ledger, "commit_arrays", lambda self, *a: setattr(self, "next_commit", 10**9))
+    monkeypatch.setattr(ledger.Ledger, "commit_arrays", lambda self, *a: setattr(self, "next_commit", 2 * a[4]))
     r = compile_graph(tiny / "g", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=tiny / "lexicon.txt",
                       word_boundary="|", topology="compact")
     g = wfst.load_graph(r.directory)
-    x = random_log_probs(5, batch=2, frames=72, columns=5, sharpness=3.0)
-    config = dict(beam=6.0, max_active=8, min_active=1)
-    dec = Decoder(g, device="cuda", **config)
-    streams = [dec.stream() for _ in range(2)]
-    lanes = dec._backend._lanes
-    first_slots = lanes.P
-    for t in range(0, 72, 6):
-        dec.advance(streams, [x[0, t:t + 6], x[1, t:t + 6]])
-    assert all(s._state.base == 0 for s in streams)  # nothing committed
-    assert lanes.rows >= 74 and lanes.P < lanes.rows * lanes.bp_per_frame / 4
-    stored = int(np.array(to_host(lanes.ws_x.bp.n)).max())
-    assert lanes.P <= max(first_slots, 2 * (stored + 7 * lanes.bp_per_frame))  # grown by what was stored
-    assert_same_results(dec.finish(streams), Decoder(g, **config).decode(x, np.array([72, 72])))
+    blank = g.tokens.blank
+    rng = np.random.default_rng(2)
+    x = random_log_probs(5, batch=2, frames=78, columns=5, sharpness=3.0)
+    quiet = rng.normal(0.0, 1.0, (2, 60, 5))
+    quiet[..., blank] += 5.0
+    x[:, 12:72] = quiet - np.logaddexp.reduce(quiet, axis=2, keepdims=True)
+    x[0, 72:] = -np.inf  # letters no path reads in a row: stream 0 dies in its last frames
+    x[0, np.arange(72, 78), [4, 1] * 3] = 0.0
+    config = dict(beam=8.0, max_active=8, min_active=1)
+    dec, cpu = Decoder(g, device="cuda", **config), Decoder(g, **config)
+    pairs = [(dec.stream(), cpu.stream()) for _ in range(2)]
+    lanes, most = dec._backend._lanes, 0
+    for t in range(0, 78, 6):
+        for d in (0, 1):
+            (dec, cpu)[d].advance([p[d] for p in pairs], [x[0, t:t + 6], x[1, t:t + 6]])
+        for gs, cs in pairs:
+            a, c = gs._state, cs._state
+            assert (a.frames, a.trailing, a.survivors, a.dead) == (c.frames, c.trailing, c.survivors, c.dead)
+        if t >= 36:
+            most = max(most, int(np.array(to_host(lanes.ws_x.bp.n)).max()))
+    assert all(gs._state.base == 0 for gs, _ in pairs) and pairs[0][0]._state.dead  # nothing committed
+    assert most < min(gs._state.survivors for gs, _ in pairs) / 5  # (without the compaction 173 of 548)
+    assert lanes.rows >= 80 and lanes.P < lanes.rows * lanes.bp_per_frame / 4
+    with pytest.warns(UserWarning, match="no path"):
+        want = Decoder(g, **config).decode(x, np.array([78, 78]))
+    assert want[0].cost == np.inf and want[0].words
+    assert_same_results(dec.finish([p[0] for p in pairs]), want)
+    assert_same_results(cpu.finish([p[1] for p in pairs]), want)
+
+
+@pytest.mark.filterwarnings("ignore:.*have no path:UserWarning")
+def test_a_cuda_stream_that_dies_in_a_run_of_blanks_ends_at_its_last_frame():
+    """Two words spelled alike (tied_tlg) whose paths never meet, blanks, then frames of a
+    token no arc reads: the search dies while its survivors' backpointers are runs of blanks
+    folded into earlier ones (prune_store_kernel), and the ghosts' paths end at their own
+    step (_ghosts stores their backpointers after all), as the CPU's do."""
+    f, tied = tied_tlg()
+    g = graph_from_fst(f, TokenTable(("<blk>", "t1", "t2"), blank=0), tied.words)  # (no arc reads t2)
+    rng = np.random.default_rng(5)
+    x = rng.normal(0.0, 1.0, (2, 30, 3)).astype(np.float32)
+    x[:, 0, 1] += 8.0
+    x[:, 1:, 0] += 5.0
+    x = x - np.logaddexp.reduce(x, axis=2, keepdims=True)
+    x[0, 26:] = -np.inf
+    x[0, 26:, 2] = 0.0
+    config = dict(beam=8.0, max_active=8, min_active=1)
+    dec, cpu = Decoder(g, device="cuda", **config), Decoder(g, **config)
+    pairs = [(dec.stream(), cpu.stream()) for _ in range(2)]
+    for t in range(0, 30, 5):
+        for d in (0, 1):
+            (dec, cpu)[d].advance([p[d] for p in pairs], [x[0, t:t + 5], x[1, t:t + 5]])
+        for gs, cs in pairs:
+            a, c = gs._state, cs._state
+            assert (a.frames, a.trailing, a.survivors, a.dead) == (c.frames, c.trailing, c.survivors, c.dead)
+            assert gs.partial() == cs.partial()
+    assert pairs[0][0]._state.dead and not pairs[1][0]._state.dead
+    with pytest.warns(UserWarning, match="no path"):
+        want = Decoder(g, **config).decode(x, np.array([30, 30]))
+    assert want[0].cost == np.inf and want[0].words and len(want[0].frame_tokens) == 26
+    assert_same_results(dec.finish([p[0] for p in pairs]), want)
+    assert_same_results(cpu.finish([p[1] for p in pairs]), want)
 
 
 def test_demo_graph_cuda_equals_cpu(demo, tmp_path):

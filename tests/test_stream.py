@@ -866,7 +866,7 @@ def test_a_stream_in_a_long_silence_keeps_bounded_backpointers(demo, demo_graphs
 
 def test_the_trailing_blanks_memo_reads_as_a_walk_from_scratch(demo, demo_graphs, monkeypatch):
     """The endpoint readings walk the best path back only to where the last call's walk began
-    (the stream's memo, kernels.cpu.endpoint_trailing): walked whole, silence after speech
+    (the stream's memo, kernels.common.trailing_blanks): walked whole, silence after speech
     cost every call a walk back to the speech.  After every call of random chunks, commits
     and compactions numbering the backpointers anew in between, the memo's reading is a
     walk from scratch's, which counts the blanks that end the best path's tokens (its runs
@@ -890,12 +890,12 @@ def test_the_trailing_blanks_memo_reads_as_a_walk_from_scratch(demo, demo_graphs
             commits += 1
             assert state.trail_memo[C.TRAIL_AT] == -1
         keep = cpu._best_token(state.tl, state.n, dec._backend.layout.final, None, False)
-        args = (state.tl, keep, state.trace.prev, state.trace.arc, state.trace.steps, state.frames - state.base,
-                dec._backend.layout.ilabel, blank)
-        fresh = cpu.endpoint_trailing(*args, np.array([-1, 0, 0], np.int64))
+        args = (keep, state.tl.prev, state.tl.arc, state.trace.prev, state.trace.arc, state.trace.steps,
+                state.frames - state.base, dec._backend.layout.ilabel, blank)
+        fresh = cpu.trailing_blanks(*args, np.array([-1, 0, 0], np.int64))
         memo = state.trail_memo.copy()  # (its backpointer is the first one's walk's: a walk with it stops at once)
         hits += memo[C.TRAIL_AT] >= 0 and fresh[1] and fresh[0] > step
-        assert cpu.endpoint_trailing(*args, memo) == fresh
+        assert cpu.trailing_blanks(*args, memo) == fresh
         # the best path's tokens, runs of blanks unfolded, end in as many blanks
         arcs = best_path_reads(state, layout, blank)[2][0]
         read = layout.ilabel[arcs][layout.ilabel[arcs] != 0]

@@ -549,10 +549,9 @@ class CpuBackend:
             state.overflowed(ws, status == C.LINK_OVERFLOW)  # again: go on from its survivors
             _clean(ws)
             t += done
-        trailing, voiced = self._cpu.endpoint_trailing(state.tl, keep, state.trace.prev, state.trace.arc,
-                                                       state.trace.steps, state.frames - state.base,
-                                                       self.layout.ilabel, state.settings.blank_ilabel,
-                                                       state.trail_memo)
+        trailing, voiced = self._cpu.trailing_blanks(keep, state.tl.prev, state.tl.arc, state.trace.prev,
+                                                     state.trace.arc, state.trace.steps, state.frames - state.base,
+                                                     self.layout.ilabel, state.settings.blank_ilabel, state.trail_memo)
         state.set_endpoint_readings(trailing, voiced, relative)
         state.dead = dead
         if state.stored >= state.next_commit:

@@ -36,6 +36,9 @@ _FIRST_LANES = 4
 _FIRST_STEP_ROWS = 130  # bp.step_start rows per lane: frames since the commit point + 2
 
 
+_NO_READS = np.empty(0, np.float32)  # (a GPU stream keeps every row of its log-probs: cpu.KeptReads)
+
+
 def _read(a) -> np.ndarray:
     """A host copy of a device array (in the simulator, of the array itself)."""
     return np.array(to_host(a))
@@ -75,8 +78,7 @@ class CudaStream(Ledger):
     def kept_reads(self):
         from wfst.kernels import cpu
 
-        none = np.empty(0, np.float32)  # (its streams keep every row)
-        return cpu.KeptReads(self.hist, self.base, none, none)
+        return cpu.KeptReads(self.hist, self.base, _NO_READS, _NO_READS)
 
     def append(self, chunk: np.ndarray) -> None:
         """Keep the chunk's log-probs (they follow those of earlier chunks; a call appends
@@ -201,7 +203,7 @@ class StreamLanes:
                           b.block if SIMULATOR else K.SCAN_BLOCK, 1 if SIMULATOR else 64)
         return K.Steps(launch, self.ws, self.settings, b.csr, Acoustics(on_device(x), on_device(self._costs)),
                        self.boosts, self.context, b._arc_cache(self.lm_slots), self.capacity, self.with_contexts,
-                       stream)
+                       stream, fold=True)
 
     def _run_steps(self, x, S: int) -> None:
         """Frame steps 0 .. S - 1 of the lanes taking part (u.first, u.lengths, the frame in
@@ -472,9 +474,16 @@ class StreamLanes:
 
     def _commit(self, streams: list) -> list:
         """Ledger.commit_arrays on copies of the streams' lanes, written back: whether each
-        committed.  A call's commits go together, each array read and written once for all
-        their lanes: one commit by itself cost some 17 CUDA calls, about 1 ms of host time
-        (on an H200, 73 ms of a call in which 69 of 512 streams committed)."""
+        freed backpointers.  Where a stream commits nothing (its paths do not meet, or not
+        late enough), the backpointers that no live path passes are dropped instead, as the
+        CPU's streams do (kernels.cpu.compact_stream): with runs of blanks folded
+        (prune_store_kernel), what a long silence whose paths disagree on the last words
+        keeps is then a backpointer for each live token's run.  A call's commits go
+        together, each array read and written once for all their lanes: one commit by
+        itself cost some 17 CUDA calls, about 1 ms of host time (on an H200, 73 ms of a call
+        in which 69 of 512 streams committed)."""
+        from wfst.kernels import cpu
+
         if not streams:
             return []
         copy, states = self._host_states(streams)
@@ -482,11 +491,15 @@ class StreamLanes:
         for s, (tl, n, trace, stored) in zip(streams, states):
             frames = s.frames - s.base
             done = s.commit_arrays(self.backend.graph, tl, n, trace, stored, self._meeting)  # (in place, on the copy)
-            kept.append(None if done is None else (frames - done[0], done[1]))
             if done is not None:
                 k = done[0]
+                kept.append((frames - k, done[1]))
                 s.hist[:s.held - k] = s.hist[k:s.held].copy()
                 s.held -= k
+                continue
+            live = cpu.compact_stream(tl, n, trace, stored, frames, _NO_READS)  # (in place, on the copy)
+            s.compacted(live)
+            kept.append((frames, live) if live < stored else None)
         moved = [i for i, d in enumerate(kept) if d is not None]
         if moved:
             self._write_back(streams, copy, moved, kept)

@@ -321,9 +321,11 @@ class CudaBackend:
         `fills` gets each array with the value that resets it."""
         return device_views(self.workspace_arrays(B, T + 2, (T + 1) * bp_per_frame, capacity, fills))
 
-    def workspace_arrays(self, B: int, step_rows: int, backpointers: int, capacity: int, fills: list | None = None):
+    def workspace_arrays(self, B: int, step_rows: int, backpointers: int, capacity: int, fills: list | None = None,
+                         traceback: bool = True):
         """The arrays (of self.xp) of a workspace for B utterances: `step_rows` rows of
-        bp.step_start, `backpointers` backpointer slots and `capacity` token slots each."""
+        bp.step_start, `backpointers` backpointer slots and `capacity` token slots each;
+        traceback: room for the traceback kernel's paths (streams trace theirs on the host)."""
         from wfst.kernels import cuda as K
 
         H = C.hash_slots(capacity)
@@ -346,7 +348,7 @@ class CudaBackend:
                              full(B * H, -1, i32), full(B * H, C.NO_CTX, i32), zeros(B * H, i32), zeros(B, i32))
 
         P = backpointers
-        L = 2 * step_rows + 64
+        L = 2 * step_rows + 64 if traceback else 1
         u = Utterances(None, zeros(B, i32), zeros(B, np.float32), full(B, C.INF_KEY, np.uint32), full(B, -1, i64),
                        zeros(B, np.uint8), zeros(B, i64), zeros(B, i32), zeros(B, np.uint8), zeros(B, i32),
                        zeros(B + 1, i64), zeros(B + 1, i64), zeros(B, i64), zeros(B, i64), full(B, 1, np.uint8),

@@ -129,7 +129,7 @@ class StreamLanes:
         xp, old, old_L = self.xp, self.ws_x, self.L
         self._graphs = None  # they hold the old arrays
         P = self.P if P is None else P
-        ws = self.backend.workspace_arrays(L, rows, P, capacity)
+        ws = self.backend.workspace_arrays(L, rows, P, capacity, traceback=False)
         ws = ws._replace(u=ws.u._replace(lengths=xp.zeros(L, np.int64)))
         ws.u.opening[...] = 0
         ws.u.closing[...] = 0  # the last step runs on the host (finish)

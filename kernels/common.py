@@ -271,26 +271,12 @@ def final_relative_cost(cost, state, ctx, n, final, context, row):
 
 
 @njit(inline="always", cache=True)
-def step_of(steps, count, g):
-    """The step backpointer g was stored at, of `count` steps whose first backpointers are
-    steps[:count]: the last s with steps[s] <= g (a binary search)."""
-    lo, hi = 0, count
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if steps[mid] <= g:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-@njit(inline="always", cache=True)
 def trailing_blanks(keep, tok_prev, tok_arc, bp_prev, bp_arc, steps, count, ilabel, blank, memo):
     """What the endpoint rules read of a stream: the trailing blanks of the path of its token
     keep (tok_prev / tok_arc: its frame's tokens) and whether a non-blank came before them
     (else the count ran to the start, and the caller counts from the last speech it
     committed).  Blanks are counted in frames, by the steps their backpointers were stored at
-    (steps: its first `count`, frames since the stream's base), as a run of blanks that the
+    (steps: its first `count`, frames since the stream's base; find_segment), as a run of blanks that the
     search folded is one backpointer: the frames after the path's last non-blank.  Where the
     search died, that counts the frames after its path too.  memo (int64, TRAIL_*): the last
     walk's first stored backpointer (-1: none), the blanks from it back and 1 where a
@@ -314,19 +300,19 @@ def trailing_blanks(keep, tok_prev, tok_arc, bp_prev, bp_arc, steps, count, ilab
     first = g = tok_prev[k]
     if first < 0:
         return inside, False
-    top = step_of(steps, count, first)
+    top = find_segment(steps, count, first)
     back = top  # blanks from first back: to the start unless a non-blank comes first
     voiced = False
     for _ in range(bp_prev.shape[0]):
         if g < 0:
             break
         if g == memo[TRAIL_AT]:
-            back = top - step_of(steps, count, g) + memo[TRAIL_BLANKS]
+            back = top - find_segment(steps, count, g) + memo[TRAIL_BLANKS]
             voiced = memo[TRAIL_VOICED] != 0
             break
         a = bp_arc[g]
         if a != NO_ARC and ilabel[a] != 0 and ilabel[a] != blank:
-            back = top - step_of(steps, count, g)
+            back = top - find_segment(steps, count, g)
             voiced = True
             break
         g = bp_prev[g]

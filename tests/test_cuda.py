@@ -647,6 +647,15 @@ def test_streams_cuda_lanes_commit_grow_and_are_reused(tiny, monkeypatch, graphs
     assert_same_results(dec.finish(streams), Decoder(g, **config).decode(y, np.array([41] * 4)))
 
 
+def advance_both(gpu, cpu, pairs, chunks):
+    """One call of (GPU stream, CPU stream) pairs with the same chunks: the same readings."""
+    for d in (0, 1):
+        (gpu, cpu)[d].advance([p[d] for p in pairs], chunks)
+    for gs, cs in pairs:
+        a, c = gs._state, cs._state
+        assert (a.frames, a.trailing, a.survivors, a.dead) == (c.frames, c.trailing, c.survivors, c.dead)
+
+
 @pytest.mark.filterwarnings("ignore:.*have no path:UserWarning")
 def test_cuda_streams_in_a_silence_that_commits_nothing_keep_bounded_backpointers(tiny, monkeypatch):
     """Speech, then blank-dominated frames in which no commit succeeds (a silence whose
@@ -681,11 +690,7 @@ def test_cuda_streams_in_a_silence_that_commits_nothing_keep_bounded_backpointer
     pairs = [(dec.stream(), cpu.stream()) for _ in range(2)]
     lanes, most = dec._backend._lanes, 0
     for t in range(0, 78, 6):
-        for d in (0, 1):
-            (dec, cpu)[d].advance([p[d] for p in pairs], [x[0, t:t + 6], x[1, t:t + 6]])
-        for gs, cs in pairs:
-            a, c = gs._state, cs._state
-            assert (a.frames, a.trailing, a.survivors, a.dead) == (c.frames, c.trailing, c.survivors, c.dead)
+        advance_both(dec, cpu, pairs, [x[0, t:t + 6], x[1, t:t + 6]])
         if t >= 36:
             most = max(most, int(np.array(to_host(lanes.ws_x.bp.n)).max()))
     assert all(gs._state.base == 0 for gs, _ in pairs) and pairs[0][0]._state.dead  # nothing committed
@@ -717,12 +722,8 @@ def test_a_cuda_stream_that_dies_in_a_run_of_blanks_ends_at_its_last_frame():
     dec, cpu = Decoder(g, device="cuda", **config), Decoder(g, **config)
     pairs = [(dec.stream(), cpu.stream()) for _ in range(2)]
     for t in range(0, 30, 5):
-        for d in (0, 1):
-            (dec, cpu)[d].advance([p[d] for p in pairs], [x[0, t:t + 5], x[1, t:t + 5]])
-        for gs, cs in pairs:
-            a, c = gs._state, cs._state
-            assert (a.frames, a.trailing, a.survivors, a.dead) == (c.frames, c.trailing, c.survivors, c.dead)
-            assert gs.partial() == cs.partial()
+        advance_both(dec, cpu, pairs, [x[0, t:t + 5], x[1, t:t + 5]])
+        assert all(gs.partial() == cs.partial() for gs, cs in pairs)
     assert pairs[0][0]._state.dead and not pairs[1][0]._state.dead
     with pytest.warns(UserWarning, match="no path"):
         want = Decoder(g, **config).decode(x, np.array([30, 30]))

@@ -537,6 +537,7 @@ def prune_store_kernel(clock, u, settings, graph, context, cur, nxt, nxt_ht, sv,
     for j in range(lo, hi):
         if mark[j]:
             if folds and _folds(cur, bp, b, j, graph.ilabel, settings.blank_ilabel):
+                mark[j] = 2  # (read below by this thread: the fold is tested once)
                 folded += 1
             else:
                 marked += 1
@@ -557,7 +558,7 @@ def prune_store_kernel(clock, u, settings, graph, context, cur, nxt, nxt_ht, sv,
     g = start + counts[tid]
     for j in range(lo, hi):
         if mark[j]:
-            if folds and _folds(cur, bp, b, j, graph.ilabel, settings.blank_ilabel):
+            if mark[j] == 2:  # (folded)
                 bp.gid[b, j] = cur.prev[b, j]
             else:
                 bp.gid[b, j] = g

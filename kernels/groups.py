@@ -101,7 +101,7 @@ class Backpointers(NamedTuple):
     n: np.ndarray  # (B,) stored so far (GPU)
     step_start: np.ndarray  # first backpointer of each step (step t: after t frames)
     gid: np.ndarray  # backpointer index of each token of the current frame
-    mark: np.ndarray  # uint8: the token is a survivor or an in-frame ancestor of one
+    mark: np.ndarray  # uint8: the token is a survivor or an in-frame ancestor of one (2: folded, prune_store_kernel)
 
 
 class Automata(NamedTuple):

@@ -665,42 +665,82 @@ def test_cuda_streams_in_a_silence_that_commits_nothing_keep_bounded_backpointer
     (kernels.cpu.compact_stream on the lane's copy): the backpointers held stay a fraction
     of the frames' survivors.  Step rows grow, a lane's backpointer slots do not with them
     (they were rows x bp_per_frame: one such stream three minutes in held 116 MiB of every
-    lane at max_active 7,000).  Readings and results equal the CPU's streams' and the
-    offline decode's; the dying stream's ghosts were folded into runs (their backpointers
-    unfolded at its last step: _ghosts)."""
+    lane at max_active 7,000).  The host's rows of log-probs are dropped too, for the
+    blank's log-prob a frame and each backpointer's read (CudaStream.drop_rows).  Readings
+    and results equal the CPU's streams' and the offline decode's; the dying stream's
+    ghosts were folded into runs (their backpointers unfolded at its last step: _ghosts)."""
     from wfst import cuda_streams, ledger
     from wfst.cuda_arrays import to_host
 
     monkeypatch.setattr(ledger, "COMMIT_AT", 16)
     monkeypatch.setattr(cuda_streams, "_FIRST_STEP_ROWS", 12)
+    monkeypatch.setattr(cuda_streams, "_DROP_ROWS_AT", 64)  # (kernels.constants.ROWS_AT, the least drop_rows takes)
     monkeypatch.setattr(ledger.Ledger, "commit_arrays", lambda self, *a: setattr(self, "next_commit", 2 * a[4]))
     r = compile_graph(tiny / "g", tokens=tiny / "tokens.txt", lm=tiny / "lm.arpa", lexicon=tiny / "lexicon.txt",
                       word_boundary="|", topology="compact")
     g = wfst.load_graph(r.directory)
     blank = g.tokens.blank
     rng = np.random.default_rng(2)
-    x = random_log_probs(5, batch=2, frames=78, columns=5, sharpness=3.0)
-    quiet = rng.normal(0.0, 1.0, (2, 60, 5))
+    T = 150
+    x = random_log_probs(5, batch=2, frames=T, columns=5, sharpness=3.0)
+    quiet = rng.normal(0.0, 1.0, (2, T - 18, 5))
     quiet[..., blank] += 5.0
-    x[:, 12:72] = quiet - np.logaddexp.reduce(quiet, axis=2, keepdims=True)
-    x[0, 72:] = -np.inf  # letters no path reads in a row: stream 0 dies in its last frames
-    x[0, np.arange(72, 78), [4, 1] * 3] = 0.0
+    x[:, 12:T - 6] = quiet - np.logaddexp.reduce(quiet, axis=2, keepdims=True)
+    x[0, T - 6:] = -np.inf  # letters no path reads in a row: stream 0 dies in its last frames
+    x[0, np.arange(T - 6, T), [4, 1] * 3] = 0.0
     config = dict(beam=8.0, max_active=8, min_active=1)
     dec, cpu = Decoder(g, device="cuda", **config), Decoder(g, **config)
     pairs = [(dec.stream(), cpu.stream()) for _ in range(2)]
-    lanes, most = dec._backend._lanes, 0
-    for t in range(0, 78, 6):
+    lanes, most, rows = dec._backend._lanes, 0, 0
+    for t in range(0, T, 6):
         advance_both(dec, cpu, pairs, [x[0, t:t + 6], x[1, t:t + 6]])
         if t >= 36:
             most = max(most, int(np.array(to_host(lanes.ws_x.bp.n)).max()))
+            rows = max(rows, *(gs._state.held for gs, _ in pairs))
     assert all(gs._state.base == 0 for gs, _ in pairs) and pairs[0][0]._state.dead  # nothing committed
     assert most < min(gs._state.survivors for gs, _ in pairs) / 5  # (without the compaction 173 of 548)
-    assert lanes.rows >= 80 and lanes.P < lanes.rows * lanes.bp_per_frame / 4
+    assert lanes.rows >= 150 and lanes.P < lanes.rows * lanes.bp_per_frame / 4
+    assert rows <= 64 + 6 and all(gs._state.rows_from > 64 for gs, _ in pairs)  # (without the drop: 150 rows)
     with pytest.warns(UserWarning, match="no path"):
-        want = Decoder(g, **config).decode(x, np.array([78, 78]))
+        want = Decoder(g, **config).decode(x, np.array([T, T]))
     assert want[0].cost == np.inf and want[0].words
     assert_same_results(dec.finish([p[0] for p in pairs]), want)
     assert_same_results(cpu.finish([p[1] for p in pairs]), want)
+
+
+def test_a_cuda_stream_drops_its_rows_of_log_probs_for_the_reads_its_paths_make():
+    """CudaStream's log-probs on the host, as kernels.cpu.KeptReads keeps them: drop_rows
+    keeps the blank's log-prob of each frame before the last decoded one and each
+    backpointer's read, and moves the rows of frames not decoded yet with that frame's;
+    commits then drop the blanks (the rows start after the new base) or the rows (they
+    start before it) of the frames before the commit point."""
+    from types import SimpleNamespace
+
+    from wfst.kernels import cpu
+
+    from wfst.cuda_streams import CudaStream
+
+    x = np.random.default_rng(0).normal(size=(105, 3)).astype(np.float32)
+    s = CudaStream(SimpleNamespace(V=3), 0, 8, {}, None)
+    s.append(x)
+    s.frames = 100  # (the last 5 rows: a chunk not decoded yet)
+    ilabel = np.array([0, 1, 2, 3], np.int32)  # arc -> input label; label 1 (column 0) is the blank
+    trace = cpu.new_trace(100, 8)
+    trace.arc[:99] = np.arange(99) % 3 + 1  # backpointer g stored at step g + 1 read frame g (the last
+    trace.steps[1:] = np.arange(101)  # frame's tokens are not stored yet)
+    s.drop_rows(trace, 99, ilabel, 1)
+    assert (s.rows_from, s.held, s.drop_at) == (99, 6, 256)
+    np.testing.assert_array_equal(s.hist[:6], x[99:])
+    np.testing.assert_array_equal(s.blanks[:99], x[:99, 0])
+    np.testing.assert_array_equal(s.reads[:99], x[np.arange(99), np.arange(99) % 3])
+    s.base = 40  # a commit of 40 steps (Ledger.commit_arrays moved base): the rows start after it
+    s.committed(40, 0)
+    assert (s.rows_from, s.held) == (99, 6)
+    np.testing.assert_array_equal(s.blanks[:59], x[40:99, 0])
+    s.frames, s.base = 105, 102  # the chunk decoded, then a commit past the rows' start
+    s.committed(62, 40)
+    assert (s.rows_from, s.held) == (102, 3)
+    np.testing.assert_array_equal(s.kept_reads().logp[:3], x[102:])
 
 
 @pytest.mark.filterwarnings("ignore:.*have no path:UserWarning")

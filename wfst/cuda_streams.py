@@ -36,7 +36,7 @@ _FIRST_LANES = 4
 _FIRST_STEP_ROWS = 130  # bp.step_start rows per lane: frames since the commit point + 2
 
 
-_NO_READS = np.empty(0, np.float32)  # (a GPU stream keeps every row of its log-probs: cpu.KeptReads)
+_DROP_ROWS_AT = 256  # rows of log-probs a stream holds before its lane is read to drop them (CudaStream.drop_rows)
 
 
 def _read(a) -> np.ndarray:
@@ -59,26 +59,36 @@ class _Finals(NamedTuple):
 
 
 class CudaStream(Ledger):
-    """One stream on the GPU: its lane, and the log-probs of frames base.. in host memory
-    (only the host work reads them: the path's scores at commits, partial results, finish)."""
+    """One stream on the GPU: its lane, and what of the log-probs of frames base.. the host
+    work reads (the path's scores at commits and at finish), in host memory: the rows of
+    frames rows_from.. (hist) and, before them, the blank's log-prob of each frame and each
+    backpointer's read (kernels.cpu.KeptReads, as the CPU's streams keep them)."""
 
     def __init__(self, lanes: StreamLanes, lane: int, capacity: int, boost_map: dict, phrases):
         self.trail_memo = np.full(C.TRAIL_FIELDS, -1, np.int64)  # (its lane's row of readings_kernel's memo)
         self.partial_memo = np.full(C.PMEMO_FIELDS, -1, np.int64)  # (kernels.cpu.partial_words', on the host)
         super().__init__(capacity)
-        self.lane, self.boost_map, self.phrases = lane, boost_map, phrases
+        self.lane, self.boost_map, self.phrases, self._lanes = lane, boost_map, phrases, lanes
         self.hist = np.empty((0, lanes.V), np.float32)
-        self.held = 0  # rows of hist in use: frames base.. up to those of chunks not decoded yet
+        self.held = 0  # rows of hist in use: frames rows_from.. up to those of chunks not decoded yet
+        self.rows_from = 0
+        self.blanks = self.reads = np.empty(0, np.float32)
+        self.drop_at = _DROP_ROWS_AT  # rows held (of decoded frames) at which drop_rows is tried
 
     @property
     def buffer(self) -> int:
         """The token buffer the lane's tokens stand in."""
         return self.frames % 2
 
+    @property
+    def stored(self) -> int:
+        """The backpointers its lane holds (a read of the device)."""
+        return int(_read(self._lanes.ws_x.bp.n[self.lane:self.lane + 1])[0])
+
     def kept_reads(self):
         from wfst.kernels import cpu
 
-        return cpu.KeptReads(self.hist, self.base, _NO_READS, _NO_READS)
+        return cpu.KeptReads(self.hist, self.rows_from, self.blanks, self.reads)
 
     def append(self, chunk: np.ndarray) -> None:
         """Keep the chunk's log-probs (they follow those of earlier chunks; a call appends
@@ -90,6 +100,36 @@ class CudaStream(Ledger):
             self.hist = grown
         self.hist[kept:kept + len(chunk)] = chunk
         self.held += len(chunk)
+
+    def committed(self, k: int, base: int) -> None:
+        """A commit dropped k steps (base: the first frame kept before it): the log-probs
+        of the frames before the new base go."""
+        if self.rows_from >= self.base:  # (the rows start at or after the new base: blanks before them go)
+            self.blanks[:self.rows_from - self.base] = self.blanks[k:self.rows_from - base]
+            return
+        d = self.base - self.rows_from
+        self.hist[:self.held - d] = self.hist[d:self.held].copy()
+        self.held -= d
+        self.rows_from = self.base
+        self.drop_at = _DROP_ROWS_AT
+
+    def drop_rows(self, trace, stored: int, ilabel, blank: int) -> None:
+        """kernels.cpu.drop_rows on a copy of the lane (trace: its backpointers from the step
+        of frame rows_from + 1 on, `stored`): in a silence whose paths never meet nothing is
+        committed, and the rows (V * 4 bytes a frame) were what grew.  Where the rows are
+        the cheaper, tried again once they doubled."""
+        from wfst.kernels import cpu
+
+        decoded = self.frames - self.rows_from
+        kept = cpu.drop_rows(trace, self.kept_reads(), self.base, self.frames, stored, ilabel, blank)
+        if kept.rows_from == self.rows_from:
+            self.drop_at = 2 * decoded
+            return
+        gone = kept.rows_from - self.rows_from  # (drop_rows moved the decoded rows; those of chunks to come follow)
+        self.hist[decoded - gone:self.held - gone] = self.hist[decoded:self.held].copy()
+        self.held -= gone
+        self.hist, self.rows_from, self.blanks, self.reads = kept.logp, kept.rows_from, kept.blanks, kept.reads
+        self.drop_at = _DROP_ROWS_AT
 
 
 class StreamLanes:
@@ -305,6 +345,7 @@ class StreamLanes:
             s.dead = bool(dead[b])
             s.survivors, s.fallbacks = int(survivors[b]), int(fallbacks[b])
         self._commit([s for s in advanced if stored[s.lane] >= s.next_commit])
+        self._drop_rows([s for s in advanced if not s.dead and s.frames - 1 - s.rows_from >= s.drop_at])
         return sum(s.survivors for s in states) - before
 
     def _on_host(self, chunks: list) -> list:
@@ -422,11 +463,12 @@ class StreamLanes:
         lanes = [s.lane for s in streams]
         return slice(lanes[0], lanes[0] + 1) if len(lanes) == 1 else self.xp.asarray(np.array(lanes, np.int64))
 
-    def _host_copy(self, streams, since=None) -> _LaneCopy:
+    def _host_copy(self, streams, since=None, from_steps=None) -> _LaneCopy:
         """The streams' lanes copied to the host: some twenty transfers for all of them (each
         costs microseconds of host time), each array read up to the longest lane's length.
         since: a backpointer per stream (none -1), whose backpointers are then read from the
-        earliest of their steps on only (those before are -1)."""
+        earliest of their steps on only (those before are -1); from_steps: such a step per
+        stream (trace.steps' index)."""
         ws = self.ws_x
         at = self._lane_index(streams)
         stored = _read(ws.bp.n[at])
@@ -436,6 +478,8 @@ class StreamLanes:
         if since is not None and min(since) >= 0:
             first = min(int(steps[i, np.searchsorted(steps[i, :s.frames - s.base], g, side="right") - 1])
                         for i, (s, g) in enumerate(zip(streams, since)))
+        elif from_steps is not None:
+            first = min(int(steps[i, t]) for i, t in enumerate(from_steps))
         bp = []
         for a in (ws.bp.prev, ws.bp.arc):
             read = _read(a[at, first:width])
@@ -453,11 +497,11 @@ class StreamLanes:
                 tokens.append((buffer, mine, n, [_read(a[sub, :int(n.max())]) for a in tok[:6]]))
         return _LaneCopy(stored, bp, tokens)
 
-    def _host_states(self, streams, since=None) -> tuple:
+    def _host_states(self, streams, since=None, from_steps=None) -> tuple:
         """(the lanes' host copy, each stream's (tokens, n, cpu.Trace, stored): views of it)."""
         from wfst.kernels import cpu
 
-        copy = self._host_copy(streams, since)
+        copy = self._host_copy(streams, since, from_steps)
         prev, arc, steps = copy.bp
         tokens = [None] * len(streams)
         for _, mine, ns, parts in copy.tokens:
@@ -489,21 +533,31 @@ class StreamLanes:
         copy, states = self._host_states(streams)
         kept = []  # per stream: None, or (steps kept, backpointers kept)
         for s, (tl, n, trace, stored) in zip(streams, states):
-            frames = s.frames - s.base
+            frames, base = s.frames - s.base, s.base
             done = s.commit_arrays(self.backend.graph, tl, n, trace, stored, self._meeting)  # (in place, on the copy)
             if done is not None:
                 k = done[0]
                 kept.append((frames - k, done[1]))
-                s.hist[:s.held - k] = s.hist[k:s.held].copy()
-                s.held -= k
+                s.committed(k, base)
                 continue
-            live = cpu.compact_stream(tl, n, trace, stored, frames, _NO_READS)  # (in place, on the copy)
+            live = cpu.compact_stream(tl, n, trace, stored, frames, s.reads)  # (in place, on the copy)
             s.compacted(live)
             kept.append((frames, live) if live < stored else None)
         moved = [i for i, d in enumerate(kept) if d is not None]
         if moved:
             self._write_back(streams, copy, moved, kept)
         return [d is not None for d in kept]
+
+    def _drop_rows(self, streams: list) -> None:
+        """CudaStream.drop_rows of each stream, on one copy of their lanes read from the step
+        of frame rows_from + 1 on (the backpointers whose reads it keeps); nothing is
+        written back."""
+        if not streams:
+            return
+        g = self.backend.graph
+        _, states = self._host_states(streams, from_steps=[s.rows_from + 1 - s.base for s in streams])
+        for s, (_, _, trace, stored) in zip(streams, states):
+            s.drop_rows(trace, stored, g.ilabel, blank_label(g))
 
     def _write_back(self, streams, copy: _LaneCopy, moved: list, kept: list) -> None:
         """The committed lanes' copies back on the device, one scatter an array.  Past a

@@ -734,11 +734,11 @@ def test_a_cuda_stream_drops_its_rows_of_log_probs_for_the_reads_its_paths_make(
     np.testing.assert_array_equal(s.blanks[:99], x[:99, 0])
     np.testing.assert_array_equal(s.reads[:99], x[np.arange(99), np.arange(99) % 3])
     s.base = 40  # a commit of 40 steps (Ledger.commit_arrays moved base): the rows start after it
-    s.committed(40, 0)
+    s.committed(0)
     assert (s.rows_from, s.held) == (99, 6)
     np.testing.assert_array_equal(s.blanks[:59], x[40:99, 0])
     s.frames, s.base = 105, 102  # the chunk decoded, then a commit past the rows' start
-    s.committed(62, 40)
+    s.committed(40)
     assert (s.rows_from, s.held) == (102, 3)
     np.testing.assert_array_equal(s.kept_reads().logp[:3], x[102:])
 

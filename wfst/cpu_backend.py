@@ -1252,15 +1252,11 @@ class CpuStream(Ledger):
         rows of its frames (kernels.cpu.drop_rows)."""
         from wfst.kernels import cpu
 
-        base, rows_from, kept = self.base, self.rows_from, self.frames - self.base
+        base, kept = self.base, self.frames - self.base
         done = self.commit_arrays(graph, self.tl, self.n, self.trace, self.stored, scratch)
         if done is not None:
-            k, self.stored = done
-            if rows_from >= self.base:  # (the meeting point's frame had no row: the blanks before it go)
-                self.blanks[:rows_from - self.base] = self.blanks[k:rows_from - base]
-            else:
-                rows = self.frames - self.base
-                self.logp[:rows] = self.logp[self.base - rows_from:self.base - rows_from + rows]
+            self.stored = done[1]
+            if self.drop_committed_reads(base, self.frames - self.rows_from):
                 self.rows_from = self.base
             return
         self.stored = cpu.compact_stream(self.tl, self.n, self.trace, self.stored, kept, self.reads)

@@ -101,17 +101,13 @@ class CudaStream(Ledger):
         self.hist[kept:kept + len(chunk)] = chunk
         self.held += len(chunk)
 
-    def committed(self, k: int, base: int) -> None:
-        """A commit dropped k steps (base: the first frame kept before it): the log-probs
-        of the frames before the new base go."""
-        if self.rows_from >= self.base:  # (the rows start at or after the new base: blanks before them go)
-            self.blanks[:self.rows_from - self.base] = self.blanks[k:self.rows_from - base]
-            return
-        d = self.base - self.rows_from
-        self.hist[:self.held - d] = self.hist[d:self.held].copy()
-        self.held -= d
-        self.rows_from = self.base
-        self.drop_at = _DROP_ROWS_AT
+    def committed(self, base: int) -> None:
+        """A commit moved base on from `base`: the log-probs of the frames before it go."""
+        gone = self.drop_committed_reads(base, self.held)
+        if gone:
+            self.held -= gone
+            self.rows_from = self.base
+            self.drop_at = _DROP_ROWS_AT
 
     def drop_rows(self, trace, stored: int, ilabel, blank: int) -> None:
         """kernels.cpu.drop_rows on a copy of the lane (trace: its backpointers from the step
@@ -536,9 +532,8 @@ class StreamLanes:
             frames, base = s.frames - s.base, s.base
             done = s.commit_arrays(self.backend.graph, tl, n, trace, stored, self._meeting)  # (in place, on the copy)
             if done is not None:
-                k = done[0]
-                kept.append((frames - k, done[1]))
-                s.committed(k, base)
+                kept.append((frames - done[0], done[1]))
+                s.committed(base)
                 continue
             live = cpu.compact_stream(tl, n, trace, stored, frames, s.reads)  # (in place, on the copy)
             s.compacted(live)

@@ -58,6 +58,20 @@ class Ledger:
         base on (kernels.cpu.KeptReads)."""
         raise NotImplementedError
 
+    def drop_committed_reads(self, base: int, rows: int) -> int:
+        """After a commit moved base on from `base`: what is kept of the log-probs of the
+        frames before the new base goes (kept_reads' arrays, moved down in place): the
+        blanks before the rows where the rows start at or after it, else the rows before it
+        (rows: those in use).  Returns the rows dropped; the caller moves rows_from to base
+        where there are any."""
+        kept = self.kept_reads()
+        if kept.rows_from >= self.base:  # (the meeting point's frame had no row: the blanks before it go)
+            kept.blanks[:kept.rows_from - self.base] = kept.blanks[self.base - base:kept.rows_from - base]
+            return 0
+        gone = self.base - kept.rows_from
+        kept.logp[:rows - gone] = kept.logp[gone:rows]
+        return gone
+
     def set_endpoint_readings(self, trailing: int, voiced: bool, relative: float) -> None:
         """Blanks that ran back to the commit point: the prefix's last speech decides."""
         self.trailing = int(trailing) if voiced else self.frames - 1 - self.prefix.last_voiced
